@@ -1,0 +1,1 @@
+"""Vietnamese text rules: normalization, SentencePiece tokenizer, answer vocabulary with OCR slots."""

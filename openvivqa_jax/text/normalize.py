@@ -1,0 +1,201 @@
+"""Vietnamese text normalization applied to every string that enters the system.
+
+Questions, answers, OCR tokens and predictions all pass through :func:`normalize_text`
+before tokenization or scoring (DESIGN §4; OpenViVQA paper §3.2.4, "setting the text to
+lowercase, placing whitespaces between words and punctuation marks, and normalizing prices").
+
+The steps, in order:
+
+1. Unicode NFC composition (NFD input from macOS file names or web forms becomes NFC).
+2. Lowercase.
+3. Every line break (``\\n``, ``\\r``, ``\\v``, ``\\f``, U+0085, U+2028, U+2029) and tab becomes a space.
+4. One tone-mark convention for the ``oa``/``oe``/``uy`` syllables: the *classic* placement,
+   where an open syllable carries the tone on the first vowel (``hòa``, ``khỏe``, ``thủy``) and a
+   closed syllable on the second (``hoàng``, ``khuếch``). ``hoà`` and ``hòa`` both become ``hòa``.
+5. Prices to ``#,### đồng`` (``20.000đ``, ``20 000 VND``, ``20k`` → ``20,000 đồng``).
+6. Whitespace around punctuation, except separators inside numbers (``20,000``, ``3.5``).
+7. Collapse whitespace and strip.
+
+The function is idempotent: ``normalize_text(normalize_text(s)) == normalize_text(s)``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = [
+    "LINE_BREAKS",
+    "normalize_text",
+    "normalize_tone_marks",
+    "normalize_prices",
+    "space_punctuation",
+]
+
+#: Characters treated as line breaks (all map to a single space).
+LINE_BREAKS = "\n\r\v\f\x85\u2028\u2029\t"
+_LINE_BREAK_RE = re.compile("[" + re.escape(LINE_BREAKS) + "]")
+
+# Combining tone marks (NFD): grave, acute, hook above, tilde, dot below.
+_TONE_MARKS = {"\u0300", "\u0301", "\u0309", "\u0303", "\u0323"}
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+
+
+def _move_tone(word: str) -> str:
+    """Puts the tone of an open ``oa``/``oe``/``uy`` syllable on its first vowel.
+
+    Args:
+      word: one lowercase NFC word.
+
+    Returns:
+      The word in NFC with the classic tone placement. Words that are not an
+      open ``oa``/``oe``/``uy`` syllable (``hoàng``, ``quý``, ``ngoài``) are returned unchanged.
+    """
+    decomposed = unicodedata.normalize("NFD", word)
+    # Split into (base letter + non-tone marks, tone) clusters.
+    clusters: list[list[str]] = []  # [base_with_marks, tone]
+    for ch in decomposed:
+        if unicodedata.combining(ch):
+            if not clusters:
+                return word
+            if ch in _TONE_MARKS:
+                clusters[-1][1] += ch
+            else:
+                clusters[-1][0] += ch
+        else:
+            clusters.append([ch, ""])
+    if len(clusters) < 2:
+        return word
+    tones = [i for i, (_, t) in enumerate(clusters) if t]
+    if len(tones) != 1:
+        return word
+    bases = "".join(b[0] for b, _ in clusters)  # plain base letters
+    full_bases = [b for b, _ in clusters]
+    # Last two clusters must be exactly o+a, o+e or u+y without other diacritics.
+    pair = (full_bases[-2], full_bases[-1])
+    if pair not in {("o", "a"), ("o", "e"), ("u", "y")}:
+        return word
+    # "qu" + y: the u is part of the consonant (quý), not the nucleus.
+    if pair == ("u", "y") and len(bases) >= 3 and bases[-3] == "q":
+        return word
+    # The vowel before the pair must not be a vowel (e.g. "uoa" does not exist, but be safe).
+    if len(bases) >= 3 and bases[-3] in "aeiouyăâêôơư":
+        return word
+    tone_pos = tones[0]
+    first, second = len(clusters) - 2, len(clusters) - 1
+    if tone_pos not in (first, second):
+        return word
+    tone = clusters[tone_pos][1]
+    clusters[tone_pos][1] = ""
+    clusters[first][1] = tone
+    rebuilt = "".join(b + t for b, t in clusters)
+    return unicodedata.normalize("NFC", rebuilt)
+
+
+def normalize_tone_marks(text: str) -> str:
+    """Applies the classic tone placement to every open ``oa``/``oe``/``uy`` syllable.
+
+    ``hoà`` → ``hòa``, ``khoẻ`` → ``khỏe``, ``thuỷ`` → ``thủy``; ``hoàng``, ``quý`` unchanged.
+
+    Args:
+      text: lowercase NFC text.
+
+    Returns:
+      NFC text with one tone convention.
+    """
+    return _WORD_RE.sub(lambda m: _move_tone(m.group(0)), text)
+
+
+# Price: digits with optional thousands groups (".", ",", " " separators) then a currency
+# marker. "k"/"nghìn"/"ngàn" multiply by 1,000; "triệu" by 1,000,000.
+_PRICE_RE = re.compile(
+    r"(?<![\w.,])(\d{1,3}(?:[., ]\d{3})+|\d+)(?:[.,](\d{1,2}))?\s*"
+    r"(vnđ|vnd|đồng|đ|d|k|nghìn|ngàn|triệu)(?!\w)",
+    re.UNICODE,
+)
+_MULTIPLIER = {"k": 1_000, "nghìn": 1_000, "ngàn": 1_000, "triệu": 1_000_000}
+
+
+def _format_price(match: re.Match) -> str:
+    digits = re.sub(r"[., ]", "", match.group(1))
+    frac = match.group(2)
+    unit = match.group(3)
+    # A bare "d" is only a currency marker directly after digits ("20000d").
+    if unit == "d" and match.group(0)[len(match.group(1)) :].startswith(" "):
+        return match.group(0)
+    value = int(digits)
+    mult = _MULTIPLIER.get(unit, 1)
+    if frac and mult > 1:
+        value = value * mult + int(frac.ljust(len(str(mult)) - 1, "0")[: len(str(mult)) - 1])
+    else:
+        value = value * mult
+        if frac and mult == 1:
+            # "20.50 đồng" is not a Vietnamese price format; keep the integer part.
+            pass
+    return f"{value:,} đồng"
+
+
+def normalize_prices(text: str) -> str:
+    """Rewrites prices to the ``#,### đồng`` form of the OpenViVQA validation step (§3.2.4).
+
+    Examples: ``20.000đ``, ``20 000 vnđ``, ``20,000 VND``, ``20k``, ``1,5 triệu`` →
+    ``20,000 đồng`` (and ``1,500,000 đồng``). Numbers without a currency marker are unchanged.
+
+    Args:
+      text: lowercase NFC text.
+
+    Returns:
+      Text with normalized prices.
+    """
+    return _PRICE_RE.sub(_format_price, text)
+
+
+def _is_punct(ch: str) -> bool:
+    return unicodedata.category(ch).startswith(("P", "S")) and ch not in "#"
+
+
+def space_punctuation(text: str) -> str:
+    """Puts spaces around punctuation and symbols, keeping number separators intact.
+
+    ``,`` and ``.`` between two digits (``20,000``, ``3.5``) and ``#`` stay attached.
+
+    Args:
+      text: NFC text.
+
+    Returns:
+      Text with punctuation as separate whitespace-delimited tokens (not collapsed).
+    """
+    out = []
+    n = len(text)
+    for i, ch in enumerate(text):
+        if _is_punct(ch):
+            if ch in ",." and 0 < i < n - 1 and text[i - 1].isdigit() and text[i + 1].isdigit():
+                out.append(ch)
+            else:
+                out.append(f" {ch} ")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def normalize_text(text: str) -> str:
+    """Normalizes one string (question, answer, OCR token or prediction); see the module doc.
+
+    Args:
+      text: any Python string. ``None`` is rejected.
+
+    Returns:
+      The normalized string; whitespace-tokenizing it gives the metric tokens.
+
+    Raises:
+      TypeError: if ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"normalize_text expects str, got {type(text).__name__}: {text!r}")
+    text = unicodedata.normalize("NFC", text)
+    text = text.lower()
+    text = _LINE_BREAK_RE.sub(" ", text)
+    text = normalize_tone_marks(text)
+    text = normalize_prices(text)
+    text = space_punctuation(text)
+    return " ".join(text.split())

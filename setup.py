@@ -1,0 +1,53 @@
+"""Package metadata for openvivqa_jax: JAX/Flax open-ended Vietnamese visual question answering."""
+
+from setuptools import find_packages, setup
+
+INSTALL_REQUIRES = [
+    "jax>=0.4.35",
+    "flax>=0.10.0",
+    "optax>=0.2.3",
+    "orbax-checkpoint>=0.9.0",
+    "tensorflow-datasets>=4.9.7",
+    "array_record>=0.5.1",
+    "grain>=0.2.2",
+    "sentencepiece>=0.2.0",
+    "ml-collections>=0.1.1",
+    "clu>=0.0.12",
+    # clu.metric_writers (TensorBoard events) and TFDS dataset generation need these at run time.
+    "tensorflow-cpu>=2.16; platform_machine=='x86_64' or platform_machine=='AMD64'",
+    "tensorflow>=2.16; platform_machine!='x86_64' and platform_machine!='AMD64'",
+    "tensorboard>=2.16",
+    "importlib_resources",
+    "numpy>=1.26",
+    "pillow>=10.0",
+    "pytesseract>=0.3.10",
+    "rapidfuzz>=3.0",
+    "matplotlib>=3.8",
+    "absl-py>=2.0",
+]
+
+EXTRAS_REQUIRE = {
+    # pycocoevalcap is the reference the metrics are checked against; it is used by tests only.
+    "test": ["pytest>=8.0", "pytest-xdist>=3.5", "pycocoevalcap==1.2", "nbformat", "nbclient", "ipykernel"],
+}
+
+setup(
+    name="openvivqa_jax",
+    version="0.1.0",
+    description="JAX/Flax reimplementation of the OpenViVQA models for open-ended Vietnamese VQA",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["openvivqa_jax", "openvivqa_jax.*", "tfds_builders", "tfds_builders.*"]),
+    package_data={"tfds_builders": ["*/*.tsv", "*/*.txt", "*/*.md"]},
+    python_requires=">=3.11",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points={
+        "console_scripts": [
+            "openvivqa-train=openvivqa_jax.main:run",
+            "openvivqa-evaluate=openvivqa_jax.evaluate:run",
+            "openvivqa-predict=openvivqa_jax.predict:run",
+            "openvivqa-plot=openvivqa_jax.plot:run",
+        ]
+    },
+)

@@ -1,0 +1,69 @@
+"""The feature schema shared by every VQA builder (DESIGN §3) and helpers to fill it.
+
+Schema (one example = one question):
+
+==============  ============================================================  ===========================
+feature         type                                                          notes
+==============  ============================================================  ===========================
+``image``       ``tfds.features.Image`` (encoded JPEG/PNG bytes)              RGB, any size
+``image_id``    ``Text``                                                      id as in the source files
+``question_id`` ``Text``                                                      id as in the source files
+``question``    ``Text``                                                      normalized (DESIGN §4)
+``answers``     ``Sequence(Text)``                                            all references, normalized;
+                                                                                                                                                            empty when a split has none
+``qa_type``     ``int32``                                                     1 text QA, 0 non-text, -1 unknown
+``ocr``         ``Sequence({text: Text, box: float32[4], score: float32})``   box xyxy in [0, 1] of the image
+==============  ============================================================  ===========================
+
+Builders with pre-extracted region features add ``objects: {features: float16[N, D], boxes: float32[N, 4]}``
+via :func:`vqa_features` with ``region_feature_dim``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+__all__ = ["vqa_features", "empty_ocr", "QA_TYPE_TEXT", "QA_TYPE_NON_TEXT", "QA_TYPE_UNKNOWN"]
+
+QA_TYPE_TEXT = 1
+QA_TYPE_NON_TEXT = 0
+QA_TYPE_UNKNOWN = -1
+
+
+def vqa_features(with_image: bool = True, region_feature_dim: int | None = None) -> tfds.features.FeaturesDict:
+    """Returns the common VQA ``FeaturesDict``.
+
+    Args:
+        with_image: include the ``image`` feature (False only for feature-only configs).
+        region_feature_dim: if given, add ``objects`` with ``features`` of shape ``(num_regions, D)``
+            (float16) and ``boxes`` ``(num_regions, 4)`` (float32, xyxy in [0, 1]).
+
+    Returns:
+        The feature specification.
+    """
+    feats = {
+            "image_id": tfds.features.Text(),
+            "question_id": tfds.features.Text(),
+            "question": tfds.features.Text(),
+            "answers": tfds.features.Sequence(tfds.features.Text()),
+            "qa_type": np.int32,
+            "ocr": tfds.features.Sequence({
+                    "text": tfds.features.Text(),
+                    "box": tfds.features.Tensor(shape=(4,), dtype=np.float32),
+                    "score": np.float32,
+            }),
+    }
+    if with_image:
+        feats["image"] = tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg")
+    if region_feature_dim is not None:
+        feats["objects"] = {
+                "features": tfds.features.Tensor(shape=(None, region_feature_dim), dtype=np.float16),
+                "boxes": tfds.features.Tensor(shape=(None, 4), dtype=np.float32),
+        }
+    return tfds.features.FeaturesDict(feats)
+
+
+def empty_ocr() -> dict:
+    """Returns an ``ocr`` value with no tokens, in the layout TFDS expects for a sequence of dicts."""
+    return {"text": [], "box": np.zeros((0, 4), np.float32), "score": np.zeros((0,), np.float32)}
