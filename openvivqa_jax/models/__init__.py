@@ -1,1 +1,46 @@
-"""Flax NNX models: shared layers, encoders, fusion blocks, answer decoder, pointer network, zoo."""
+"""Flax NNX models: shared layers, encoders, fusion blocks, answer decoder, pointer network, zoo.
+
+:func:`build_model` maps ``config.model.name`` to a class of the zoo.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import jax.numpy as jnp
+from flax import nnx
+
+__all__ = ["MODEL_REGISTRY", "build_model"]
+
+#: ``name -> "module:Class"``; modules are imported lazily.
+MODEL_REGISTRY = {
+    "mlpag": "openvivqa_jax.models.mlpag:MLPAG",
+}
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def build_model(model_cfg, vocab_size: int, seed: int = 0):
+    """Instantiates ``model_cfg.name`` with ``vocab_size`` pieces.
+
+    Args:
+      model_cfg: ``config.model``; ``dtype`` selects the compute dtype (``float32`` or ``bfloat16``;
+        parameters stay float32).
+      vocab_size: SentencePiece vocabulary size ``V``.
+      seed: parameter initialization seed.
+
+    Returns:
+      The NNX module.
+
+    Raises:
+      ValueError: for an unknown model name or dtype.
+    """
+    name = model_cfg.name
+    if name not in MODEL_REGISTRY:
+        raise ValueError(f"unknown model {name!r}; known: {sorted(MODEL_REGISTRY)}")
+    dtype_name = model_cfg.get("dtype", "float32")
+    if dtype_name not in _DTYPES:
+        raise ValueError(f"unknown model dtype {dtype_name!r}; known: {sorted(_DTYPES)}")
+    module, cls = MODEL_REGISTRY[name].split(":")
+    klass = getattr(importlib.import_module(module), cls)
+    return klass(model_cfg, vocab_size, rngs=nnx.Rngs(params=seed), dtype=_DTYPES[dtype_name])

@@ -1,0 +1,100 @@
+"""Default experiment: small MLPAG on the embedded synthetic OpenViVQA set (CPU minutes).
+
+Run: ``python -m openvivqa_jax.main --config configs/default.py --workdir runs/default``.
+Every number of an experiment lives in its config; override any field from the command line,
+e.g. ``--config.train.num_train_steps=500``.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    """Returns the default config."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+
+    c.data = ml_collections.ConfigDict()
+    c.data.builder = "synthetic_openvivqa"
+    c.data.builder_config = "default"
+    c.data.data_dir = None  # None: ~/tensorflow_datasets
+    c.data.manual_dir = None
+    c.data.builder_kwargs = ml_collections.ConfigDict()
+    c.data.train_split = "train"
+    c.data.eval_split = "validation"  # dev split: periodic evaluation and best-checkpoint selection
+    c.data.test_split = "test"
+    c.data.image_size = (128, 96)  # (width, height) fed to the CNN backbone
+    c.data.max_ocr_pieces = 8
+    c.data.num_threads = 2
+    c.data.prefetch = 8
+    c.data.image_cache_size = 8192
+
+    c.tokenizer = ml_collections.ConfigDict()
+    c.tokenizer.vocab_size = 1000
+
+    c.model = ml_collections.ConfigDict()
+    c.model.name = "mlpag"
+    c.model.d_model = 128
+    c.model.num_heads = 4
+    c.model.ffn_dim = 256
+    c.model.dropout = 0.1
+    c.model.num_fusion_layers = 1
+    c.model.num_decoder_layers = 2
+    c.model.max_question_len = 20
+    c.model.max_answer_len = 16
+    c.model.num_ocr = 32
+    c.model.phoc_alphabet = "vietnamese"
+    c.model.phoc_dim = 702
+    c.model.ocr_features = ("pieces", "phoc", "appearance")
+    c.model.ocr_extra_features = ml_collections.ConfigDict()
+    c.model.fusion = "sum"
+    c.model.dtype = "float32"
+    c.model.vision = ml_collections.ConfigDict()
+    c.model.vision.kind = "cnn"
+    c.model.vision.cnn_channels = (32, 64, 96, 128)
+
+    c.train = ml_collections.ConfigDict()
+    c.train.batch_size = 32  # global batch
+    c.train.num_train_steps = 1500
+    c.train.optimizer = "adam"
+    c.train.b1 = 0.9
+    c.train.b2 = 0.98
+    c.train.weight_decay = 0.0
+    c.train.schedule = "noam"  # lr = lr_scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    c.train.lr_scale = 2.0
+    c.train.learning_rate = 1e-3  # used by the 'constant' and 'm4c' schedules
+    c.train.warmup_steps = 200
+    c.train.decay_steps = ()  # 'm4c' schedule: multiply by decay_factor at these steps
+    c.train.decay_factor = 0.1
+    c.train.grad_clip_norm = 1.0
+    c.train.grad_accum_steps = 1
+    c.train.loss = "softmax"  # 'softmax' over the positive set, or 'bce' (M4C)
+    c.train.log_every_steps = 50
+    c.train.checkpoint_every_steps = 250
+    c.train.eval_every_steps = 500
+    c.train.keep_checkpoints = 2
+    c.train.patience = 0  # evaluations without dev improvement before stopping (0: never stop early)
+    c.train.best_metric = "CIDEr"
+    c.train.profile = False
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.batch_size = 64
+    c.eval.decoding = "beam"  # 'beam' or 'greedy'
+    c.eval.beam_size = 3
+    c.eval.alpha = 0.0
+    c.eval.max_eval_examples = 0  # 0: the whole split
+    c.eval.num_examples_to_print = 6
+    c.eval.metrics = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")
+    c.eval.ocr_ablation = True  # also score the test split with OCR tokens masked out
+
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.shape = (-1, 1)  # ('data', 'model'); -1 takes the remaining devices
+    c.mesh.axes = ("data", "model")
+    c.sharding_rules = ()  # ((regex over parameter path, PartitionSpec tuple), ...); unmatched: replicated
+    c.distributed = ml_collections.ConfigDict()
+    c.distributed.initialize = False
+    c.distributed.coordinator_address = None
+    c.distributed.num_processes = None
+    c.distributed.process_id = None
+    c.distributed.local_device_ids = None
+    c.distributed.cpu_collectives = ""  # e.g. 'gloo' for multi-process CPU runs
+    return c

@@ -1,0 +1,388 @@
+"""Input pipeline: TFDS data source -> grain -> fixed-shape numpy batches with masks -> global arrays.
+
+* Data sources come from ``builder.as_data_source`` over ``array_record`` files (no TensorFlow at read
+  time); images are left encoded and decoded here with PIL (cached per ``image_id``).
+* Training order is a seeded grain shuffle repeated over epochs; the iterator state is a small JSON
+  value saved with every checkpoint, so a restarted run neither repeats nor skips data.
+* Each process reads only its share (``ds[process_index::process_count]``); global batches are made
+  with ``jax.make_array_from_process_local_data``.
+* Evaluation pads the last partial batch with ``valid = False`` rows, so every example is scored once.
+
+Batch layout (fixed shapes; ``N = num_ocr``, ``P = max_ocr_pieces``, ``L = max_answer_len``):
+
+==================  ==========================  ======================================
+key                 shape                       meaning
+==================  ==========================  ======================================
+image               (B, H, W, 3) uint8          resized pixels (vision kind ``cnn``)
+region_features     (B, R, D) float32           pre-extracted (vision kind ``region``)
+region_boxes/mask   (B, R, 4) / (B, R)
+question            (B, Lq) int32               pieces; ``question_mask`` (B, Lq) bool
+ocr_pieces          (B, N, P) int32             pieces per OCR token; ``ocr_piece_mask``
+ocr_phoc            (B, N, phoc_dim) float32    PHOC (:mod:`openvivqa_jax.data.phoc`)
+ocr_boxes           (B, N, 4) float32           xyxy in [0, 1]
+ocr_mask            (B, N) bool                 real OCR tokens
+decoder_in          (B, L) int32                teacher-forced inputs
+target_vocab        (B, L) int32                positive piece or -1
+target_ocr          (B, L, N) bool              positive OCR slots
+target_mask         (B, L) bool
+index               (B,) int32                  example index within the split
+valid               (B,) bool                   False for eval padding rows
+==================  ==========================  ======================================
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import importlib
+import io
+import os
+import threading
+from collections.abc import Iterator, Sequence
+
+import grain
+import jax
+import numpy as np
+from absl import logging
+from PIL import Image
+
+from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
+from openvivqa_jax.text.answer_vocab import AnswerVocab
+from openvivqa_jax.text.normalize import normalize_text
+from openvivqa_jax.text.tokenizer import Tokenizer
+
+__all__ = [
+    "DatasetError",
+    "Record",
+    "SkipCounter",
+    "load_builder",
+    "load_source",
+    "decode_record",
+    "read_records",
+    "Preprocessor",
+    "train_iterator",
+    "eval_batches",
+    "to_global",
+]
+
+
+class DatasetError(ValueError):
+    """Bad input data; the message names the record, the file and what is wrong."""
+
+
+@dataclasses.dataclass
+class Record:
+    """One decoded example (strings normalized).
+
+    Attributes:
+      index: position in the split; question_id, image_id, question, answers, qa_type as in the schema;
+      ocr_texts: OCR token texts ``(n,)``; ocr_boxes: ``(n, 4)`` float32; image_bytes: encoded image
+      or None; objects: optional ``{features, boxes}`` arrays.
+    """
+
+    index: int
+    question_id: str
+    image_id: str
+    question: str
+    answers: list[str]
+    qa_type: int
+    ocr_texts: list[str]
+    ocr_boxes: np.ndarray
+    image_bytes: bytes | None = None
+    objects: dict | None = None
+    extra: dict = dataclasses.field(default_factory=dict)
+
+
+class SkipCounter:
+    """Thread-safe counters of everything truncated or skipped, logged in a summary (never silent)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.counts: collections.Counter = collections.Counter()
+
+    def add(self, key: str, n: int = 1) -> None:
+        """Adds ``n`` to counter ``key``."""
+        with self._lock:
+            self.counts[key] += n
+
+    def log(self, prefix: str) -> None:
+        """Logs non-zero counters."""
+        if self.counts:
+            logging.info("%s: %s", prefix, dict(self.counts))
+
+
+def _str(x) -> str:
+    return x.decode("utf-8") if isinstance(x, bytes) else str(x)
+
+
+@functools.lru_cache(maxsize=None)
+def _import_builders() -> None:
+    importlib.import_module("tfds_builders")
+
+
+def load_builder(data_cfg, prepare: bool = True):
+    """Returns the TFDS builder named by ``data_cfg`` (building it if needed).
+
+    Args:
+      data_cfg: ``config.data`` with ``builder`` (e.g. ``synthetic_openvivqa``), ``builder_config``,
+        ``data_dir`` (None: ``~/tensorflow_datasets``), ``manual_dir`` and ``builder_kwargs``.
+      prepare: run ``download_and_prepare`` (idempotent; no network is used by our builders).
+
+    Raises:
+      DatasetError: if the builder package does not exist.
+    """
+    import tensorflow_datasets as tfds
+
+    name = data_cfg.builder
+    try:
+        importlib.import_module(f"tfds_builders.{name}")
+    except ModuleNotFoundError as e:
+        raise DatasetError(f"no dataset builder tfds_builders/{name}: {e}") from e
+    full = f"{name}/{data_cfg.builder_config}" if data_cfg.get("builder_config") else name
+    data_dir = os.path.expanduser(data_cfg.get("data_dir") or "~/tensorflow_datasets")
+    kwargs = dict(data_cfg.get("builder_kwargs") or {})
+    builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
+    if prepare:
+        manual = data_cfg.get("manual_dir")
+        dl = tfds.download.DownloadConfig(manual_dir=os.path.expanduser(manual) if manual else None)
+        builder.download_and_prepare(download_config=dl)
+    return builder
+
+
+def load_source(builder, split: str):
+    """Random-access data source of ``split`` with images left encoded (decoded by us, cached)."""
+    import tensorflow_datasets as tfds
+
+    decoders = {"image": tfds.decode.SkipDecoding()} if "image" in builder.info.features else None
+    try:
+        return builder.as_data_source(split=split, decoders=decoders)
+    except (KeyError, ValueError) as e:
+        raise DatasetError(
+            f"split {split!r} not found in {builder.name} at {builder.data_dir}; available: "
+            f"{sorted(builder.info.splits)}") from e
+
+
+def decode_record(ex: dict, index: int, source_name: str = "") -> Record:
+    """Turns a data-source example into a :class:`Record`, normalizing every string.
+
+    Raises:
+      DatasetError: if the question is empty after normalization (names the question id and source).
+    """
+    qid = _str(ex["question_id"])
+    question = normalize_text(_str(ex["question"]))
+    if not question:
+        raise DatasetError(f"{source_name}: question {qid!r} (example {index}) is empty after normalization")
+    ocr = ex.get("ocr") or {}
+    texts = [normalize_text(_str(t)) for t in ocr.get("text", [])]
+    boxes = np.asarray(ocr.get("box", np.zeros((0, 4))), np.float32).reshape(-1, 4)
+    keep = [i for i, t in enumerate(texts) if t]
+    texts = [texts[i] for i in keep]
+    boxes = boxes[keep] if len(keep) else np.zeros((0, 4), np.float32)
+    objects = None
+    if "objects" in ex:
+        objects = {"features": np.asarray(ex["objects"]["features"], np.float32),
+                   "boxes": np.asarray(ex["objects"]["boxes"], np.float32)}
+    extra = {k: ex[k] for k in ("context", "dictionary") if k in ex}
+    return Record(
+        index=index, question_id=qid, image_id=_str(ex.get("image_id", qid)), question=question,
+        answers=[a for a in (normalize_text(_str(a)) for a in ex.get("answers", [])) if a],
+        qa_type=int(ex.get("qa_type", -1)), ocr_texts=texts, ocr_boxes=boxes,
+        image_bytes=ex.get("image"), objects=objects, extra=extra,
+    )
+
+
+def read_records(source, source_name: str = "") -> list[Record]:
+    """All records of a (small) split without image bytes, in order: the eval metadata."""
+    out = []
+    for i in range(len(source)):
+        r = decode_record(source[i], i, source_name)
+        r.image_bytes = None
+        out.append(r)
+    return out
+
+
+class Preprocessor:
+    """Record -> fixed-shape numpy features (see the module table).
+
+    Args:
+      cfg: the full config (reads ``data.*`` and ``model.*``).
+      tokenizer: the SentencePiece tokenizer.
+      mask_ocr: drop every OCR token (the no-OCR ablation).
+      counter: a :class:`SkipCounter` for truncations.
+    """
+
+    def __init__(self, cfg, tokenizer: Tokenizer, mask_ocr: bool = False, counter: SkipCounter | None = None):
+        m = cfg.model
+        self.cfg = cfg
+        self.tok = tokenizer
+        self.num_ocr = m.num_ocr
+        self.max_pieces = cfg.data.max_ocr_pieces
+        self.q_len = m.max_question_len
+        self.vision_kind = m.vision.kind
+        self.image_w, self.image_h = tuple(cfg.data.image_size)
+        self.num_regions = m.vision.get("num_regions", 0)
+        self.region_dim = m.vision.get("region_dim", 0)
+        self.phoc_alphabet = m.get("phoc_alphabet", "vietnamese")
+        self.phoc_dim = get_phoc_spec(self.phoc_alphabet).dim
+        self.vocab = AnswerVocab(tokenizer, m.num_ocr, m.max_answer_len)
+        self.mask_ocr = mask_ocr
+        self.counter = counter or SkipCounter()
+        self._image = functools.lru_cache(maxsize=cfg.data.get("image_cache_size", 8192))(self._decode_image)
+
+    def _decode_image(self, image_id: str, data: bytes) -> np.ndarray:
+        try:
+            with Image.open(io.BytesIO(data)) as im:
+                im = im.convert("RGB").resize((self.image_w, self.image_h), Image.BILINEAR)
+                return np.asarray(im, np.uint8)
+        except Exception as e:  # PIL raises many types for corrupt data
+            raise DatasetError(f"image {image_id!r}: cannot decode ({type(e).__name__}: {e})") from e
+
+    def features(self, rec: Record, answer: str | None) -> dict:
+        """Fixed-shape features of one record; ``answer`` (normalized) gives the targets."""
+        N, P = self.num_ocr, self.max_pieces
+        out: dict[str, np.ndarray] = {}
+        if self.vision_kind == "cnn":
+            if rec.image_bytes is None:
+                raise DatasetError(f"question {rec.question_id!r}: no image for vision kind 'cnn'")
+            out["image"] = self._image(rec.image_id, bytes(rec.image_bytes))
+        else:
+            R, D = self.num_regions, self.region_dim
+            feats = np.zeros((R, D), np.float32)
+            boxes = np.zeros((R, 4), np.float32)
+            mask = np.zeros((R,), bool)
+            if rec.objects is not None:
+                f = rec.objects["features"][:R]
+                if f.shape[1] != D:
+                    raise DatasetError(f"question {rec.question_id!r}: region features have dim {f.shape[1]}, "
+                                       f"config model.vision.region_dim is {D}")
+                feats[: len(f)] = f
+                boxes[: len(f)] = rec.objects["boxes"][:R]
+                mask[: len(f)] = True
+            out.update(region_features=feats, region_boxes=boxes, region_mask=mask)
+        q = list(self.tok.encode(rec.question))
+        if len(q) > self.q_len:
+            self.counter.add("question_truncated")
+            q = q[: self.q_len]
+        out["question"] = np.zeros((self.q_len,), np.int32)
+        out["question"][: len(q)] = q
+        out["question_mask"] = np.arange(self.q_len) < len(q)
+        texts = [] if self.mask_ocr else rec.ocr_texts
+        if len(texts) > N:
+            self.counter.add("ocr_tokens_truncated", len(texts) - N)
+        texts = texts[:N]
+        n = len(texts)
+        pieces = np.zeros((N, P), np.int32)
+        pmask = np.zeros((N, P), bool)
+        for i, t in enumerate(texts):
+            ids = self.tok.encode(t)[:P]
+            pieces[i, : len(ids)] = ids
+            pmask[i, : len(ids)] = True
+        boxes = np.zeros((N, 4), np.float32)
+        if n:
+            boxes[:n] = np.clip(rec.ocr_boxes[:n], 0.0, 1.0)
+        out.update(ocr_pieces=pieces, ocr_piece_mask=pmask, ocr_phoc=phoc_batch(texts, N, self.phoc_alphabet),
+                   ocr_boxes=boxes, ocr_mask=np.arange(N) < n)
+        enc = self.vocab.encode(answer or "", texts)
+        if answer is not None and enc.truncated:
+            self.counter.add("answer_truncated")
+        out.update(decoder_in=enc.decoder_in, target_vocab=enc.target_vocab, target_ocr=enc.target_ocr,
+                   target_mask=enc.target_mask if answer is not None else np.zeros_like(enc.target_mask))
+        out["index"] = np.int32(rec.index)
+        out["valid"] = np.bool_(True)
+        return out
+
+
+class _TrainMap(grain.transforms.RandomMap):
+    def __init__(self, pre: Preprocessor, source_name: str):
+        self.pre = pre
+        self.source_name = source_name
+
+    def random_map(self, element, rng: np.random.Generator):
+        ex, index = element
+        rec = decode_record(ex, index, self.source_name)
+        if not rec.answers:
+            raise DatasetError(f"{self.source_name}: question {rec.question_id!r} has no answer in a training split")
+        answer = rec.answers[int(rng.integers(len(rec.answers)))] if len(rec.answers) > 1 else rec.answers[0]
+        return self.pre.features(rec, answer)
+
+
+class _IndexedSource:
+    """Wraps a data source so items carry their index: ``(example, index)``."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def __len__(self):
+        return len(self.source)
+
+    def __getitem__(self, i):
+        return self.source[i], i
+
+
+def train_iterator(source, pre: Preprocessor, *, batch_size: int, seed: int, source_name: str = "",
+                   num_threads: int = 2, prefetch: int = 8):
+    """An infinite, checkpointable iterator of local training batches.
+
+    Shuffles with ``seed`` (a new permutation every epoch), takes this process's share, applies the
+    preprocessor (one reference answer drawn per visit when several exist) and batches with
+    ``drop_remainder``.
+
+    Args:
+      source: random-access data source.
+      pre: the :class:`Preprocessor`.
+      batch_size: per-process batch size.
+      seed: shuffle seed.
+
+    Returns:
+      A grain ``DatasetIterator`` with ``get_state()``/``set_state()``.
+
+    Raises:
+      DatasetError: if the split is smaller than one batch.
+    """
+    if len(source) < batch_size * jax.process_count():
+        raise DatasetError(f"{source_name}: {len(source)} examples is fewer than one global batch "
+                           f"({batch_size} x {jax.process_count()} processes)")
+    ds = grain.MapDataset.source(_IndexedSource(source))
+    ds = ds[jax.process_index():: jax.process_count()]
+    ds = ds.seed(seed).shuffle().repeat()
+    ds = ds.random_map(_TrainMap(pre, source_name))
+    ds = ds.batch(batch_size, drop_remainder=True)
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch))
+    return iter(it)
+
+
+def eval_batches(source, pre: Preprocessor, *, batch_size: int, source_name: str = "",
+                 records: Sequence[Record] | None = None) -> Iterator[dict]:
+    """Ordered local eval batches of this process's share, the last one padded (``valid`` False).
+
+    Every process yields the same number of batches (padding with all-invalid batches), so the global
+    arrays line up across processes.
+    """
+    n = len(source)
+    pc, pi = jax.process_count(), jax.process_index()
+    mine = list(range(pi, n, pc))
+    per_proc = -(-n // pc)
+    num_batches = -(-per_proc // batch_size)
+    template = None
+    for b in range(num_batches):
+        idx = mine[b * batch_size:(b + 1) * batch_size]
+        feats = []
+        for i in idx:
+            rec = decode_record(source[i], i, source_name)
+            feats.append(pre.features(rec, rec.answers[0] if rec.answers else None))
+        if feats:
+            template = feats[0]
+        elif template is None:
+            rec = decode_record(source[0], 0, source_name)
+            template = pre.features(rec, None)
+        while len(feats) < batch_size:
+            pad = {k: np.zeros_like(v) for k, v in template.items()}
+            pad["valid"] = np.bool_(False)
+            feats.append(pad)
+        yield {k: np.stack([f[k] for f in feats]) for k in feats[0]}
+
+
+def to_global(batch: dict, sharding) -> dict:
+    """Local numpy batch -> global ``jax.Array`` s laid out by ``sharding`` (leading axis on ``data``)."""
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}

@@ -1,0 +1,192 @@
+"""Jitted greedy and beam search over the extended output space (vocabulary + OCR slots), DESIGN §7.
+
+Both are one ``lax.while_loop`` with fixed shapes over a model implementing the generator interface
+of :mod:`openvivqa_jax.models.base`:
+
+* the decoder self-attention KV cache is updated in place each step; cross-attention keys/values
+  (and M4C's prefix) are computed once by ``prepare_decode``;
+* a copied OCR token feeds back through that token's features (the model's ``decode_step``);
+* beam search scores finished hypotheses with the length penalty ``((5 + len) / 6) ** alpha``
+  (Wu et al. 2016; ``len`` counts generated steps including EOS), handles EOS per beam, and stops
+  early when no live beam can beat the worst kept finished one.
+
+PAD, BOS and UNK are never generated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from openvivqa_jax.models.layers import NEG_INF
+
+__all__ = ["length_penalty", "greedy_search", "beam_search", "make_decode_fn", "BANNED_IDS"]
+
+#: Piece ids never generated: pad 0, unk 1, bos 2.
+BANNED_IDS = (0, 1, 2)
+
+
+def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
+    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (float32)."""
+    return ((5.0 + length.astype(jnp.float32)) / 6.0) ** alpha
+
+
+def _ban(logits: jax.Array, banned) -> jax.Array:
+    if not banned:
+        return logits
+    return logits.at[..., jnp.asarray(banned)].set(NEG_INF)
+
+
+def greedy_search(model, batch: dict, *, max_len: int, bos_id: int = 2, eos_id: int = 3, pad_id: int = 0,
+                  banned=BANNED_IDS):
+    """Greedy decoding with a KV cache, stopped per example at EOS and for the batch when all are done.
+
+    Args:
+      model: a generator model (see :mod:`openvivqa_jax.models.base`).
+      batch: model inputs with leading axis ``batch``.
+      max_len: maximum number of steps ``T``.
+
+    Returns:
+      ``(ids (batch, T) int32, logprob (batch,) float32)``; positions after EOS hold ``pad_id``.
+    """
+    enc = model.encode(batch)
+    dec = model.prepare_decode(enc)
+    b = enc["ocr_mask"].shape[0]
+    cache = model.init_cache(b, max_len)
+
+    def cond(state):
+        t, _, _, done, _, _ = state
+        return (t < max_len) & ~jnp.all(done)
+
+    def body(state):
+        t, ids, tok, done, cache, score = state
+        logits, cache = model.decode_step(dec, tok, t, cache)
+        logp = jax.nn.log_softmax(_ban(logits, banned), axis=-1)
+        nxt = jnp.argmax(logp, -1).astype(jnp.int32)
+        score = score + jnp.where(done, 0.0, jnp.take_along_axis(logp, nxt[:, None], -1)[:, 0])
+        nxt = jnp.where(done, pad_id, nxt)
+        ids = ids.at[:, t].set(nxt)
+        done = done | (nxt == eos_id)
+        return t + 1, ids, nxt, done, cache, score
+
+    init = (jnp.int32(0), jnp.full((b, max_len), pad_id, jnp.int32), jnp.full((b,), bos_id, jnp.int32),
+            jnp.zeros((b,), bool), cache, jnp.zeros((b,), jnp.float32))
+    _, ids, _, _, _, score = jax.lax.while_loop(cond, body, init)
+    return ids, score
+
+
+def _tile(tree, k: int):
+    return jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), tree)
+
+
+def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: float = 0.0, bos_id: int = 2,
+                eos_id: int = 3, pad_id: int = 0, banned=BANNED_IDS):
+    """Beam search with a KV cache, per-beam EOS, length penalty and early stopping.
+
+    Args:
+      model: a generator model.
+      batch: inputs with leading axis ``batch``.
+      max_len: maximum steps ``T``.
+      beam_size: ``K``.
+      alpha: length-penalty exponent >= 0 (0 disables it; the paper's setting).
+
+    Raises:
+      ValueError: if ``alpha < 0`` (the early-stop bound assumes a non-decreasing penalty).
+
+    Returns:
+      ``(ids (batch, T) int32, score (batch,) float32, all_ids (batch, K, T), all_scores (batch, K))``:
+      the best hypothesis, its length-penalized log-probability, and all kept hypotheses sorted by
+      score. Positions after EOS hold ``pad_id``.
+    """
+    if alpha < 0:
+        raise ValueError(f"length-penalty alpha must be >= 0, got {alpha}")
+    K, T = beam_size, max_len
+    enc = model.encode(batch)
+    dec = model.prepare_decode(enc)
+    b = enc["ocr_mask"].shape[0]
+    dec = _tile(dec, K)
+    cache = model.init_cache(b * K, T)
+
+    live_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (K - 1), jnp.float32)[None], (b, 1))
+    live_seq = jnp.full((b, K, T), pad_id, jnp.int32)
+    fin_seq = jnp.full((b, K, T), pad_id, jnp.int32)
+    fin_score = jnp.full((b, K), NEG_INF, jnp.float32)
+    max_lp = length_penalty(jnp.int32(T), alpha)
+
+    def cond(state):
+        t, live_logp, _, _, fin_score, _, _ = state
+        # Best score any live beam could still reach vs. the worst finished score kept.
+        best_live = jnp.max(live_logp, -1) / max_lp
+        worst_fin = jnp.min(fin_score, -1)
+        can_improve = best_live > worst_fin
+        return (t < T) & jnp.any(can_improve)
+
+    def body(state):
+        t, live_logp, live_seq, fin_seq, fin_score, tok, cache = state
+        logits, cache = model.decode_step(dec, tok, t, cache)
+        E = logits.shape[-1]
+        logp = jax.nn.log_softmax(_ban(logits, banned), axis=-1).reshape(b, K, E)
+        cand = (live_logp[..., None] + logp).reshape(b, K * E)
+        top_logp, top_idx = jax.lax.top_k(cand, 2 * K)
+        parent = top_idx // E
+        token = (top_idx % E).astype(jnp.int32)
+        seqs = jnp.take_along_axis(live_seq, parent[..., None], axis=1)
+        seqs = jax.lax.dynamic_update_slice_in_dim(seqs, token[..., None], t, axis=2)
+        is_eos = token == eos_id
+        # Finished candidates, merged with the finished set.
+        new_fin = jnp.where(is_eos, top_logp / length_penalty(t + 1, alpha), NEG_INF)
+        all_fin_score = jnp.concatenate([fin_score, new_fin], 1)
+        all_fin_seq = jnp.concatenate([fin_seq, seqs], 1)
+        fin_score, fi = jax.lax.top_k(all_fin_score, K)
+        fin_seq = jnp.take_along_axis(all_fin_seq, fi[..., None], axis=1)
+        # Live candidates: the best K non-EOS.
+        live_cand = jnp.where(is_eos, NEG_INF, top_logp)
+        live_logp, li = jax.lax.top_k(live_cand, K)
+        live_seq = jnp.take_along_axis(seqs, li[..., None], axis=1)
+        live_parent = jnp.take_along_axis(parent, li, axis=1)
+        tok = jnp.take_along_axis(token, li, axis=1).reshape(b * K)
+        flat_parent = (jnp.arange(b)[:, None] * K + live_parent).reshape(b * K)
+        cache = jax.tree.map(lambda x: x[flat_parent], cache)
+        return t + 1, live_logp, live_seq, fin_seq, fin_score, tok, cache
+
+    init = (jnp.int32(0), live_logp, live_seq, fin_seq, fin_score, jnp.full((b * K,), bos_id, jnp.int32), cache)
+    t, live_logp, live_seq, fin_seq, fin_score, _, _ = jax.lax.while_loop(cond, body, init)
+    # Examples without K finished hypotheses fall back on live beams (scored at their length t).
+    live_score = live_logp / length_penalty(t, alpha)
+    all_score = jnp.concatenate([fin_score, jnp.where(live_logp > NEG_INF / 2, live_score, NEG_INF)], 1)
+    all_seq = jnp.concatenate([fin_seq, live_seq], 1)
+    top_score, ti = jax.lax.top_k(all_score, K)
+    top_seq = jnp.take_along_axis(all_seq, ti[..., None], axis=1)
+    return top_seq[:, 0], top_score[:, 0], top_seq, top_score
+
+
+def make_decode_fn(graphdef: Any, *, max_len: int, beam_size: int = 1, alpha: float = 0.0, method: str = "beam"):
+    """A jitted ``fn(params, batch) -> (ids (batch, T), score (batch,))``.
+
+    Args:
+      graphdef: ``nnx.split(model)[0]``.
+      max_len: steps ``T``.
+      beam_size: ``K``; with ``method="greedy"`` it is ignored.
+      alpha: length-penalty exponent.
+      method: ``"beam"`` or ``"greedy"``.
+
+    Raises:
+      ValueError: for an unknown method or ``beam_size < 1``.
+    """
+    if method not in ("beam", "greedy"):
+        raise ValueError(f"decoding method must be 'beam' or 'greedy', got {method!r}")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+
+    @jax.jit
+    def fn(params, batch):
+        model = nnx.merge(graphdef, params)
+        if method == "greedy":
+            return greedy_search(model, batch, max_len=max_len)
+        ids, score, _, _ = beam_search(model, batch, max_len=max_len, beam_size=beam_size, alpha=alpha)
+        return ids, score
+
+    return fn

@@ -1,0 +1,274 @@
+"""METEOR through the Meteor 1.5 jar, driven over its ``-stdio`` protocol with a timeout.
+
+Meteor (Denkowski & Lavie 2014) has no pure-Python equivalent, so we run the jar that pycocoevalcap
+1.2 ships (``pycocoevalcap/meteor/meteor-1.5.jar``, found with ``importlib`` without importing the
+package) or a jar given by the user. pycocoevalcap's own wrapper is not used: it blocks forever on a
+``readline`` when the jar dies or gets a malformed line. This driver:
+
+- starts ``java -Xmx2G -jar meteor-1.5.jar - - -stdio -l en [-norm]`` in the jar's directory (its
+  paraphrase table ``data/paraphrase-en.gz`` lives there), exactly the command pycocoevalcap runs;
+- writes one ``SCORE ||| ref_1 ||| ... ||| ref_k ||| hypothesis`` line per question from a writer
+  thread, reads the statistics lines from a reader thread, and then sends one
+  ``EVAL ||| stats_1 ||| ... ||| stats_n`` line per group of questions (overall, text QA, non-text QA);
+  the jar answers with one score per question and then the corpus score computed from the summed
+  statistics, which is the number pycocoevalcap reports;
+- enforces one deadline for the whole exchange (``timeout`` seconds, default 300); on a timeout, a
+  missing Java runtime, a missing jar or a crashed JVM it kills the process and raises
+  :class:`MeteorUnavailable`, which the evaluator turns into ``None`` scores and a note.
+
+Two modes (DESIGN §9):
+
+- ``"METEOR"``: with ``-norm``, as published papers ran it (pycocoevalcap's setting);
+- ``"METEOR-vi"``: without ``-norm``. Meteor's ``-norm`` tokenizer treats ``ơ``, ``ư`` and the
+  precomposed letters U+1EA0–U+1EF9 (``ạ`` ... ``ỹ``) as separators, so ``cửa tiệm`` becomes many
+  tokens; the Vietnamese-safe mode keeps our whitespace tokens (the text is already normalized and
+  lowercased by :mod:`openvivqa_jax.evaluation.sanitize`).
+
+The Java binary is ``java`` on ``PATH`` unless the ``OPENVIVQA_JAVA`` environment variable or the
+``java`` argument names another; the jar may also be given with ``OPENVIVQA_METEOR_JAR``.
+Input strings must be sanitized (no line breaks, no ``|||``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+from absl import logging
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "MODES",
+    "MeteorUnavailable",
+    "find_java",
+    "find_meteor_jar",
+    "meteor_scores",
+]
+
+#: Seconds allowed for one whole jar exchange (JVM start, paraphrase table load, scoring).
+DEFAULT_TIMEOUT_S = 300.0
+
+#: Metric name -> extra jar flags.
+MODES: dict[str, tuple[str, ...]] = {"METEOR": ("-norm",), "METEOR-vi": ()}
+
+_JAR_NAME = "meteor-1.5.jar"
+
+
+class MeteorUnavailable(RuntimeError):
+    """METEOR cannot be computed here (no Java, no jar, JVM crash or timeout); the message says why."""
+
+
+def find_meteor_jar(meteor_jar: str | os.PathLike | None = None) -> str:
+    """Locates the Meteor 1.5 jar.
+
+    Order: the ``meteor_jar`` argument, ``$OPENVIVQA_METEOR_JAR``, then the jar inside an installed
+    pycocoevalcap (located with ``importlib.util.find_spec``, which does not import it).
+
+    Returns:
+      The absolute path of an existing jar file.
+
+    Raises:
+      MeteorUnavailable: if no jar is found (the message lists where it looked).
+    """
+    tried = []
+    for cand in (meteor_jar, os.environ.get("OPENVIVQA_METEOR_JAR")):
+        if cand:
+            cand = os.path.abspath(os.fspath(cand))
+            if os.path.isfile(cand):
+                return cand
+            tried.append(cand)
+    try:
+        spec = importlib.util.find_spec("pycocoevalcap")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            cand = os.path.join(loc, "meteor", _JAR_NAME)
+            if os.path.isfile(cand):
+                return cand
+            tried.append(cand)
+    else:
+        tried.append("pycocoevalcap (not installed)")
+    raise MeteorUnavailable(f"Meteor 1.5 jar not found (looked at: {', '.join(tried)}); pass --meteor_jar")
+
+
+def find_java(java: str | os.PathLike | None = None) -> str:
+    """Locates the Java runtime: the ``java`` argument, ``$OPENVIVQA_JAVA``, then ``java`` on PATH.
+
+    Raises:
+      MeteorUnavailable: if the named binary does not exist or no ``java`` is on PATH.
+    """
+    cand = java or os.environ.get("OPENVIVQA_JAVA")
+    if cand:
+        cand = os.fspath(cand)
+        found = shutil.which(cand) if os.sep not in cand else (cand if os.access(cand, os.X_OK) else None)
+        if not found:
+            raise MeteorUnavailable(f"Java runtime not found at {cand!r}")
+        return found
+    found = shutil.which("java")
+    if not found:
+        raise MeteorUnavailable("Java runtime not found (no 'java' on PATH; set OPENVIVQA_JAVA)")
+    return found
+
+
+class _JarSession:
+    """One running jar process with a reader thread and a deadline."""
+
+    def __init__(self, java: str, jar: str, flags: Sequence[str], deadline: float):
+        self.deadline = deadline
+        self.cmd = [java, "-Xmx2G", "-jar", jar, "-", "-", "-stdio", "-l", "en", *flags]
+        self.stderr = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(
+                self.cmd,
+                cwd=os.path.dirname(jar),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+            )
+        except OSError as e:
+            self.stderr.close()
+            raise MeteorUnavailable(f"cannot start {self.cmd[0]!r}: {e}") from None
+        self.lines: queue.Queue = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        try:
+            for raw in self.proc.stdout:
+                self.lines.put(raw.decode("utf-8", errors="replace").strip())
+        except (OSError, ValueError):
+            pass
+        self.lines.put(None)
+
+    def write(self, lines: Sequence[str]) -> threading.Thread:
+        """Writes ``lines`` from a background thread (the jar may block on a full stdout pipe)."""
+
+        def _write() -> None:
+            try:
+                for line in lines:
+                    self.proc.stdin.write((line + "\n").encode("utf-8"))
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                pass  # the reader sees EOF and reports the crash
+
+        t = threading.Thread(target=_write, daemon=True)
+        t.start()
+        return t
+
+    def read(self, n: int, what: str) -> list[str]:
+        out = []
+        while len(out) < n:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise MeteorUnavailable(f"Meteor timed out while reading {what} ({len(out)} of {n} lines)")
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise MeteorUnavailable(f"Meteor jar exited while reading {what}: {self._stderr_tail()}")
+            out.append(line)
+        return out
+
+    def _stderr_tail(self) -> str:
+        try:
+            self.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+        self.stderr.seek(0)
+        tail = self.stderr.read().decode("utf-8", errors="replace").strip().splitlines()[-3:]
+        return f"exit code {self.proc.returncode}; " + (" / ".join(tail) or "no stderr")
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            logging.warning("Meteor jar (pid %d) did not exit after kill", self.proc.pid)
+        self.stderr.close()
+
+
+def meteor_scores(
+    hyps: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    groups: Mapping[str, Sequence[int]],
+    *,
+    mode: str = "METEOR",
+    java: str | os.PathLike | None = None,
+    meteor_jar: str | os.PathLike | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> tuple[list[float], dict[str, float], list[list[float]]]:
+    """METEOR of every question and of every group, from one jar process.
+
+    Args:
+      hyps: ``items`` sanitized hypotheses (no ``|||``, no line breaks; may be empty strings).
+      refs: ``items`` non-empty lists of sanitized references.
+      groups: extra group name -> indices into ``hyps`` (e.g. ``{"text_qa": [...]}``); empty groups
+        are skipped. The group ``"overall"`` (every question) is always computed.
+      mode: ``"METEOR"`` (``-norm``) or ``"METEOR-vi"`` (no ``-norm``).
+      java: Java binary (default ``$OPENVIVQA_JAVA`` or ``java`` on PATH).
+      meteor_jar: the jar (default ``$OPENVIVQA_METEOR_JAR`` or pycocoevalcap's).
+      timeout: seconds for the whole exchange.
+
+    Returns:
+      ``(per_question, per_group, stats)``: ``(items,)`` segment scores, group name -> corpus METEOR,
+      and the jar's sufficient statistics of every question (lists of floats; field 0 is the
+      hypothesis length and field 1 the reference length in Meteor's tokens).
+
+    Raises:
+      MeteorUnavailable: no Java, no jar, a JVM failure, unparsable output, or the timeout.
+      ValueError: unknown ``mode`` or an input line that would break the protocol.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown METEOR mode {mode!r}; expected one of {sorted(MODES)}")
+    for i, (h, rs) in enumerate(zip(hyps, refs)):
+        for s in (h, *rs):
+            if "|||" in s or "\n" in s or "\r" in s:
+                raise ValueError(f"item {i}: string not sanitized for the Meteor protocol: {s!r}")
+    jar = find_meteor_jar(meteor_jar)
+    java_bin = find_java(java)
+    deadline = time.monotonic() + timeout
+    session = _JarSession(java_bin, jar, MODES[mode], deadline)
+    try:
+        score_lines = ["SCORE ||| " + " ||| ".join(list(rs) + [h]) for h, rs in zip(hyps, refs)]
+        session.write(score_lines)
+        stats = session.read(len(score_lines), "statistics")
+        per_q_stats: list[list[float]] = []
+        for line in stats:
+            try:
+                per_q_stats.append([float(x) for x in line.split()])
+            except ValueError:
+                raise MeteorUnavailable(f"unexpected Meteor output {line[:80]!r}") from None
+        requests = [("overall", list(range(len(hyps))))]
+        requests += [(name, list(idx)) for name, idx in groups.items() if len(idx) and name != "overall"]
+        session.write(["EVAL ||| " + " ||| ".join(stats[i] for i in idx) for _, idx in requests if idx])
+        per_question: list[float] = []
+        per_group: dict[str, float] = {}
+        for name, idx in requests:
+            if not idx:
+                continue
+            lines = session.read(len(idx) + 1, f"EVAL scores ({name})")
+            try:
+                values = [float(x) for x in lines]
+            except ValueError:
+                raise MeteorUnavailable(f"unexpected Meteor output in {lines[:2]!r}") from None
+            if name == "overall":
+                per_question = values[:-1]
+            per_group[name] = values[-1]
+        return per_question, per_group, per_q_stats
+    finally:
+        session.close()

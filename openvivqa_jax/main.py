@@ -1,0 +1,68 @@
+"""Entry point: ``python -m openvivqa_jax.main --config configs/<x>.py --workdir <dir> [--mode ...]``.
+
+Modes:
+
+* ``train`` (default): train (resuming from the workdir's last checkpoint), evaluate dev periodically,
+  then score dev and test with the best checkpoint and print the tables and example answers.
+* ``evaluate``: score the dev and test splits with the workdir's best checkpoint.
+
+Any config field can be overridden on the command line: ``--config.train.num_train_steps=100``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
+flags.DEFINE_string("workdir", None, "Run folder: checkpoints, logs, metrics and predictions.")
+flags.DEFINE_enum("mode", "train", ["train", "evaluate"], "What to run.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _init_distributed(cfg) -> None:
+    import jax
+
+    d = cfg.get("distributed")
+    if not d or not d.get("initialize"):
+        return
+    if d.get("cpu_collectives"):
+        jax.config.update("jax_cpu_collectives_implementation", d.cpu_collectives)
+    kwargs = {k: d.get(k) for k in ("coordinator_address", "num_processes", "process_id", "local_device_ids")
+              if d.get(k) is not None}
+    jax.distributed.initialize(**kwargs)
+    logging.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
+                 jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+def main(argv) -> None:
+    """Runs the selected mode."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cfg = FLAGS.config
+    _init_distributed(cfg)
+    from openvivqa_jax import train
+
+    if FLAGS.mode == "train":
+        train.train_and_evaluate(cfg, FLAGS.workdir)
+    else:
+        tr = train.Trainer(cfg, FLAGS.workdir, for_training=False)
+        tr.restore_params("best")
+        from clu import metric_writers
+
+        writer = metric_writers.create_default_writer(tr.workdir, just_logging=True)
+        train.final_evaluation(tr, writer, int(tr.state.step))
+
+
+def run() -> None:
+    """Console-script entry point (``openvivqa-train``)."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

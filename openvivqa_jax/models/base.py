@@ -1,0 +1,107 @@
+"""The interface every model implements, and the losses.
+
+Generators (FST, QuMLAG, MLPAG, M4C) implement::
+
+    encode(batch, deterministic, rngs) -> enc            # dict of arrays, batch-major
+    __call__(batch, deterministic, rngs) -> logits       # teacher forcing, (batch, ans_len, V + N)
+    prepare_decode(enc) -> dec                           # per-example constants (cross K/V, prefix cache)
+    init_cache(batch_size, max_len) -> cache             # self-attention KV cache
+    decode_step(dec, ids_t, t, cache) -> (logits (batch, V + N), cache)
+
+``dec`` and ``cache`` are pytrees whose leaves all have ``batch`` as the leading axis, so beam search
+can tile and reorder them. Classifiers (SAAA, MCAN, LoRRA) set ``is_generator = False`` and return
+``(batch, num_answers [+ N])`` logits from ``__call__``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from openvivqa_jax.models.layers import NEG_INF
+
+__all__ = ["GeneratorModel", "pointer_softmax_loss", "pointer_bce_loss", "extended_targets"]
+
+
+class GeneratorModel(nnx.Module):
+    """Base class of answer-generating models (see the module docstring for the interface)."""
+
+    is_generator = True
+    vocab_size: int
+    num_ocr: int
+
+    def __call__(self, batch, *, deterministic=True, rngs=None):
+        """Teacher-forced logits ``(batch, ans_len, V + N)`` float32."""
+        enc = self.encode(batch, deterministic=deterministic, rngs=rngs)
+        return self.decode_train(enc, batch["decoder_in"], deterministic=deterministic, rngs=rngs)
+
+
+def extended_targets(target_vocab: jax.Array, target_ocr: jax.Array, vocab_size: int) -> jax.Array:
+    """Multi-hot positive set over ``V + N``.
+
+    Args:
+      target_vocab: ``(batch, ans_len)`` int32 positive piece or -1.
+      target_ocr: ``(batch, ans_len, N)`` bool positive OCR slots.
+      vocab_size: ``V``.
+
+    Returns:
+      ``(batch, ans_len, V + N)`` bool.
+    """
+    vocab_hot = jax.nn.one_hot(jnp.where(target_vocab >= 0, target_vocab, vocab_size), vocab_size + 1,
+                               dtype=bool)[..., :vocab_size]
+    return jnp.concatenate([vocab_hot, target_ocr.astype(bool)], axis=-1)
+
+
+def pointer_softmax_loss(logits, target_vocab, target_ocr, target_mask):
+    """Softmax cross-entropy over the extended space with a positive *set* per step.
+
+    ``loss_t = logsumexp(all logits) - logsumexp(positive logits)``: the negative log of the total
+    probability of the positives (any matching OCR slot, or the piece). Steps with an empty positive
+    set or ``target_mask`` False do not count.
+
+    Args:
+      logits: ``(batch, ans_len, V + N)`` float32 (masked OCR slots already ``NEG_INF``).
+      target_vocab, target_ocr, target_mask: as built by :class:`~openvivqa_jax.text.AnswerVocab`.
+
+    Returns:
+      ``(mean loss over counted steps, dict(loss, token_accuracy, num_tokens))``.
+    """
+    V = logits.shape[-1] - target_ocr.shape[-1]
+    pos = extended_targets(target_vocab, target_ocr, V)
+    has_pos = pos.any(-1)
+    mask = target_mask.astype(bool) & has_pos
+    lse_all = jax.nn.logsumexp(logits, axis=-1)
+    lse_pos = jax.nn.logsumexp(jnp.where(pos, logits, NEG_INF), axis=-1)
+    per = jnp.where(mask, lse_all - lse_pos, 0.0)
+    n = jnp.maximum(mask.sum(), 1)
+    pred = jnp.argmax(logits, -1)
+    correct = jnp.take_along_axis(pos, pred[..., None], -1)[..., 0] & mask
+    return per.sum() / n, {"loss": per.sum() / n, "token_accuracy": correct.sum() / n, "num_tokens": mask.sum()}
+
+
+def pointer_bce_loss(logits, target_vocab, target_ocr, target_mask, ocr_mask=None):
+    """M4C's multi-label binary cross-entropy over ``V + N`` (Hu et al. 2020, eq. in §3.3).
+
+    Each output unit is an independent sigmoid; positives are the step's positive set. Padding OCR
+    slots (``ocr_mask`` False) are excluded. The loss is summed over units and averaged over counted
+    steps, as in M4C.
+
+    Returns:
+      ``(loss, dict(loss, token_accuracy, num_tokens))``.
+    """
+    V = logits.shape[-1] - target_ocr.shape[-1]
+    pos = extended_targets(target_vocab, target_ocr, V).astype(jnp.float32)
+    unit_mask = jnp.ones(logits.shape[-1], bool)[None, None]
+    if ocr_mask is not None:
+        unit_mask = jnp.concatenate(
+            [jnp.ones(ocr_mask.shape[:1] + (V,), bool), ocr_mask.astype(bool)], -1)[:, None, :]
+    safe = jnp.where(unit_mask, logits, 0.0)
+    bce = jnp.maximum(safe, 0) - safe * pos + jnp.log1p(jnp.exp(-jnp.abs(safe)))
+    bce = jnp.where(unit_mask, bce, 0.0).sum(-1)
+    mask = target_mask.astype(bool) & (pos.sum(-1) > 0)
+    n = jnp.maximum(mask.sum(), 1)
+    loss = jnp.where(mask, bce, 0.0).sum() / n
+    pred = jnp.argmax(logits, -1)
+    correct = (jnp.take_along_axis(pos, pred[..., None], -1)[..., 0] > 0) & mask
+    return loss, {"loss": loss, "token_accuracy": correct.sum() / n, "num_tokens": mask.sum()}

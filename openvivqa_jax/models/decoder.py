@@ -1,0 +1,163 @@
+"""Transformer answer decoder with the dynamic pointer network over OCR tokens.
+
+Output space: ``V`` vocabulary pieces + ``N`` OCR slots (DESIGN §5). At each step the decoder
+hidden state ``h`` gives vocabulary logits ``h' = W_v h`` and pointer scores (MLPAG eq. 11; M4C's
+dynamic pointer network)::
+
+    ocr = (W_h h + b_h) (W_S x_S + b_S)^T / sqrt(d)        (batch, len, N)
+
+and the prediction is the argmax over ``[h', ocr]`` (eq. 12). The ``1/sqrt(d)`` scale is M4C's; the
+paper's eq. 11 omits it (a constant rescaling of logits). Padding OCR slots get ``NEG_INF``.
+
+The previous output feeds back through the piece embedding, or, for a copied OCR slot, through a
+projection of that OCR token's features (M4C: "the next input embedding of a copied token is that
+OCR token's embedding").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from openvivqa_jax.models.layers import NEG_INF, DecoderLayer, _ln, dense
+
+__all__ = ["AnswerDecoder", "causal_mask"]
+
+
+def causal_mask(length: int) -> jax.Array:
+    """``(1, 1, length, length)`` bool lower-triangular mask (position i sees j <= i)."""
+    return jnp.tril(jnp.ones((length, length), bool))[None, None]
+
+
+class AnswerDecoder(nnx.Module):
+    """Transformer decoder over a fused memory, with optional pointer network.
+
+    Args:
+      vocab_size: ``V``.
+      num_ocr: ``N`` OCR slots.
+      d_model, num_layers, num_heads, ffn_dim, dropout: transformer sizes.
+      max_len: maximum answer length in steps (positional table size).
+      use_pointer: when False (FST, QuMLAG), OCR logits are ``NEG_INF`` (vocabulary only).
+      rngs: parameter RNGs.
+      dtype: compute dtype.
+    """
+
+    def __init__(self, *, vocab_size: int, num_ocr: int, d_model: int, num_layers: int, num_heads: int,
+                 ffn_dim: int, dropout: float, max_len: int, use_pointer: bool, rngs: nnx.Rngs,
+                 dtype: Any = jnp.float32):
+        self.vocab_size = vocab_size
+        self.num_ocr = num_ocr
+        self.d_model = d_model
+        self.max_len = max_len
+        self.use_pointer = use_pointer
+        self.embedding = nnx.Embed(vocab_size, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+        self.pos_embedding = nnx.Embed(max_len, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+        self.ocr_in = dense(d_model, d_model, rngs, dtype)
+        self.in_norm = _ln(d_model, rngs, dtype)
+        self.layers = nnx.List([
+            DecoderLayer(d_model, num_heads, ffn_dim, dropout, rngs=rngs, dtype=dtype) for _ in range(num_layers)
+        ])
+        self.final_norm = _ln(d_model, rngs, dtype)
+        self.vocab_head = dense(d_model, vocab_size, rngs, dtype)
+        if use_pointer:
+            self.ptr_query = dense(d_model, d_model, rngs, dtype)
+            self.ptr_key = dense(d_model, d_model, rngs, dtype)
+        self.dropout = nnx.Dropout(dropout)
+
+    def embed_inputs(self, ids: jax.Array, positions: jax.Array, ocr_feats: jax.Array) -> jax.Array:
+        """Input embeddings of extended ids.
+
+        Args:
+          ids: ``(batch, len)`` int32 extended ids (``>= V`` means OCR slot ``id - V``).
+          positions: ``(len,)`` int32 positions.
+          ocr_feats: ``(batch, N, d)`` OCR features.
+
+        Returns:
+          ``(batch, len, d)``.
+        """
+        V = self.vocab_size
+        is_ocr = ids >= V
+        tok = self.embedding(jnp.where(is_ocr, 0, ids))
+        slot = jnp.clip(ids - V, 0, self.num_ocr - 1)
+        ocr_proj = self.ocr_in(ocr_feats)
+        copied = jnp.take_along_axis(ocr_proj, slot[..., None], axis=1)
+        x = jnp.where(is_ocr[..., None], copied, tok)
+        return self.in_norm(x + self.pos_embedding(positions)[None])
+
+    def output_logits(self, h: jax.Array, ocr_feats: jax.Array, ocr_mask: jax.Array) -> jax.Array:
+        """Logits over ``V + N`` (eq. 11-12) in float32.
+
+        Args:
+          h: ``(batch, len, d)`` decoder outputs.
+          ocr_feats: ``(batch, N, d)``; ``ocr_mask``: ``(batch, N)`` bool.
+
+        Returns:
+          ``(batch, len, V + N)`` float32.
+        """
+        vocab = self.vocab_head(h).astype(jnp.float32)
+        if self.use_pointer:
+            q = self.ptr_query(h)
+            k = self.ptr_key(ocr_feats)
+            ocr = jnp.einsum("bld,bnd->bln", q, k).astype(jnp.float32) / jnp.sqrt(self.d_model)
+            ocr = jnp.where(ocr_mask[:, None, :], ocr, NEG_INF)
+        else:
+            ocr = jnp.full(h.shape[:2] + (self.num_ocr,), NEG_INF, jnp.float32)
+        return jnp.concatenate([vocab, ocr], axis=-1)
+
+    def precompute(self, memory: jax.Array) -> list[tuple[jax.Array, jax.Array]]:
+        """Cross-attention keys/values of the memory, once per layer (reused at every step)."""
+        return [layer.cross_attn.project_kv(memory) for layer in self.layers]
+
+    def __call__(self, ids, memory, memory_mask, ocr_feats, ocr_mask, *, deterministic=True, rngs=None):
+        """Teacher-forced logits.
+
+        Args:
+          ids: ``(batch, ans_len)`` decoder inputs (BOS first).
+          memory: ``(batch, mem_len, d)`` fused features; ``memory_mask``: ``(batch, mem_len)``.
+          ocr_feats: ``(batch, N, d)``; ``ocr_mask``: ``(batch, N)``.
+
+        Returns:
+          ``(batch, ans_len, V + N)`` float32 logits.
+        """
+        L = ids.shape[1]
+        x = self.embed_inputs(ids, jnp.arange(L), ocr_feats)
+        x = self.dropout(x, deterministic=deterministic, rngs=rngs)
+        self_mask = causal_mask(L)
+        cross_mask = memory_mask[:, None, None, :]
+        for layer, kv in zip(self.layers, self.precompute(memory)):
+            x = layer(x, self_mask, kv, cross_mask, deterministic=deterministic, rngs=rngs)
+        return self.output_logits(self.final_norm(x), ocr_feats, ocr_mask)
+
+    def init_cache(self, batch_size: int, max_len: int, dtype: Any = jnp.float32) -> list[dict[str, jax.Array]]:
+        """Zero self-attention caches: per layer ``{"k","v"}`` of ``(batch, max_len, H, head_dim)``."""
+        out = []
+        for layer in self.layers:
+            a = layer.self_attn
+            shape = (batch_size, max_len, a.num_heads, a.head_dim)
+            out.append({"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)})
+        return out
+
+    def step(self, ids_t, t, cache, cross_kv, memory_mask, ocr_feats, ocr_mask):
+        """One cached decoding step.
+
+        Args:
+          ids_t: ``(batch,)`` extended ids input at step ``t``.
+          t: int32 scalar.
+          cache: from :meth:`init_cache` (updated copy returned).
+          cross_kv: from :meth:`precompute`.
+          memory_mask: ``(batch, mem_len)``; ``ocr_feats``, ``ocr_mask`` as in :meth:`__call__`.
+
+        Returns:
+          ``(logits (batch, V + N) float32, new_cache)``.
+        """
+        x = self.embed_inputs(ids_t[:, None], jnp.reshape(t, (1,)), ocr_feats)
+        cross_mask = memory_mask[:, None, None, :]
+        new_cache = []
+        for layer, kv, c in zip(self.layers, cross_kv, cache):
+            x, c = layer.step(x, t, c, kv, cross_mask)
+            new_cache.append(c)
+        logits = self.output_logits(self.final_norm(x), ocr_feats, ocr_mask)
+        return logits[:, 0], new_cache

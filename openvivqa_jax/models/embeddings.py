@@ -1,0 +1,162 @@
+"""Input embeddings shared by the zoo: vision (grid or region features), question, OCR tokens.
+
+Batch keys read here (DESIGN §5; built by :mod:`openvivqa_jax.data.pipeline`):
+
+* ``image``: ``(batch, H, W, 3)`` uint8 pixels (vision kind ``cnn``), or
+  ``region_features`` ``(batch, num_regions, region_dim)``, ``region_boxes`` ``(batch, num_regions, 4)``,
+  ``region_mask`` ``(batch, num_regions)`` (vision kind ``region``);
+* ``question`` ``(batch, q_len)`` int32 piece ids, ``question_mask`` ``(batch, q_len)`` bool;
+* ``ocr_pieces`` ``(batch, N, P)`` int32 pieces of each OCR token, ``ocr_piece_mask`` ``(batch, N, P)``,
+  ``ocr_phoc`` ``(batch, N, phoc_dim)``, ``ocr_boxes`` ``(batch, N, 4)`` xyxy in [0, 1],
+  ``ocr_mask`` ``(batch, N)``; optional extra per-token features such as ``ocr_fasttext``
+  ``(batch, N, 300)``, ``ocr_det`` and ``ocr_rec`` (named in the config).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from openvivqa_jax.models.layers import SmallCNN, _ln, box_overlap_weights, dense, grid_boxes, masked_mean
+
+__all__ = ["VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput"]
+
+
+class VisionOutput(dict):
+    """Vision features: ``feats`` ``(batch, S, d)``, ``mask`` ``(batch, S)``, ``raw`` ``(batch, S, C)``
+    (pre-projection features for OCR appearance pooling) and ``boxes`` ``(batch, S, 4)``."""
+
+
+class VisionEncoder(nnx.Module):
+    """Grid features from pixels (small CNN) or projected pre-extracted region features, plus a box
+    embedding, layer-normed: ``LN(W_f f) + LN(W_b box)`` (M4C's object embedding).
+
+    Args:
+      kind: ``"cnn"`` or ``"region"``.
+      d_model: output width.
+      cnn_channels: channels of :class:`SmallCNN` (kind ``cnn``).
+      region_dim: region feature width (kind ``region``).
+      dropout: dropout on the output.
+
+    Raises:
+      ValueError: for an unknown kind.
+    """
+
+    def __init__(self, *, kind: str, d_model: int, cnn_channels=(32, 64, 128, 128), region_dim: int = 2048,
+                 dropout: float = 0.1, rngs: nnx.Rngs, dtype: Any = jnp.float32):
+        if kind not in ("cnn", "region"):
+            raise ValueError(f"vision kind must be 'cnn' or 'region', got {kind!r}")
+        self.kind = kind
+        if kind == "cnn":
+            self.backbone = SmallCNN(tuple(cnn_channels), rngs=rngs, dtype=dtype)
+            raw_dim = self.backbone.out_dim
+        else:
+            raw_dim = region_dim
+        self.raw_dim = raw_dim
+        self.feat_proj = dense(raw_dim, d_model, rngs, dtype)
+        self.feat_norm = _ln(d_model, rngs, dtype)
+        self.box_proj = dense(4, d_model, rngs, dtype)
+        self.box_norm = _ln(d_model, rngs, dtype)
+        self.dropout = nnx.Dropout(dropout)
+
+    def __call__(self, batch: dict, *, deterministic=True, rngs=None) -> VisionOutput:
+        """Returns the :class:`VisionOutput` for ``batch``."""
+        if self.kind == "cnn":
+            images = batch["image"].astype(jnp.float32) / 255.0
+            grid = self.backbone(images.astype(self.feat_proj.dtype or jnp.float32))
+            b, gh, gw, c = grid.shape
+            raw = grid.reshape(b, gh * gw, c)
+            boxes = jnp.broadcast_to(grid_boxes(gh, gw)[None], (b, gh * gw, 4))
+            mask = jnp.ones((b, gh * gw), bool)
+        else:
+            raw = batch["region_features"]
+            boxes = batch["region_boxes"].astype(jnp.float32)
+            mask = batch["region_mask"].astype(bool)
+        feats = self.feat_norm(self.feat_proj(raw)) + self.box_norm(self.box_proj(boxes))
+        feats = self.dropout(feats, deterministic=deterministic, rngs=rngs)
+        return VisionOutput(feats=feats, mask=mask, raw=raw, boxes=boxes)
+
+
+class QuestionEmbedding(nnx.Module):
+    """Piece embeddings + learned positions, then a fully connected projection (MLPAG §4.3:
+    "a token embedding module ... and a fully connected layer").
+
+    Args:
+      vocab_size: ``V``; ``d_model``; ``max_len``: question length; ``dropout``.
+    """
+
+    def __init__(self, *, vocab_size: int, d_model: int, max_len: int, dropout: float, rngs: nnx.Rngs,
+                 dtype: Any = jnp.float32):
+        self.embedding = nnx.Embed(vocab_size, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+        self.pos_embedding = nnx.Embed(max_len, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+        self.proj = dense(d_model, d_model, rngs, dtype)
+        self.norm = _ln(d_model, rngs, dtype)
+        self.dropout = nnx.Dropout(dropout)
+
+    def __call__(self, ids: jax.Array, *, deterministic=True, rngs=None) -> jax.Array:
+        """``ids``: ``(batch, q_len)`` -> ``(batch, q_len, d)``."""
+        x = self.embedding(ids) + self.pos_embedding(jnp.arange(ids.shape[1]))[None]
+        x = self.norm(self.proj(x))
+        return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
+
+class OcrEmbedding(nnx.Module):
+    """OCR token features (M4C style): ``LN(sum_k W_k f_k) + LN(W_b box)``.
+
+    Feature groups ``f_k`` (each optional, chosen by ``features``):
+
+    * ``pieces``: mean of the token's SentencePiece embeddings (padding pieces masked);
+    * ``phoc``: the PHOC descriptor;
+    * ``appearance``: vision ``raw`` features pooled under the token box by area overlap;
+    * any extra batch key in ``extra_dims`` (e.g. ``ocr_fasttext``: 300).
+
+    Args:
+      vocab_size, d_model, phoc_dim, appearance_dim: sizes.
+      features: tuple of group names.
+      extra_dims: mapping ``batch key -> feature width``.
+      piece_embedding: an ``nnx.Embed`` to share with the question (or None for a private one).
+
+    Raises:
+      ValueError: if ``features`` names an unknown group.
+    """
+
+    def __init__(self, *, vocab_size: int, d_model: int, phoc_dim: int, appearance_dim: int,
+                 features=("pieces", "phoc", "appearance"), extra_dims=None, dropout: float = 0.1,
+                 rngs: nnx.Rngs, dtype: Any = jnp.float32):
+        unknown = set(features) - {"pieces", "phoc", "appearance"}
+        if unknown:
+            raise ValueError(f"unknown OCR feature groups {sorted(unknown)}; known: pieces, phoc, appearance")
+        self.features = tuple(features)
+        self.extra = tuple(sorted((extra_dims or {}).items()))
+        if "pieces" in self.features:
+            self.piece_embedding = nnx.Embed(vocab_size, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+            self.piece_proj = dense(d_model, d_model, rngs, dtype)
+        if "phoc" in self.features:
+            self.phoc_proj = dense(phoc_dim, d_model, rngs, dtype)
+        if "appearance" in self.features:
+            self.app_proj = dense(appearance_dim, d_model, rngs, dtype)
+        self.extra_proj = nnx.Dict({k.replace("/", "_"): dense(dim, d_model, rngs, dtype) for k, dim in self.extra})
+        self.feat_norm = _ln(d_model, rngs, dtype)
+        self.box_proj = dense(4, d_model, rngs, dtype)
+        self.box_norm = _ln(d_model, rngs, dtype)
+        self.dropout = nnx.Dropout(dropout)
+
+    def __call__(self, batch: dict, vision: VisionOutput | None, *, deterministic=True, rngs=None) -> jax.Array:
+        """Returns ``(batch, N, d)`` OCR features (padding slots are computed but masked downstream)."""
+        parts = []
+        if "pieces" in self.features:
+            emb = self.piece_embedding(batch["ocr_pieces"])
+            parts.append(self.piece_proj(masked_mean(emb, batch["ocr_piece_mask"].astype(bool), axis=2)))
+        if "phoc" in self.features:
+            parts.append(self.phoc_proj(batch["ocr_phoc"].astype(self.phoc_proj.kernel.value.dtype)))
+        if "appearance" in self.features:
+            w = box_overlap_weights(batch["ocr_boxes"].astype(jnp.float32), vision["boxes"])
+            pooled = jnp.einsum("bns,bsc->bnc", w.astype(vision["raw"].dtype), vision["raw"])
+            parts.append(self.app_proj(pooled))
+        for key, _ in self.extra:
+            parts.append(self.extra_proj[key.replace("/", "_")](batch[key]))
+        x = self.feat_norm(sum(parts)) + self.box_norm(self.box_proj(batch["ocr_boxes"].astype(jnp.float32)))
+        return self.dropout(x, deterministic=deterministic, rngs=rngs)

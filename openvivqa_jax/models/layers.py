@@ -1,0 +1,294 @@
+"""Shared Flax NNX layers: attention with an explicit KV cache, transformer blocks, vision backbones.
+
+Every model of the zoo is composed from these. Layers never mention meshes or devices; sharding
+comes from regex rules over parameter paths (``query``/``key``/``value``/``out``/``wi``/``wo``/
+``embedding`` names are what the rules match).
+
+Masks are boolean with ``True`` = attend / valid. Attention masks broadcast to
+``(batch, num_heads, q_len, kv_len)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+__all__ = [
+    "NEG_INF",
+    "MultiHeadAttention",
+    "FeedForward",
+    "EncoderBlock",
+    "CrossBlock",
+    "DecoderLayer",
+    "SmallCNN",
+    "grid_boxes",
+    "box_overlap_weights",
+    "masked_mean",
+    "dense",
+]
+
+#: Large negative logit used for masked positions (finite so that fully masked rows stay NaN-free).
+NEG_INF = -1e9
+
+
+def dense(din: int, dout: int, rngs: nnx.Rngs, dtype: Any = jnp.float32, use_bias: bool = True) -> nnx.Linear:
+    """A Linear layer with Xavier-uniform kernel and float32 master weights."""
+    return nnx.Linear(
+        din, dout, use_bias=use_bias, dtype=dtype, param_dtype=jnp.float32,
+        kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs,
+    )
+
+
+class MultiHeadAttention(nnx.Module):
+    """Scaled dot-product multi-head attention (Vaswani et al. 2017) with an explicit KV cache.
+
+    Args:
+      d_model: model width ``d``.
+      num_heads: ``H``; ``d`` must be divisible by ``H``.
+      dropout: attention-probability dropout rate.
+      rngs: parameter RNGs.
+      dtype: compute dtype.
+
+    Raises:
+      ValueError: if ``d_model % num_heads != 0``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.query = dense(d_model, d_model, rngs, dtype)
+        self.key = dense(d_model, d_model, rngs, dtype)
+        self.value = dense(d_model, d_model, rngs, dtype)
+        self.out = dense(d_model, d_model, rngs, dtype)
+        self.dropout = nnx.Dropout(dropout)
+
+    def _split(self, x: jax.Array) -> jax.Array:
+        return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
+
+    def project_kv(self, kv: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Keys and values of ``kv`` ``(batch, kv_len, d)`` as ``(batch, kv_len, H, head_dim)`` each."""
+        return self._split(self.key(kv)), self._split(self.value(kv))
+
+    def attend(
+        self, q_in: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None,
+        *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+    ) -> jax.Array:
+        """Attention of ``q_in`` ``(batch, q_len, d)`` over projected ``k``/``v``.
+
+        Args:
+          q_in: queries before projection.
+          k, v: ``(batch, kv_len, H, head_dim)``.
+          mask: bool, broadcastable to ``(batch, H, q_len, kv_len)``; ``None`` attends everywhere.
+
+        Returns:
+          ``(batch, q_len, d)``.
+        """
+        q = self._split(self.query(q_in))
+        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(self.head_dim).astype(q.dtype)
+        logits = logits.astype(jnp.float32)
+        if mask is not None:
+            logits = jnp.where(mask, logits, NEG_INF)
+        probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+        probs = self.dropout(probs, deterministic=deterministic, rngs=rngs)
+        ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        return self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
+
+    def __call__(self, q_in, kv_in, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+        """Attention of ``q_in`` ``(batch, q_len, d)`` over ``kv_in`` ``(batch, kv_len, d)``."""
+        k, v = self.project_kv(kv_in)
+        return self.attend(q_in, k, v, mask, deterministic=deterministic, rngs=rngs)
+
+
+class FeedForward(nnx.Module):
+    """Position-wise FFN: ``wo(dropout(relu(wi(x))))``, ``d -> ffn_dim -> d``."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
+        self.wi = dense(d_model, ffn_dim, rngs, dtype)
+        self.wo = dense(ffn_dim, d_model, rngs, dtype)
+        self.dropout = nnx.Dropout(dropout)
+
+    def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+        """``x``: ``(..., d)`` -> ``(..., d)``."""
+        h = jax.nn.relu(self.wi(x))
+        return self.wo(self.dropout(h, deterministic=deterministic, rngs=rngs))
+
+
+def _ln(d: int, rngs: nnx.Rngs, dtype: Any) -> nnx.LayerNorm:
+    return nnx.LayerNorm(d, epsilon=1e-6, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+
+
+class CrossBlock(nnx.Module):
+    """Pre-LN transformer block: attention of ``x`` over ``context`` then FFN, both residual.
+
+    With ``context is x`` this is a self-attention encoder block. Used for MLPAG's question
+    self-attention, spatial attention (image over question) and context attention (OCR over
+    question), QuMLAG's guided attention and MCAN's SA/GA units.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, *, rngs: nnx.Rngs,
+                 dtype: Any = jnp.float32):
+        self.norm_q = _ln(d_model, rngs, dtype)
+        self.norm_kv = _ln(d_model, rngs, dtype)
+        self.attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
+        self.norm_ffn = _ln(d_model, rngs, dtype)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
+        self.dropout = nnx.Dropout(dropout)
+
+    def __call__(self, x, context, context_mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+        """Args: ``x`` ``(batch, q_len, d)``; ``context`` ``(batch, kv_len, d)``; ``context_mask``
+        ``(batch, kv_len)`` bool. Returns ``(batch, q_len, d)``."""
+        mask = context_mask[:, None, None, :]
+        h = self.attn(self.norm_q(x), self.norm_kv(context), mask, deterministic=deterministic, rngs=rngs)
+        x = x + self.dropout(h, deterministic=deterministic, rngs=rngs)
+        h = self.ffn(self.norm_ffn(x), deterministic=deterministic, rngs=rngs)
+        return x + self.dropout(h, deterministic=deterministic, rngs=rngs)
+
+
+class EncoderBlock(CrossBlock):
+    """Pre-LN self-attention block over ``x`` ``(batch, len, d)`` with key mask ``(batch, len)``."""
+
+    def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None, attn_mask=None):
+        """``attn_mask`` (optional) overrides the key mask with a full ``(batch, 1|H, len, len)`` mask."""
+        m = mask[:, None, None, :] if attn_mask is None else attn_mask
+        xn = self.norm_q(x)
+        h = self.attn(xn, xn, m, deterministic=deterministic, rngs=rngs)
+        x = x + self.dropout(h, deterministic=deterministic, rngs=rngs)
+        h = self.ffn(self.norm_ffn(x), deterministic=deterministic, rngs=rngs)
+        return x + self.dropout(h, deterministic=deterministic, rngs=rngs)
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-LN transformer decoder layer: causal self-attention, cross-attention, FFN.
+
+    Supports teacher forcing over a whole sequence and single-step decoding with a KV cache whose
+    result equals the full recompute (tested).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, *, rngs: nnx.Rngs,
+                 dtype: Any = jnp.float32):
+        self.norm_self = _ln(d_model, rngs, dtype)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
+        self.norm_cross = _ln(d_model, rngs, dtype)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
+        self.norm_ffn = _ln(d_model, rngs, dtype)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
+        self.dropout = nnx.Dropout(dropout)
+
+    def __call__(self, x, self_mask, cross_kv, cross_mask, *, deterministic=True, rngs=None):
+        """Teacher-forced pass.
+
+        Args:
+          x: ``(batch, ans_len, d)``.
+          self_mask: ``(batch|1, 1, ans_len, ans_len)`` causal & padding mask.
+          cross_kv: ``(k, v)`` from :meth:`cross_attn.project_kv` of the memory.
+          cross_mask: ``(batch, 1, 1, mem_len)``.
+
+        Returns:
+          ``(batch, ans_len, d)``.
+        """
+        xn = self.norm_self(x)
+        h = self.self_attn(xn, xn, self_mask, deterministic=deterministic, rngs=rngs)
+        x = x + self.dropout(h, deterministic=deterministic, rngs=rngs)
+        h = self.cross_attn.attend(self.norm_cross(x), *cross_kv, cross_mask, deterministic=deterministic, rngs=rngs)
+        x = x + self.dropout(h, deterministic=deterministic, rngs=rngs)
+        h = self.ffn(self.norm_ffn(x), deterministic=deterministic, rngs=rngs)
+        return x + self.dropout(h, deterministic=deterministic, rngs=rngs)
+
+    def step(self, x, t, cache, cross_kv, cross_mask):
+        """One decoding step at position ``t`` with the self-attention KV cache.
+
+        Args:
+          x: ``(batch, 1, d)`` input at step ``t``.
+          t: int32 scalar step index.
+          cache: ``{"k", "v"}`` each ``(batch, max_len, H, head_dim)``.
+          cross_kv, cross_mask: as in :meth:`__call__`.
+
+        Returns:
+          ``(y, cache)`` with ``y`` ``(batch, 1, d)`` and the cache updated at position ``t``.
+        """
+        xn = self.norm_self(x)
+        k_t, v_t = self.self_attn.project_kv(xn)
+        k = jax.lax.dynamic_update_slice_in_dim(cache["k"], k_t.astype(cache["k"].dtype), t, axis=1)
+        v = jax.lax.dynamic_update_slice_in_dim(cache["v"], v_t.astype(cache["v"].dtype), t, axis=1)
+        max_len = k.shape[1]
+        mask = (jnp.arange(max_len) <= t)[None, None, None, :]
+        h = self.self_attn.attend(xn, k, v, mask)
+        x = x + h
+        x = x + self.cross_attn.attend(self.norm_cross(x), *cross_kv, cross_mask)
+        x = x + self.ffn(self.norm_ffn(x))
+        return x, {"k": k, "v": v}
+
+
+def grid_boxes(grid_h: int, grid_w: int) -> jax.Array:
+    """Boxes of a ``grid_h x grid_w`` grid, row-major: ``(grid_h * grid_w, 4)`` xyxy in [0, 1]."""
+    ys, xs = jnp.meshgrid(jnp.arange(grid_h), jnp.arange(grid_w), indexing="ij")
+    x0, y0 = xs / grid_w, ys / grid_h
+    return jnp.stack([x0, y0, x0 + 1 / grid_w, y0 + 1 / grid_h], -1).reshape(-1, 4).astype(jnp.float32)
+
+
+def box_overlap_weights(boxes: jax.Array, cells: jax.Array) -> jax.Array:
+    """Area-overlap weights of each box over grid cells, rows normalized to sum 1.
+
+    Used to pool appearance features "from the grid under the box" (DESIGN §5).
+
+    Args:
+      boxes: ``(batch, num_boxes, 4)`` xyxy in [0, 1].
+      cells: ``(num_cells, 4)`` or ``(batch, num_cells, 4)`` xyxy in [0, 1].
+
+    Returns:
+      ``(batch, num_boxes, num_cells)``; a box covering no cell (a padding box) gets uniform weights.
+    """
+    bx0, by0, bx1, by1 = [boxes[..., i : i + 1] for i in range(4)]
+    if cells.ndim == 2:
+        cells = cells[None]
+    cx0, cy0, cx1, cy1 = [cells[:, None, :, i] for i in range(4)]
+    w = jnp.clip(jnp.minimum(bx1, cx1) - jnp.maximum(bx0, cx0), 0)
+    h = jnp.clip(jnp.minimum(by1, cy1) - jnp.maximum(by0, cy0), 0)
+    inter = w * h
+    total = inter.sum(-1, keepdims=True)
+    uniform = jnp.full_like(inter, 1.0 / cells.shape[1])
+    return jnp.where(total > 0, inter / jnp.maximum(total, 1e-12), uniform)
+
+
+def masked_mean(x: jax.Array, mask: jax.Array, axis: int) -> jax.Array:
+    """Mean of ``x`` over ``axis`` counting only ``mask`` positions (``mask`` broadcast over the
+    trailing feature axis); all-masked rows give 0 (padding is masked, never zero-summed)."""
+    m = mask[..., None].astype(x.dtype)
+    return (x * m).sum(axis) / jnp.maximum(m.sum(axis), 1.0)
+
+
+class SmallCNN(nnx.Module):
+    """A small convolutional backbone over pixels giving grid features (for the synthetic data).
+
+    ``num_stages`` stride-2 3x3 conv stages with GroupNorm and ReLU.
+
+    Args:
+      channels: output channels per stage, e.g. ``(32, 64, 128, 128)``; the grid is
+        ``(H / 2**stages, W / 2**stages)``.
+      rngs: parameter RNGs.
+    """
+
+    def __init__(self, channels: tuple[int, ...], *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
+        convs, norms = [], []
+        cin = 3
+        for c in channels:
+            convs.append(nnx.Conv(cin, c, kernel_size=(3, 3), strides=(2, 2), padding="SAME", dtype=dtype,
+                                  param_dtype=jnp.float32, rngs=rngs))
+            norms.append(nnx.GroupNorm(c, num_groups=min(8, c), dtype=dtype, param_dtype=jnp.float32, rngs=rngs))
+            cin = c
+        self.convs = nnx.List(convs)
+        self.norms = nnx.List(norms)
+        self.out_dim = cin
+        self.stride = 2 ** len(channels)
+
+    def __call__(self, images: jax.Array) -> jax.Array:
+        """``images``: ``(batch, H, W, 3)`` float in [0, 1] -> grid ``(batch, H/s, W/s, C)``."""
+        x = images * 2.0 - 1.0
+        for conv, norm in zip(self.convs, self.norms):
+            x = jax.nn.relu(norm(conv(x)))
+        return x

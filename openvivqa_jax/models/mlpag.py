@@ -1,0 +1,139 @@
+"""MLPAG: MultiModal Learning and Pointer-augmented Answer Generator (OpenViVQA paper §4.3).
+
+Components (Figure 10):
+
+* Image embedding: region (or grid) features projected to ``d``: ``x_I`` ``(batch, S, d)``.
+* Question embedding: piece embeddings + a fully connected layer: ``x_Q`` ``(batch, l, d)``.
+* Scene-text embedding: OCR token features: ``x_S`` ``(batch, N, d)``.
+* MultiModal fusion, repeated ``num_fusion_layers`` times:
+  self attention of ``x_Q`` over itself giving ``a_Q``; *context attention* of ``x_S`` over ``a_Q``;
+  *spatial attention* of ``x_I`` over ``a_Q`` (the question as key/value in both).
+  Then ``x_f = x_S ⊕ x_I`` (eq. 9, element-wise sum). When ``S != N`` the shorter stream is
+  zero-padded to ``M = max(S, N)`` and the fused mask is the union of the two masks.
+  ``fusion="concat"`` (an option, not the paper) concatenates instead.
+* Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
+  ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+
+from openvivqa_jax.models.base import GeneratorModel
+from openvivqa_jax.models.decoder import AnswerDecoder
+from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, VisionEncoder
+from openvivqa_jax.models.layers import CrossBlock, EncoderBlock
+
+__all__ = ["MLPAG", "fuse_sum"]
+
+
+def fuse_sum(x_s, s_mask, x_i, i_mask):
+    """Eq. 9, ``x_f = x_S ⊕ x_I``, padding the shorter stream with zeros.
+
+    Args:
+      x_s: ``(batch, N, d)``; ``s_mask``: ``(batch, N)``.
+      x_i: ``(batch, S, d)``; ``i_mask``: ``(batch, S)``.
+
+    Returns:
+      ``(x_f (batch, M, d), mask (batch, M))`` with ``M = max(N, S)``; padded/masked rows contribute
+      zeros, so a position is the sum of the valid entries present there.
+    """
+    m = max(x_s.shape[1], x_i.shape[1])
+
+    def pad(x, mask):
+        x = jnp.where(mask[..., None], x, 0)
+        extra = m - x.shape[1]
+        if extra:
+            x = jnp.pad(x, ((0, 0), (0, extra), (0, 0)))
+            mask = jnp.pad(mask, ((0, 0), (0, extra)))
+        return x, mask
+
+    xs, ms = pad(x_s, s_mask)
+    xi, mi = pad(x_i, i_mask)
+    return xs + xi, ms | mi
+
+
+class MLPAG(GeneratorModel):
+    """MLPAG (paper §4.3). See the module docstring.
+
+    Args:
+      cfg: the ``config.model`` ConfigDict (d_model, num_heads, ffn_dim, dropout, num_fusion_layers,
+        num_decoder_layers, max_question_len, max_answer_len, num_ocr, vision.*, ocr_features,
+        ocr_extra_features, phoc_dim, fusion).
+      vocab_size: ``V``.
+      rngs: parameter RNGs.
+      dtype: compute dtype.
+
+    Raises:
+      ValueError: for an unknown ``fusion``.
+    """
+
+    def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
+        d = cfg.d_model
+        self.vocab_size = vocab_size
+        self.num_ocr = cfg.num_ocr
+        self.fusion = cfg.get("fusion", "sum")
+        if self.fusion not in ("sum", "concat"):
+            raise ValueError(f"MLPAG fusion must be 'sum' (eq. 9) or 'concat', got {self.fusion!r}")
+        v = cfg.vision
+        self.vision = VisionEncoder(kind=v.kind, d_model=d, cnn_channels=tuple(v.get("cnn_channels", (32, 64, 128))),
+                                    region_dim=v.get("region_dim", 2048), dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+        self.question = QuestionEmbedding(vocab_size=vocab_size, d_model=d, max_len=cfg.max_question_len,
+                                          dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+        self.ocr = OcrEmbedding(vocab_size=vocab_size, d_model=d, phoc_dim=cfg.phoc_dim,
+                                appearance_dim=self.vision.raw_dim, features=tuple(cfg.ocr_features),
+                                extra_dims=dict(cfg.get("ocr_extra_features", {}) or {}), dropout=cfg.dropout,
+                                rngs=rngs, dtype=dtype)
+        L = cfg.num_fusion_layers
+        mk = lambda: CrossBlock(d, cfg.num_heads, cfg.ffn_dim, cfg.dropout, rngs=rngs, dtype=dtype)  # noqa: E731
+        self.self_attention = nnx.List([
+            EncoderBlock(d, cfg.num_heads, cfg.ffn_dim, cfg.dropout, rngs=rngs, dtype=dtype) for _ in range(L)])
+        self.context_attention = nnx.List([mk() for _ in range(L)])
+        self.spatial_attention = nnx.List([mk() for _ in range(L)])
+        self.decoder = AnswerDecoder(vocab_size=vocab_size, num_ocr=cfg.num_ocr, d_model=d,
+                                     num_layers=cfg.num_decoder_layers, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
+                                     dropout=cfg.dropout, max_len=cfg.max_answer_len, use_pointer=True, rngs=rngs,
+                                     dtype=dtype)
+
+    def encode(self, batch, *, deterministic=True, rngs=None):
+        """Fusion module. Returns ``{memory (batch, M, d), memory_mask (batch, M), ocr_feats
+        (batch, N, d), ocr_mask (batch, N)}``."""
+        kw = dict(deterministic=deterministic, rngs=rngs)
+        vis = self.vision(batch, **kw)
+        x_i, i_mask = vis["feats"], vis["mask"]
+        q_mask = batch["question_mask"].astype(bool)
+        x_q = self.question(batch["question"], **kw)
+        x_s = self.ocr(batch, vis, **kw)
+        s_mask = batch["ocr_mask"].astype(bool)
+        for sa, ca, spa in zip(self.self_attention, self.context_attention, self.spatial_attention):
+            x_q = sa(x_q, q_mask, **kw)
+            x_s = ca(x_s, x_q, q_mask, **kw)
+            x_i = spa(x_i, x_q, q_mask, **kw)
+        if self.fusion == "sum":
+            memory, mem_mask = fuse_sum(x_s, s_mask, x_i, i_mask)
+        else:
+            memory = jnp.concatenate([x_s, x_i], 1)
+            mem_mask = jnp.concatenate([s_mask, i_mask], 1)
+        return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
+
+    def decode_train(self, enc, decoder_in, *, deterministic=True, rngs=None):
+        """Teacher-forced logits ``(batch, ans_len, V + N)``."""
+        return self.decoder(decoder_in, enc["memory"], enc["memory_mask"], enc["ocr_feats"], enc["ocr_mask"],
+                            deterministic=deterministic, rngs=rngs)
+
+    def prepare_decode(self, enc):
+        """Per-example decoding constants: cross-attention K/V computed once."""
+        return {"cross_kv": self.decoder.precompute(enc["memory"]), "memory_mask": enc["memory_mask"],
+                "ocr_feats": enc["ocr_feats"], "ocr_mask": enc["ocr_mask"]}
+
+    def init_cache(self, batch_size: int, max_len: int):
+        """Self-attention KV cache for ``max_len`` steps."""
+        return self.decoder.init_cache(batch_size, max_len)
+
+    def decode_step(self, dec, ids_t, t, cache):
+        """One cached step: ``(logits (batch, V + N), cache)``."""
+        return self.decoder.step(ids_t, t, cache, dec["cross_kv"], dec["memory_mask"], dec["ocr_feats"],
+                                 dec["ocr_mask"])

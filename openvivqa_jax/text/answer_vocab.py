@@ -1,0 +1,157 @@
+"""The extended answer vocabulary: ``V`` SentencePiece pieces plus ``N`` OCR slots (DESIGN §5).
+
+Extended ids: ``[0, V)`` are pieces, ``V + j`` copies OCR token ``j`` (the dynamic pointer network's
+output, M4C; MLPAG eq. 11-12).
+
+Encoding an answer (whitespace words after normalization):
+
+* a word equal to one or more OCR tokens becomes ONE copy step; its positive set is every matching
+  OCR slot, plus the vocabulary piece when the word is a single piece;
+* any other word becomes its pieces, one step each;
+* an EOS step ends the answer.
+
+The teacher-forced decoder input is ``[BOS] + steps[:-1]`` where a copy step feeds back the first
+matching OCR slot (the model embeds it from that OCR token's features).
+
+Decoding joins runs of pieces with SentencePiece and copied OCR words with spaces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from openvivqa_jax.text.tokenizer import Tokenizer
+
+__all__ = ["EncodedAnswer", "AnswerVocab"]
+
+
+@dataclasses.dataclass
+class EncodedAnswer:
+    """One answer as fixed-shape training targets.
+
+    Attributes:
+      decoder_in: ``(max_len,)`` int32 extended ids fed to the decoder (BOS first, PAD after).
+      target_vocab: ``(max_len,)`` int32 positive piece id per step, or -1 when no piece is positive.
+      target_ocr: ``(max_len, num_ocr)`` bool, positive OCR slots per step.
+      target_mask: ``(max_len,)`` bool, steps that count in the loss.
+      truncated: the answer did not fit in ``max_len`` steps (EOS dropped).
+      num_copy_steps: number of copy steps (answer words found among the OCR tokens).
+    """
+
+    decoder_in: np.ndarray
+    target_vocab: np.ndarray
+    target_ocr: np.ndarray
+    target_mask: np.ndarray
+    truncated: bool
+    num_copy_steps: int
+
+
+class AnswerVocab:
+    """Encodes answers into extended-vocabulary steps and decodes predictions back to text.
+
+    Args:
+      tokenizer: the SentencePiece tokenizer (``V = tokenizer.vocab_size``).
+      num_ocr: number of OCR slots ``N``.
+      max_len: answer length in decoder steps, EOS included.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, num_ocr: int, max_len: int):
+        self.tokenizer = tokenizer
+        self.vocab_size = tokenizer.vocab_size
+        self.num_ocr = num_ocr
+        self.max_len = max_len
+        self.size = self.vocab_size + num_ocr
+
+    def encode(self, answer: str, ocr_tokens: Sequence[str]) -> EncodedAnswer:
+        """Encodes one normalized answer against the example's OCR tokens.
+
+        Args:
+          answer: normalized answer text.
+          ocr_tokens: normalized OCR token texts in slot order (slots beyond ``num_ocr`` are ignored).
+
+        Returns:
+          The :class:`EncodedAnswer`.
+        """
+        tok = self.tokenizer
+        V, N, L = self.vocab_size, self.num_ocr, self.max_len
+        slots: dict[str, list[int]] = {}
+        for j, t in enumerate(ocr_tokens[:N]):
+            slots.setdefault(t, []).append(j)
+        steps: list[tuple[int, list[int], int]] = []  # (vocab positive or -1, ocr positives, input id)
+        num_copy = 0
+        for word in answer.split():
+            pieces = tok.encode(word)
+            if word in slots:
+                match = slots[word]
+                vocab_pos = pieces[0] if len(pieces) == 1 else -1
+                steps.append((vocab_pos, match, V + match[0]))
+                num_copy += 1
+            else:
+                steps.extend((p, [], p) for p in pieces)
+        steps.append((tok.eos_id, [], tok.eos_id))
+        truncated = len(steps) > L
+        steps = steps[:L]
+        decoder_in = np.full((L,), tok.pad_id, np.int32)
+        target_vocab = np.full((L,), -1, np.int32)
+        target_ocr = np.zeros((L, N), bool)
+        target_mask = np.zeros((L,), bool)
+        decoder_in[0] = tok.bos_id
+        for t, (vp, op, inp) in enumerate(steps):
+            target_vocab[t] = vp
+            if op:
+                target_ocr[t, op] = True
+            target_mask[t] = True
+            if t + 1 < L:
+                decoder_in[t + 1] = inp
+        return EncodedAnswer(decoder_in, target_vocab, target_ocr, target_mask, truncated, num_copy)
+
+    def decode(self, ids: Sequence[int], ocr_tokens: Sequence[str]) -> str:
+        """Turns predicted extended ids into answer text.
+
+        Stops at the first EOS. Piece runs are decoded by SentencePiece; an OCR slot id becomes that
+        token's text (an id pointing at an empty slot is skipped).
+
+        Args:
+          ids: extended ids, ``(steps,)``.
+          ocr_tokens: the example's normalized OCR tokens.
+
+        Returns:
+          The answer, words separated by single spaces.
+        """
+        words: list[str] = []
+        run: list[int] = []
+        V = self.vocab_size
+        for i in ids:
+            i = int(i)
+            if i == self.tokenizer.eos_id:
+                break
+            if i >= V:
+                if run:
+                    words.append(self.tokenizer.decode(run))
+                    run = []
+                j = i - V
+                if j < len(ocr_tokens) and j < self.num_ocr:
+                    words.append(ocr_tokens[j])
+            elif i in (self.tokenizer.pad_id, self.tokenizer.bos_id):
+                continue
+            else:
+                run.append(i)
+        if run:
+            words.append(self.tokenizer.decode(run))
+        return " ".join(" ".join(words).split())
+
+    def sources(self, ids: Sequence[int]) -> list[tuple[str, int]]:
+        """Per decoded step, where it came from: ``("vocab", piece_id)`` or ``("ocr", slot)``.
+
+        Stops at the first EOS; used by predict to show provenance.
+        """
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == self.tokenizer.eos_id:
+                break
+            out.append(("ocr", i - self.vocab_size) if i >= self.vocab_size else ("vocab", i))
+        return out

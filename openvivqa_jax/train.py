@@ -1,0 +1,477 @@
+"""``train_and_evaluate``: mesh, shardings, jitted steps, checkpoints, periodic evaluation (DESIGN §8).
+
+The workdir holds everything needed to resume or to predict::
+
+    config.json            the resolved config
+    spm.model              the SentencePiece model (trained on the train split only)
+    checkpoints/<step>/    orbax: train state + grain iterator state (latest ``keep_checkpoints``)
+    best/<step>/           orbax: the best train state by the dev metric
+    events.out.tfevents.*  TensorBoard (clu metric writers)
+    metrics.jsonl          one JSON object per logged step / evaluation
+    eval/<split>_metrics.json, eval/<split>_predictions.json
+
+A run killed at any point and restarted with the same command resumes from the last checkpoint with
+the data iterator where it was; per-step dropout keys are ``fold_in(seed, step)``, so the resumed run
+computes exactly what the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from absl import logging
+from flax import nnx, struct
+
+from openvivqa_jax import decoding, evaluation, sharding
+from openvivqa_jax.data import pipeline
+from openvivqa_jax.models import build_model
+from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
+from openvivqa_jax.text.answer_vocab import AnswerVocab
+from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
+
+__all__ = ["TrainState", "make_schedule", "make_optimizer", "Trainer", "train_and_evaluate", "load_tokenizer"]
+
+
+class TrainState(struct.PyTreeNode):
+    """``step`` (int32 scalar), ``params`` (nnx.State of float32 master weights), ``opt_state``."""
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+
+
+def make_schedule(tcfg, d_model: int) -> optax.Schedule:
+    """Learning-rate schedule.
+
+    * ``noam`` (the OpenViVQA authors' code; Vaswani et al. 2017):
+      ``lr = lr_scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5)``, steps counted from 1. (The
+      authors' code squared this rate; we do not.)
+    * ``m4c``: linear warmup to ``learning_rate`` over ``warmup_steps`` from ``warmup_factor``,
+      then multiply by ``decay_factor`` at each of ``decay_steps`` (M4C: 1e-4, 1k, x0.1 at 14k, 19k).
+    * ``constant``: ``learning_rate``.
+
+    Raises:
+      ValueError: for an unknown schedule.
+    """
+    kind = tcfg.schedule
+    if kind == "noam":
+        scale, warm = float(tcfg.lr_scale), float(max(1, tcfg.warmup_steps))
+
+        def noam(step):
+            s = jnp.asarray(step, jnp.float32) + 1.0
+            return scale * d_model ** -0.5 * jnp.minimum(s ** -0.5, s * warm ** -1.5)
+
+        return noam
+    if kind == "m4c":
+        base = float(tcfg.learning_rate)
+        warm = int(tcfg.warmup_steps)
+        factor = float(tcfg.get("warmup_factor", 0.2))
+        boundaries = {int(s): float(tcfg.decay_factor) for s in tcfg.decay_steps}
+        warmup = optax.linear_schedule(base * factor, base, max(1, warm))
+        decay = optax.piecewise_constant_schedule(base, {s - warm: f for s, f in boundaries.items() if s > warm})
+        return optax.join_schedules([warmup, decay], [warm])
+    if kind == "constant":
+        return optax.constant_schedule(float(tcfg.learning_rate))
+    raise ValueError(f"unknown schedule {kind!r}; expected 'noam', 'm4c' or 'constant'")
+
+
+def make_optimizer(tcfg, d_model: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """Adam/AdamW with the schedule, global-norm clipping and optional gradient accumulation.
+
+    Raises:
+      ValueError: for an unknown optimizer.
+    """
+    schedule = make_schedule(tcfg, d_model)
+    if tcfg.optimizer == "adam":
+        opt = optax.adam(schedule, b1=tcfg.b1, b2=tcfg.b2, eps=1e-9)
+    elif tcfg.optimizer == "adamw":
+        opt = optax.adamw(schedule, b1=tcfg.b1, b2=tcfg.b2, eps=1e-9, weight_decay=tcfg.weight_decay)
+    else:
+        raise ValueError(f"unknown optimizer {tcfg.optimizer!r}; expected 'adam' or 'adamw'")
+    chain = [opt]
+    if tcfg.grad_clip_norm and tcfg.grad_clip_norm > 0:
+        chain.insert(0, optax.clip_by_global_norm(tcfg.grad_clip_norm))
+    tx = optax.chain(*chain)
+    if tcfg.get("grad_accum_steps", 1) > 1:
+        tx = optax.MultiSteps(tx, every_k_schedule=int(tcfg.grad_accum_steps))
+    return tx, schedule
+
+
+def load_tokenizer(cfg, workdir: str, train_records=None) -> Tokenizer:
+    """Loads ``<workdir>/spm.model`` or trains it on the normalized train split (questions, answers,
+    OCR tokens) and writes it there."""
+    path = os.path.join(workdir, "spm.model")
+    if os.path.exists(path):
+        return Tokenizer(path)
+    if train_records is None:
+        raise FileNotFoundError(f"{path} does not exist and no train split was given to train it")
+    sents = []
+    for r in train_records:
+        sents.append(r.question)
+        sents.extend(r.answers)
+        if r.ocr_texts:
+            sents.append(" ".join(r.ocr_texts))
+    if jax.process_index() == 0:
+        train_sentencepiece(sents, path, cfg.tokenizer.vocab_size)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices("spm_trained")
+    return Tokenizer(path)
+
+
+class _JsonlWriter:
+    def __init__(self, path: str):
+        self.path = path
+
+    def write(self, step: int, kind: str, values: dict) -> None:
+        if jax.process_index() != 0:
+            return
+        rec = {"step": int(step), "kind": kind, "time": time.time()}
+        rec.update({k: (float(v) if np.ndim(v) == 0 else np.asarray(v).tolist()) for k, v in values.items()})
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+class Trainer:
+    """Holds the model, mesh, shardings, jitted functions and data for one experiment.
+
+    Args:
+      cfg: the experiment config (``configs/*.py``).
+      workdir: the run folder (created).
+      for_training: build the train split, tokenizer-from-train and the optimizer.
+    """
+
+    def __init__(self, cfg: ml_collections.ConfigDict, workdir: str, for_training: bool = True):
+        self.cfg = cfg
+        self.workdir = os.path.abspath(os.path.expanduser(workdir))
+        os.makedirs(self.workdir, exist_ok=True)
+        self.mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
+        self.batch_sharding = sharding.batch_sharding(self.mesh)
+        self.counter = pipeline.SkipCounter()
+        self.builder = pipeline.load_builder(cfg.data)
+        self._sources: dict[str, Any] = {}
+        self._records: dict[str, list] = {}
+        spm_path = os.path.join(self.workdir, "spm.model")
+        train_records = None
+        if not os.path.exists(spm_path):
+            train_records = self.records(cfg.data.train_split)
+        self.tokenizer = load_tokenizer(cfg, self.workdir, train_records)
+        self.vocab = AnswerVocab(self.tokenizer, cfg.model.num_ocr, cfg.model.max_answer_len)
+        self.pre = pipeline.Preprocessor(cfg, self.tokenizer, counter=self.counter)
+        self.pre_no_ocr = pipeline.Preprocessor(cfg, self.tokenizer, mask_ocr=True, counter=self.counter)
+        model = build_model(cfg.model, self.tokenizer.vocab_size, seed=cfg.seed)
+        self.graphdef, params = nnx.split(model, nnx.Param)
+        del model
+        self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
+        self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+        abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), params)
+        p_shard = sharding.param_shardings(abstract.params, self.mesh, tuple(cfg.get("sharding_rules", ())),
+                                           fsdp=cfg.get("fsdp", False))
+        repl = sharding.replicated(self.mesh)
+        o_shard = optax.tree_map_params(self.tx, lambda _, s: s, abstract.opt_state, p_shard,
+                                        transform_non_params=lambda _: repl)
+        self.state_sharding = TrainState(repl, p_shard, o_shard)
+        self.abstract_state = jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, self.state_sharding)
+        init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), out_shardings=self.state_sharding)
+        with self.mesh:
+            self.state = init_fn(params)
+        self._train_step = None
+        self._decode_fns: dict[tuple, Any] = {}
+        self.jsonl = _JsonlWriter(os.path.join(self.workdir, "metrics.jsonl"))
+
+    # ----------------------------------------------------------------- data
+    def source(self, split: str):
+        """The data source of ``split`` (cached)."""
+        if split not in self._sources:
+            self._sources[split] = pipeline.load_source(self.builder, split)
+        return self._sources[split]
+
+    def records(self, split: str):
+        """Metadata records of ``split`` (cached)."""
+        if split not in self._records:
+            self._records[split] = pipeline.read_records(self.source(split), f"{self.builder.name}/{split}")
+        return self._records[split]
+
+    # ----------------------------------------------------------------- steps
+    def loss_fn(self, params, batch, key, deterministic: bool = False):
+        """Mean loss of ``batch`` and metrics; pure in ``params``."""
+        model = nnx.merge(self.graphdef, params)
+        logits = model(batch, deterministic=deterministic, rngs=nnx.Rngs(dropout=key))
+        if self.cfg.train.loss == "bce":
+            return pointer_bce_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
+                                    batch["ocr_mask"])
+        return pointer_softmax_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"])
+
+    def train_step_fn(self):
+        """The jitted ``(state, batch) -> (state, metrics)`` with donated state (compiled once)."""
+        if self._train_step is None:
+            seed = self.cfg.seed
+
+            def step(state: TrainState, batch):
+                key = jax.random.fold_in(jax.random.key(seed), state.step)
+                (loss, m), grads = jax.value_and_grad(self.loss_fn, has_aux=True)(state.params, batch, key)
+                updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
+                params = optax.apply_updates(state.params, updates)
+                m = dict(m, grad_norm=optax.global_norm(grads), learning_rate=self.schedule(state.step))
+                return TrainState(state.step + 1, params, opt_state), m
+
+            self._train_step = jax.jit(step, in_shardings=(self.state_sharding, self.batch_sharding),
+                                       out_shardings=(self.state_sharding, None), donate_argnums=(0,))
+        return self._train_step
+
+    def decode_fn(self, method: str | None = None, beam_size: int | None = None, alpha: float | None = None):
+        """The jitted decoder ``(params, batch) -> (ids, scores)`` for the eval config (cached)."""
+        e = self.cfg.eval
+        key = (method or e.decoding, beam_size or e.beam_size, e.alpha if alpha is None else alpha)
+        if key not in self._decode_fns:
+            self._decode_fns[key] = decoding.make_decode_fn(
+                self.graphdef, max_len=self.cfg.model.max_answer_len, method=key[0], beam_size=key[1], alpha=key[2])
+        return self._decode_fns[key]
+
+    # ----------------------------------------------------------------- eval
+    def predict_split(self, split: str, params=None, mask_ocr: bool = False, max_examples: int = 0, **decode_kw):
+        """Decodes ``split``; returns prediction records ``{question_id, question, prediction,
+        references, qa_type}`` in split order (each example exactly once)."""
+        params = self.state.params if params is None else params
+        src = self.source(split)
+        recs = self.records(split)
+        if max_examples:
+            src = _Head(src, max_examples)
+            recs = recs[:max_examples]
+        pre = self.pre_no_ocr if mask_ocr else self.pre
+        fn = self.decode_fn(**decode_kw)
+        preds: dict[int, str] = {}
+        for local in pipeline.eval_batches(src, pre, batch_size=self._local_eval_batch(), source_name=split):
+            batch = pipeline.to_global(local, self.batch_sharding)
+            with self.mesh:
+                ids, _ = fn(params, batch)
+            ids, index, valid = _gather(ids), _gather(batch["index"]), _gather(batch["valid"])
+            for row, i, v in zip(ids, index, valid):
+                if v:
+                    ocr = [] if mask_ocr else recs[int(i)].ocr_texts[: self.cfg.model.num_ocr]
+                    preds[int(i)] = self.vocab.decode(row, ocr)
+        missing = [r.question_id for r in recs if r.index not in preds]
+        if missing:
+            raise RuntimeError(f"evaluation of {split} produced no prediction for {len(missing)} questions, "
+                               f"e.g. {missing[:3]}")
+        return [{"question_id": r.question_id, "question": r.question, "prediction": preds[r.index],
+                 "references": r.answers, "qa_type": r.qa_type} for r in recs]
+
+    def _local_eval_batch(self) -> int:
+        b = self.cfg.eval.batch_size
+        data = self.mesh.shape["data"]
+        b = -(-b // data) * data
+        return b // jax.process_count()
+
+    def evaluate(self, split: str, params=None, write: bool = True, mask_ocr: bool = False, tag: str | None = None,
+                 **decode_kw) -> tuple[dict, list]:
+        """Decodes and scores ``split``; writes ``eval/<tag>_metrics.json`` and ``_predictions.json``."""
+        preds = self.predict_split(split, params, mask_ocr=mask_ocr, max_examples=self.cfg.eval.max_eval_examples,
+                                   **decode_kw)
+        out_dir = os.path.join(self.workdir, "eval")
+        metrics = evaluation.evaluate_split(preds, out_dir if (write and jax.process_index() == 0) else None,
+                                            tag or split, metrics=tuple(self.cfg.eval.metrics))
+        return metrics, preds
+
+    # ----------------------------------------------------------------- checkpoints
+    def checkpoint_managers(self):
+        """``(latest, best)`` orbax CheckpointManagers."""
+        t = self.cfg.train
+        latest = ocp.CheckpointManager(
+            os.path.join(self.workdir, "checkpoints"),
+            options=ocp.CheckpointManagerOptions(max_to_keep=t.keep_checkpoints, create=True,
+                                                 enable_async_checkpointing=False),
+            item_names=("state", "data_iter"))
+        best = ocp.CheckpointManager(
+            os.path.join(self.workdir, "best"),
+            options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True, best_fn=lambda m: m["score"],
+                                                 best_mode="max", enable_async_checkpointing=False),
+            item_names=("state",))
+        return latest, best
+
+    def restore_params(self, which: str = "best"):
+        """Restores parameters from ``best`` (falling back on ``checkpoints``) onto this mesh.
+
+        Raises:
+          FileNotFoundError: if the workdir holds no checkpoint.
+        """
+        for sub in ([which, "checkpoints"] if which == "best" else [which]):
+            d = os.path.join(self.workdir, sub)
+            if not os.path.isdir(d):
+                continue
+            mngr = ocp.CheckpointManager(d, item_names=("state",) if sub == "best" else ("state", "data_iter"))
+            step = mngr.best_step() if sub == "best" else mngr.latest_step()
+            if step is None:
+                step = mngr.latest_step()
+            if step is None:
+                continue
+            restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(self.abstract_state)))
+            self.state = restored["state"]
+            logging.info("Restored %s checkpoint at step %d from %s", sub, step, d)
+            return step
+        raise FileNotFoundError(f"no checkpoint in {self.workdir} (looked in best/ and checkpoints/)")
+
+
+class _Head:
+    def __init__(self, src, n):
+        self.src, self.n = src, min(n, len(src))
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.src[i]
+
+
+def _gather(x) -> np.ndarray:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def _print_table(title: str, metrics: dict) -> str:
+    text = evaluation.format_table(metrics)
+    return f"\n== {title} ==\n{text}"
+
+
+def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains ``cfg`` in ``workdir`` (resuming if checkpoints exist), evaluates dev periodically and the
+    test split at the end; returns ``{split: metrics}``.
+    """
+    from clu import metric_writers, periodic_actions
+
+    tr = Trainer(cfg, workdir)
+    t = cfg.train
+    if jax.process_index() == 0:
+        with open(os.path.join(tr.workdir, "config.json"), "w", encoding="utf-8") as f:
+            f.write(cfg.to_json_best_effort(indent=2))
+    logging.info("Model %s: %d parameters; mesh %s", cfg.model.name, tr.num_params, dict(tr.mesh.shape))
+    writer = metric_writers.create_default_writer(tr.workdir, just_logging=jax.process_index() > 0)
+    latest, best = tr.checkpoint_managers()
+
+    global_batch = t.batch_size
+    local_batch = global_batch // jax.process_count()
+    train_src = tr.source(cfg.data.train_split)
+    it = pipeline.train_iterator(train_src, tr.pre, batch_size=local_batch, seed=cfg.seed,
+                                 source_name=f"{tr.builder.name}/{cfg.data.train_split}",
+                                 num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch)
+    start = 0
+    best_score, bad_evals = -np.inf, 0
+    if latest.latest_step() is not None:
+        step = latest.latest_step()
+        restored = latest.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(tr.abstract_state), data_iter=ocp.args.JsonRestore()))
+        tr.state = restored["state"]
+        it.set_state(restored["data_iter"]["iterator"])
+        best_score = restored["data_iter"].get("best_score", -np.inf)
+        bad_evals = restored["data_iter"].get("bad_evals", 0)
+        start = int(step)
+        logging.info("Resumed from step %d (%s)", start, latest.directory)
+    step_fn = tr.train_step_fn()
+    hooks = []
+    if jax.process_index() == 0:
+        hooks.append(periodic_actions.ReportProgress(num_train_steps=t.num_train_steps, writer=writer,
+                                                     every_steps=t.log_every_steps))
+        if t.get("profile"):
+            hooks.append(periodic_actions.Profile(logdir=tr.workdir, num_profile_steps=5))
+
+    def save(step: int) -> None:
+        latest.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(tr.state),
+            data_iter=ocp.args.JsonSave({"iterator": it.get_state(), "best_score": float(best_score),
+                                         "bad_evals": int(bad_evals)})))
+
+    def eval_dev(step: int) -> float:
+        metrics, _ = tr.evaluate(cfg.data.eval_split, write=True)
+        overall = metrics["overall"]
+        writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items() if v is not None})
+        tr.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})
+        logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items() if v is not None})
+        return float(overall.get(t.best_metric) or 0.0)
+
+    acc: dict[str, list] = {}
+    t0 = time.time()
+    step = start
+    stopped_early = False
+    for step in range(start + 1, t.num_train_steps + 1):
+        batch = pipeline.to_global(next(it), tr.batch_sharding)
+        with tr.mesh:
+            tr.state, m = step_fn(tr.state, batch)
+        for h in hooks:
+            h(step)
+        for k, v in m.items():
+            acc.setdefault(k, []).append(v)
+        if step % t.log_every_steps == 0 or step == t.num_train_steps:
+            vals = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
+            acc = {}
+            writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
+            tr.jsonl.write(step, "train", vals)
+            logging.info("step %d/%d loss %.4f tok_acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
+                         vals["loss"], vals["token_accuracy"], vals["learning_rate"],
+                         t.log_every_steps / max(1e-9, time.time() - t0))
+            t0 = time.time()
+        if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
+            score = eval_dev(step)
+            best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tr.state)),
+                      metrics={"score": score})
+            if score > best_score:
+                best_score, bad_evals = score, 0
+            else:
+                bad_evals += 1
+            if t.patience and bad_evals >= t.patience:
+                logging.info("Early stop at step %d: no dev %s improvement in %d evaluations", step,
+                             t.best_metric, bad_evals)
+                stopped_early = True
+        if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps or stopped_early:
+            save(step)
+        if stopped_early:
+            break
+    latest.wait_until_finished()
+    best.wait_until_finished()
+    tr.counter.log("Input pipeline counts (truncated/skipped)")
+    results = final_evaluation(tr, writer, step)
+    writer.flush()
+    return results
+
+
+def final_evaluation(tr: Trainer, writer, step: int) -> dict:
+    """Scores dev and test with the best checkpoint, prints tables and example answers, and the test
+    split again with OCR tokens masked out (``eval.ocr_ablation``)."""
+    cfg = tr.cfg
+    try:
+        tr.restore_params("best")
+    except FileNotFoundError:
+        logging.warning("no best checkpoint; evaluating the current parameters")
+    results = {}
+    lines = []
+    for split in dict.fromkeys([cfg.data.eval_split, cfg.data.test_split]):
+        if split not in tr.builder.info.splits:
+            continue
+        metrics, preds = tr.evaluate(split)
+        results[split] = metrics
+        lines.append(_print_table(f"{split} ({len(preds)} questions)", metrics))
+        if split == cfg.data.test_split:
+            lines.append(f"\n== example answers ({split}) ==")
+            for p in preds[: cfg.eval.num_examples_to_print]:
+                lines.append(f"Q: {p['question']}\n   predicted: {p['prediction']}\n   reference: "
+                             f"{' | '.join(p['references'])}")
+        tr.jsonl.write(step, "final", {f"{split}/{k}": v for k, v in metrics["overall"].items() if v is not None})
+    test = cfg.data.test_split
+    if cfg.eval.get("ocr_ablation") and test in results:
+        metrics, _ = tr.evaluate(test, mask_ocr=True, tag=f"{test}_no_ocr")
+        results[f"{test}_no_ocr"] = metrics
+        lines.append(_print_table(f"{test} with OCR tokens masked out", metrics))
+    if jax.process_index() == 0:
+        print("\n".join(lines), flush=True)
+    return results

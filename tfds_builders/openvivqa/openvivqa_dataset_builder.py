@@ -1,0 +1,419 @@
+"""TFDS builder for OpenViVQA (Nguyen et al., "OpenViVQA: Task, Dataset, and Multimodal Fusion Models for
+Visual Question Answering in Vietnamese", 2023), read from the manually downloaded public release.
+
+Source formats (both accepted, per file):
+
+* public release (``vlsp2023_{train,dev,test}_data.json``)::
+
+      {"images": {image_id: filename}, "annotations": {question_id: {image_id, question, answer}}}
+
+* older list form::
+
+      {"images": [{id, filename}], "annotations": [{id, image_id, question, answers, QA-type}]}
+
+``answer``/``answers`` may be a string or a list of strings. ``QA-type`` (1 text QA, 0 non-text QA) is kept
+as ``qa_type`` where given, else -1 (:data:`tfds_builders.common.QA_TYPE_UNKNOWN`).
+
+Splits: every ``manual_dir/*.json`` (except the OCR file) is mapped to a split by a keyword in its name
+(``train``; ``dev``/``val`` -> ``dev``; ``test``); a single file whose name names no split (the sample
+``examples_data.json``) becomes ``train``. To choose explicitly, give the config field ``split_files``, e.g.
+``tfds build tfds_builders/openvivqa --manual_dir=... --config '{"name": "sample_dev", "split_files":
+{"dev": "examples_data.json"}}'`` (a custom config needs a name of its own). Answers are required in
+``train`` and ``dev`` (config ``answers_required_splits``); a ``test`` file without answers gives ``[]``.
+
+Images are looked up by file name in ``images_dir`` (config) or, in order: ``images/``, ``<split>/``,
+``<split>_images/``, ``<split>-images/``, ``training-images/`` (train), ``<annotation file stem>/`` and the
+folder of the annotation file.
+
+Configs:
+
+* ``default``: images + OCR from ``manual_dir/ocr.json`` (``{image_id: [{text, box, score}]}``) when that
+  file exists, else Tesseract (``vie``, :func:`openvivqa_jax.data.ocr.run_tesseract`) at build time, run
+  once per image_id.
+* ``features``: images + the authors' per-image feature files ``manual_dir/features/<name>.npy``
+  (``<name>`` = image file stem or image_id; also searched in ``features/<split>/``). Each file is a
+  pickled dict (``np.load(path, allow_pickle=True).item()``) with ``region_features`` ``(num_regions, D)``,
+  ``region_boxes`` ``(num_regions, 4)`` xyxy in pixels or normalized, scene text ``texts`` (list of str),
+  ``boxes`` ``(num_ocr, 4)`` (or quadrilaterals ``(num_ocr, 8)``/``(num_ocr, 4, 2)``) and optional ``scores``
+  ``(num_ocr,)`` (default 1.0). Pixel boxes are divided by ``image_w``/``image_h`` (or ``width``/``height``)
+  from the dict when present, else by the image size. The example gets ``objects`` = {``features``
+  float16 ``(num_regions, D)``, ``boxes`` float32 ``(num_regions, 4)``} and OCR from the file. ``D`` is
+  2048 in the registered config; build another with ``OpenVivqaConfig(name=..., features_dir="features",
+  region_feature_dim=D, ocr_engine="features")``.
+
+Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file and the question id
+(missing/corrupt image, empty question, empty answers where required, unknown image_id, bad QA-type,
+duplicate question id); ``skip_missing_images`` / ``skip_invalid_records`` skip such questions instead,
+counted per reason in ``Builder.skip_counts[split]`` and logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow_datasets as tfds
+from absl import logging
+
+try:
+    from tfds_builders import common, readers
+except ImportError:  # loaded by `tfds build tfds_builders/openvivqa` as `openvivqa.openvivqa_dataset_builder`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tfds_builders import common, readers
+
+from openvivqa_jax.data import ocr as ocr_lib
+from openvivqa_jax.text.normalize import normalize_text
+
+_CITATION = """\
+@article{nguyen2023openvivqa,
+  title={OpenViVQA: Task, Dataset, and Multimodal Fusion Models for Visual Question Answering in Vietnamese},
+  author={Nguyen, Nghia Hieu and Vo, Duong T. D. and Nguyen, Kiet Van and Nguyen, Ngan Luu-Thuy},
+  journal={Information Fusion},
+  year={2023}
+}
+"""
+
+
+@dataclasses.dataclass(eq=False)
+class OpenVivqaConfig(readers.ReaderConfig):
+    """Config of the OpenViVQA builder (see the module doc).
+
+    Attributes:
+        ocr_engine: ``auto`` (OCR file if present, else tesseract), ``file``, ``tesseract``, ``none`` or
+            ``features`` (scene text from the feature files; needs ``features_dir``).
+        ocr_file: OCR JSON file name relative to manual_dir.
+        ocr_lang, ocr_min_confidence, ocr_psm, ocr_min_side: :func:`run_tesseract` arguments.
+        split_files: ``{split: file name or list of names}`` relative to manual_dir; None = by file name.
+        default_split: split of a single annotation file whose name names none.
+        answers_required_splits: splits where a question without answers is an error.
+        images_dir: image folder relative to manual_dir; None = search (module doc).
+        features_dir: folder of per-image ``.npy`` feature dicts relative to manual_dir; None = no features.
+        region_feature_dim: ``D`` of ``region_features``; required with ``features_dir``.
+    """
+
+    ocr_engine: str = "auto"
+    ocr_file: str = "ocr.json"
+    ocr_lang: str = "vie"
+    ocr_min_confidence: float = ocr_lib.DEFAULT_MIN_CONFIDENCE
+    ocr_psm: int = ocr_lib.DEFAULT_PSM
+    ocr_min_side: int = ocr_lib.DEFAULT_MIN_SIDE
+    split_files: dict | None = None
+    default_split: str = "train"
+    answers_required_splits: tuple = ("train", "dev")
+    images_dir: str | None = None
+    features_dir: str | None = None
+    region_feature_dim: int | None = None
+
+
+@dataclasses.dataclass
+class _Record:
+    """One question parsed from an annotation file."""
+
+    question_id: str
+    image_id: str
+    filename: str
+    question: str
+    answers: list
+    qa_type: int
+    source: Path
+
+
+def _parse_qa_type(value: Any, *, path: Path, record: str) -> int:
+    if value is None:
+        return common.QA_TYPE_UNKNOWN
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        v = None
+    if v not in (common.QA_TYPE_TEXT, common.QA_TYPE_NON_TEXT) or isinstance(value, bool):
+        raise readers.record_error(path, record, f"QA-type {value!r} is not 0 (non-text QA) or 1 (text QA)")
+    return v
+
+
+def parse_annotation_file(
+    path: Path, *, answers_required: bool, policy: readers.ErrorPolicy
+) -> list[_Record]:
+    """Parses one OpenViVQA annotation file (public-release dict form or older list form).
+
+    Args:
+        path: the JSON file.
+        answers_required: a question without a non-empty answer is an error.
+        policy: raises record errors, or counts and skips them (``skip_invalid_records``).
+
+    Returns:
+        The questions in file order (question, answers normalized).
+
+    Raises:
+        DatasetInputError: bad JSON or top-level structure (always), or a bad record (unless skipped).
+    """
+    data = readers.read_json(path)
+    if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
+        raise readers.DatasetInputError(
+            f"{path}: expected an object with 'images' and 'annotations' (OpenViVQA format), got "
+            f"{type(data).__name__}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}"
+        )
+    images_raw, anns_raw = data["images"], data["annotations"]
+    images: dict[str, str] = {}
+    if isinstance(images_raw, dict):
+        items = [(k, v) for k, v in images_raw.items()]
+    elif isinstance(images_raw, list):
+        items = []
+        for i, entry in enumerate(images_raw):
+            if not isinstance(entry, dict) or "id" not in entry or not isinstance(
+                entry.get("filename", entry.get("file_name")), str
+            ):
+                raise readers.record_error(path, f"images[{i}]", f"expected {{id, filename}}, got {entry!r}")
+            items.append((entry["id"], entry.get("filename", entry.get("file_name"))))
+    else:
+        raise readers.DatasetInputError(f"{path}: 'images' must be an object or a list, got {type(images_raw).__name__}")
+    for k, v in items:
+        if not isinstance(v, str) or not v.strip():
+            raise readers.record_error(path, f"image {k!r}", f"file name {v!r} is not a non-empty string")
+        images[str(k)] = v
+
+    if isinstance(anns_raw, dict):
+        anns = list(anns_raw.items())
+    elif isinstance(anns_raw, list):
+        anns = []
+        for i, a in enumerate(anns_raw):
+            qid = a.get("id", a.get("question_id")) if isinstance(a, dict) else None
+            if qid is None:
+                policy.handle("malformed_record", readers.record_error(
+                    path, f"annotations[{i}]", f"expected an object with 'id', got {a!r}"))
+                continue
+            anns.append((qid, a))
+    else:
+        raise readers.DatasetInputError(
+            f"{path}: 'annotations' must be an object or a list, got {type(anns_raw).__name__}")
+
+    out = []
+    for qid, a in anns:
+        qid = str(qid)
+        record = f"question {qid}"
+        try:
+            if not isinstance(a, dict):
+                raise readers.record_error(path, record, f"expected an object, got {a!r}")
+            if "image_id" not in a:
+                raise readers.record_error(path, record, "no 'image_id'")
+            image_id = str(a["image_id"])
+            if image_id not in images:
+                raise readers.record_error(path, record, f"image_id {image_id!r} is not listed in 'images'")
+            question = readers.clean_question(a.get("question"), path=path, record=record)
+            raw_answers = a.get("answers", a.get("answer"))
+            answers = readers.clean_answers(raw_answers, path=path, record=record, required=answers_required)
+            qa_type = _parse_qa_type(a.get("QA-type", a.get("qa_type")), path=path, record=record)
+        except readers.DatasetInputError as e:
+            policy.handle("invalid_record", e)
+            continue
+        out.append(_Record(qid, image_id, images[image_id], question, answers, qa_type, Path(path)))
+    return out
+
+
+def _find_feature_file(features_dirs: list[Path], rec: _Record) -> Path | None:
+    for name in (Path(rec.filename).stem + ".npy", f"{rec.image_id}.npy"):
+        found = readers.find_file(name, features_dirs)
+        if found is not None:
+            return found
+    return None
+
+
+def load_feature_file(
+    path: Path, *, dim: int, image_size: tuple[int, int], record: str, source: Path, ocr_stats: dict
+) -> tuple[dict, list[dict]]:
+    """Reads one of the authors' per-image ``.npy`` feature dicts (module doc).
+
+    Args:
+        path: the ``.npy`` file.
+        dim: expected region feature size ``D``.
+        image_size: ``(width, height)`` in pixels of the image, used for pixel boxes unless the dict
+            has ``image_w``/``image_h`` (or ``width``/``height``).
+        record, source: the question and annotation file named in errors.
+        ocr_stats: counter; ``dropped_empty_after_normalization`` counts dropped scene-text tokens.
+
+    Returns:
+        ``objects`` = {``features`` float16 (num_regions, D), ``boxes`` float32 (num_regions, 4) xyxy in
+        [0, 1]} and the scene-text OCR tokens (normalized; empty texts dropped and counted).
+
+    Raises:
+        ImageFileError: the file cannot be loaded or is not a pickled dict.
+        DatasetInputError: missing keys, wrong shapes or dims, or mismatched lengths.
+    """
+    rec = f"{record} (feature file {path})"
+    try:
+        obj = np.load(path, allow_pickle=True)
+        d = obj.item() if isinstance(obj, np.ndarray) and obj.dtype == object and obj.shape == () else None
+    except Exception as e:  # noqa: BLE001 - numpy raises many types for corrupt files
+        raise readers.record_error(source, rec, f"cannot load: {e}", readers.ImageFileError) from e
+    if not isinstance(d, dict):
+        raise readers.record_error(source, rec, "expected a pickled dict (np.save of a dict)", readers.ImageFileError)
+    missing = [k for k in ("region_features", "region_boxes", "texts", "boxes") if k not in d]
+    if missing:
+        raise readers.record_error(source, rec, f"missing keys {missing} (has {sorted(d)})")
+    w = float(d.get("image_w", d.get("width", image_size[0])))
+    h = float(d.get("image_h", d.get("height", image_size[1])))
+    feats = np.asarray(d["region_features"])
+    if feats.ndim != 2 or feats.shape[1] != dim:
+        raise readers.record_error(
+            source, rec, f"region_features has shape {feats.shape}, expected (num_regions, {dim})")
+    rboxes = readers.boxes_to_unit(d["region_boxes"], w, h, source=source, record=rec, field="region_boxes")
+    if len(rboxes) != len(feats):
+        raise readers.record_error(
+            source, rec, f"{len(feats)} region_features but {len(rboxes)} region_boxes")
+    texts = list(d["texts"])
+    oboxes = readers.boxes_to_unit(d["boxes"], w, h, source=source, record=rec, field="boxes")
+    scores = np.ones(len(texts), np.float32) if d.get("scores") is None else np.asarray(d["scores"], np.float32).reshape(-1)
+    if not len(texts) == len(oboxes) == len(scores):
+        raise readers.record_error(
+            source, rec, f"scene text lengths differ: {len(texts)} texts, {len(oboxes)} boxes, {len(scores)} scores")
+    tokens = []
+    for i, (t, b, s) in enumerate(zip(texts, oboxes, scores)):
+        if not isinstance(t, str):
+            raise readers.record_error(source, rec, f"texts[{i}] is {type(t).__name__}, expected str")
+        nt = normalize_text(t)
+        if not nt:
+            ocr_stats["dropped_empty_after_normalization"] = ocr_stats.get("dropped_empty_after_normalization", 0) + 1
+            continue
+        tokens.append({"text": nt, "box": tuple(float(v) for v in b), "score": float(np.clip(s, 0.0, 1.0))})
+    return {"features": feats.astype(np.float16), "boxes": rboxes}, tokens
+
+
+class Builder(tfds.core.GeneratorBasedBuilder):
+    """OpenViVQA from the public release JSON + image folder (module doc). Splits as found in manual_dir."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "Initial release: public-release and list JSON forms, tesseract/file/feature OCR."}
+    BUILDER_CONFIGS = [
+        OpenVivqaConfig(name="default", description="Images + OCR from ocr.json if present, else Tesseract (vie)."),
+        OpenVivqaConfig(
+            name="features",
+            description="Images + the authors' per-image .npy features (region features D=2048, scene text).",
+            features_dir="features",
+            region_feature_dim=2048,
+            ocr_engine="features",
+        ),
+    ]
+    DEFAULT_CONFIG_NAME = "default"
+    MANUAL_DOWNLOAD_INSTRUCTIONS = """\
+Download the OpenViVQA release (https://github.com/hieunghia-pat/OpenViVQA-dataset; the annotation files
+vlsp2023_train_data.json, vlsp2023_dev_data.json, vlsp2023_test_data.json and the image archives) and place:
+
+  <manual_dir>/vlsp2023_train_data.json       (any *.json; split from a train/dev/val/test keyword in the name,
+  <manual_dir>/vlsp2023_dev_data.json          a single unnamed file = train, or config split_files)
+  <manual_dir>/vlsp2023_test_data.json
+  <manual_dir>/images/<file name>              (or <split>/, <split>_images/, <split>-images/, training-images/)
+  <manual_dir>/ocr.json                        optional {image_id: [{text, box: [x0,y0,x1,y1] in 0-1, score}]};
+                                               without it the default config runs Tesseract (apt: tesseract-ocr-vie)
+  <manual_dir>/features/<image stem>.npy       only for the `features` config (authors' per-image feature dicts)
+
+Then: tfds build tfds_builders/openvivqa --manual_dir=<manual_dir> --file_format=array_record
+"""
+
+    def __init__(self, **kwargs):
+        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts`` / ``ocr_stats``."""
+        super().__init__(**kwargs)
+        self.skip_counts: dict[str, dict[str, int]] = {}
+        self.ocr_stats: dict[str, int] = {}
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        cfg = self.builder_config
+        return self.dataset_info_from_configs(
+            features=common.vqa_features(with_image=True, region_feature_dim=cfg.region_feature_dim),
+            supervised_keys=None,
+            homepage="https://github.com/hieunghia-pat/OpenViVQA-dataset",
+            citation=_CITATION,
+        )
+
+    def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+        cfg = self.builder_config
+        manual_dir = Path(dl_manager.manual_dir)
+        if cfg.features_dir is not None and not cfg.region_feature_dim:
+            raise ValueError(f"config {cfg.name}: features_dir needs region_feature_dim")
+        if cfg.ocr_engine == "features" and cfg.features_dir is None:
+            raise ValueError(f"config {cfg.name}: ocr_engine='features' needs features_dir")
+        split_files = readers.assign_split_files(
+            manual_dir, "*.json", split_files=cfg.split_files, exclude={cfg.ocr_file}, default_split=cfg.default_split
+        )
+        if cfg.ocr_engine == "features":
+            self._ocr = None
+        else:
+            self._ocr = readers.OcrSource(
+                cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="tesseract", lang=cfg.ocr_lang,
+                min_confidence=cfg.ocr_min_confidence, psm=cfg.ocr_psm, min_side=cfg.ocr_min_side,
+            )
+            self.ocr_stats = self._ocr.stats
+        logging.info("openvivqa/%s: split files %s", cfg.name, {k: [p.name for p in v] for k, v in split_files.items()})
+        return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
+
+    def _image_dirs(self, split: str, annotation: Path, manual_dir: Path) -> list[Path]:
+        cfg = self.builder_config
+        if cfg.images_dir is not None:
+            return [manual_dir / cfg.images_dir]
+        dirs = [manual_dir / "images", manual_dir / split, manual_dir / f"{split}_images", manual_dir / f"{split}-images"]
+        if split == "train":
+            dirs.append(manual_dir / "training-images")
+        dirs += [annotation.parent / annotation.stem, annotation.parent]
+        return dirs
+
+    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
+        cfg = self.builder_config
+        counter = readers.SkipCounter(f"openvivqa/{split}")
+        self.skip_counts[split] = counter.counts
+        policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
+        required = split in cfg.answers_required_splits
+        seen: dict[str, Path] = {}
+        features_dirs = (
+            [manual_dir / cfg.features_dir / split, manual_dir / cfg.features_dir] if cfg.features_dir else []
+        )
+        kept = 0
+        for path in files:
+            image_dirs = self._image_dirs(split, path, manual_dir)
+            for rec in parse_annotation_file(path, answers_required=required, policy=policy):
+                record = f"question {rec.question_id}"
+                if rec.question_id in seen:
+                    policy.handle("duplicate_question_id", readers.record_error(
+                        path, record, f"duplicate question id (also in {seen[rec.question_id]})"))
+                    continue
+                seen[rec.question_id] = path
+                image_path = readers.find_file(rec.filename, image_dirs)
+                try:
+                    if image_path is None:
+                        raise readers.record_error(
+                            path, record, f"image file {rec.filename!r} (image_id {rec.image_id}) not found in "
+                            f"{[str(d) for d in image_dirs]}", readers.ImageFileError)
+                    image = readers.load_image(image_path, source=path, record=record)
+                    example = {
+                        "image": image.encoded,
+                        "image_id": rec.image_id,
+                        "question_id": rec.question_id,
+                        "question": rec.question,
+                        "answers": rec.answers,
+                        "qa_type": np.int32(rec.qa_type),
+                    }
+                    if cfg.features_dir:
+                        fpath = _find_feature_file(features_dirs, rec)
+                        if fpath is None:
+                            raise readers.record_error(
+                                path, record, f"no feature file {Path(rec.filename).stem}.npy or "
+                                f"{rec.image_id}.npy in {[str(d) for d in features_dirs]}", readers.ImageFileError)
+                        objects, feat_tokens = load_feature_file(
+                            fpath, dim=cfg.region_feature_dim, image_size=(image.width, image.height),
+                            record=record, source=path, ocr_stats=self.ocr_stats)
+                        example["objects"] = objects
+                    if self._ocr is None:
+                        tokens = feat_tokens
+                    else:
+                        tokens = self._ocr.get(rec.image_id, image.pil)
+                    example["ocr"] = readers.ocr_feature(tokens)
+                except readers.DatasetInputError as e:
+                    reason = "missing_or_corrupt_image" if isinstance(e, readers.ImageFileError) else "invalid_record"
+                    policy.handle(reason, e)
+                    continue
+                kept += 1
+                yield rec.question_id, example
+        counter.log_summary(kept)
+        if self._ocr is not None:
+            self._ocr.log_summary(f"openvivqa/{split}")

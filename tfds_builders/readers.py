@@ -1,0 +1,418 @@
+"""Parsing helpers shared by the VQA dataset builders (DESIGN §3): errors, skips, splits, images, OCR.
+
+House rule for bad input: a clear error naming the file, the record (question id or CSV row) and what is
+wrong (:class:`DatasetInputError`); or, where the builder config asks for it, the record is skipped and the
+skip is counted per reason (:class:`SkipCounter`) and logged with absl logging. Nothing is dropped silently.
+
+The builders import this module as ``tfds_builders.readers``; when they are loaded by ``tfds build
+tfds_builders/<name>`` (which imports ``<name>.<name>_dataset_builder`` with ``tfds_builders/`` on
+``sys.path``), each builder first puts the repository root on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow_datasets as tfds
+from absl import logging
+from PIL import Image, UnidentifiedImageError
+
+from openvivqa_jax.data import ocr as ocr_lib
+from openvivqa_jax.text.normalize import normalize_text
+from tfds_builders import common
+
+__all__ = [
+    "DatasetInputError",
+    "ImageFileError",
+    "ReaderConfig",
+    "SkipCounter",
+    "ErrorPolicy",
+    "read_json",
+    "split_from_filename",
+    "assign_split_files",
+    "clean_question",
+    "clean_answers",
+    "find_file",
+    "LoadedImage",
+    "load_image",
+    "OcrSource",
+    "ocr_feature",
+]
+
+
+class DatasetInputError(ValueError):
+    """A source file has bad input; the message names the file, the record and what is wrong."""
+
+
+class ImageFileError(DatasetInputError):
+    """An image (or per-image feature file) is missing or cannot be decoded."""
+
+
+def record_error(path: Any, record: str, what: str, cls: type[DatasetInputError] = DatasetInputError) -> DatasetInputError:
+    """Builds ``cls(f"{path}: {record}: {what}")`` (the house error format)."""
+    return cls(f"{path}: {record}: {what}")
+
+
+@dataclasses.dataclass(eq=False)
+class ReaderConfig(tfds.core.BuilderConfig):
+    """Builder config fields every VQA builder here understands.
+
+    Attributes:
+        skip_missing_images: skip (count and log) questions whose image file is missing or cannot be
+            decoded, or whose per-image feature file is missing/unreadable, instead of raising.
+        skip_invalid_records: skip (count and log) malformed records (bad CSV row, empty question,
+            empty answer list where answers are required, bad field types) instead of raising.
+    """
+
+    skip_missing_images: bool = False
+    skip_invalid_records: bool = False
+
+
+class SkipCounter:
+    """Counts skipped records per reason and logs each skip (warning) and a summary (info).
+
+    Attributes:
+        counts: ``collections.Counter`` reason -> number of skipped records.
+    """
+
+    def __init__(self, name: str):
+        """Args: name: shown in log lines, e.g. ``"openvivqa/train"``."""
+        self.name = name
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def skip(self, reason: str, error: Exception | str) -> None:
+        """Records one skipped record and logs why."""
+        self.counts[reason] += 1
+        logging.warning("%s: skipped (%s): %s", self.name, reason, error)
+
+    def log_summary(self, total_kept: int) -> None:
+        """Logs the number of kept examples and the skips per reason."""
+        if self.counts:
+            logging.warning("%s: kept %d examples, skipped %s", self.name, total_kept, dict(self.counts))
+        else:
+            logging.info("%s: kept %d examples, skipped none", self.name, total_kept)
+
+
+class ErrorPolicy:
+    """Raises a :class:`DatasetInputError` or, when skipping is enabled for its kind, counts it."""
+
+    def __init__(self, counter: SkipCounter, skip_missing_images: bool, skip_invalid_records: bool):
+        self.counter = counter
+        self.skip_missing_images = skip_missing_images
+        self.skip_invalid_records = skip_invalid_records
+
+    def handle(self, reason: str, error: DatasetInputError) -> None:
+        """Raises ``error`` unless its kind is skippable; then counts it under ``reason`` and returns.
+
+        Raises:
+            DatasetInputError: ``error`` itself when skipping is off for its kind.
+        """
+        skippable = self.skip_missing_images if isinstance(error, ImageFileError) else self.skip_invalid_records
+        if not skippable:
+            raise error
+        self.counter.skip(reason, error)
+
+
+def read_json(path: Path) -> Any:
+    """Reads a UTF-8 JSON file.
+
+    Raises:
+        DatasetInputError: naming the file and, for a syntax error, the line and column.
+    """
+    try:
+        with Path(path).open(encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DatasetInputError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetInputError(f"{path}: cannot read: {e}") from e
+
+
+#: Filename keyword -> split. Tokens are the lowercase alphanumeric runs of the file stem.
+_SPLIT_KEYWORDS = {
+    "train": "train", "training": "train",
+    "dev": "dev", "val": "dev", "valid": "dev", "validation": "dev",
+    "test": "test", "testing": "test",
+}
+
+
+def split_from_filename(path: Path, keywords: Mapping[str, str] | None = None) -> str | None:
+    """Returns the split a file name names (``vlsp2023_dev_data.json`` -> ``"dev"``), or None.
+
+    The stem is cut into lowercase alphanumeric tokens (``_``, ``-``, ``.`` separate them; letters and
+    digits stay together, so ``vlsp2023`` is one token) and each token is looked up in ``keywords``
+    (default: train/training -> train, dev/val/valid/validation -> dev, test/testing -> test). A stem
+    naming two different splits returns None.
+    """
+    keywords = _SPLIT_KEYWORDS if keywords is None else keywords
+    found = {keywords[t] for t in re.split(r"[^0-9a-z]+", Path(path).stem.lower()) if t in keywords}
+    return found.pop() if len(found) == 1 else None
+
+
+def assign_split_files(
+    manual_dir: Path,
+    pattern: str,
+    split_files: Mapping[str, str | Sequence[str]] | None = None,
+    exclude: Iterable[str] = (),
+    default_split: str | None = "train",
+    keywords: Mapping[str, str] | None = None,
+) -> dict[str, list[Path]]:
+    """Maps the annotation files of ``manual_dir`` to splits.
+
+    Rules, in order:
+
+    1. ``split_files`` given (``{"dev": "examples_data.json"}`` or lists of names, relative to
+       ``manual_dir``): exactly those files; a missing one is an error.
+    2. Otherwise every ``manual_dir/<pattern>`` file except ``exclude`` is matched by name keyword
+       (:func:`split_from_filename`). Several files of one split are read in name order.
+    3. A single file whose name names no split goes to ``default_split`` (logged). Unrecognised files
+       when there are several are an error that lists them and explains ``split_files``.
+
+    Returns:
+        ``{split: [paths]}``, non-empty.
+
+    Raises:
+        DatasetInputError: no annotation file, a listed file missing, or unassignable files.
+    """
+    manual_dir = Path(manual_dir)
+    if split_files:
+        out: dict[str, list[Path]] = {}
+        for split, names in split_files.items():
+            names = [names] if isinstance(names, str) else list(names)
+            for name in names:
+                p = manual_dir / name
+                if not p.is_file():
+                    raise DatasetInputError(f"{p}: file for split {split!r} (config split_files) does not exist")
+                out.setdefault(split, []).append(p)
+        return out
+    exclude = set(exclude)
+    files = sorted(p for p in manual_dir.glob(pattern) if p.is_file() and p.name not in exclude)
+    if not files:
+        raise DatasetInputError(f"{manual_dir}: no annotation file matching {pattern!r} found")
+    out = {}
+    unknown = []
+    for p in files:
+        split = split_from_filename(p, keywords)
+        if split is None:
+            unknown.append(p)
+        else:
+            out.setdefault(split, []).append(p)
+    if unknown:
+        if len(files) == 1 and default_split:
+            logging.info("%s names no split (train/dev/test); using it as split %r", unknown[0], default_split)
+            out[default_split] = unknown
+        else:
+            raise DatasetInputError(
+                f"{manual_dir}: cannot tell the split of {[p.name for p in unknown]} from the file name "
+                "(expected a train/dev/val/test keyword). Rename the files or set the builder config "
+                "field split_files, e.g. --config '{\"name\": \"custom\", \"split_files\": "
+                "{\"train\": \"a.json\", \"dev\": \"b.json\"}}'"
+            )
+    return out
+
+
+def clean_question(value: Any, *, path: Any, record: str) -> str:
+    """Normalizes a question (DESIGN §4).
+
+    Raises:
+        DatasetInputError: the value is not a string, or is empty after normalization.
+    """
+    if not isinstance(value, str):
+        raise record_error(path, record, f"question is {type(value).__name__} ({value!r}), expected a string")
+    q = normalize_text(value)
+    if not q:
+        raise record_error(path, record, f"empty question ({value!r})")
+    return q
+
+
+def clean_answers(value: Any, *, path: Any, record: str, required: bool) -> list[str]:
+    """Normalizes a string or list of strings of answers; empty answers are an error.
+
+    Args:
+        value: ``str``, a list of ``str``, or None (no answers given).
+        path, record: named in errors.
+        required: an empty answer list (None, ``[]``, or only blank answers) is an error.
+
+    Returns:
+        The normalized answers in source order, duplicates kept (they carry votes, e.g. VQA accuracy).
+
+    Raises:
+        DatasetInputError: a non-string answer, a blank answer inside a list, or no answer when required.
+    """
+    values = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(values, list):
+        raise record_error(path, record, f"answers must be a string or list of strings, got {type(value).__name__}")
+    out = []
+    for i, a in enumerate(values):
+        if not isinstance(a, str):
+            raise record_error(path, record, f"answer {i} is {type(a).__name__} ({a!r}), expected a string")
+        na = normalize_text(a)
+        if not na:
+            if len(values) > 1:
+                raise record_error(path, record, f"answer {i} is empty ({a!r})")
+            continue
+        out.append(na)
+    if required and not out:
+        raise record_error(path, record, f"empty answer list ({value!r}) but this split requires answers")
+    return out
+
+
+def find_file(name: str, dirs: Iterable[Path]) -> Path | None:
+    """Returns the first ``d / name`` that is a file, or None."""
+    for d in dirs:
+        p = Path(d) / name
+        if p.is_file():
+            return p
+    return None
+
+
+@dataclasses.dataclass
+class LoadedImage:
+    """A decoded, validated image.
+
+    Attributes:
+        encoded: JPEG bytes (the file's own bytes when it is an RGB JPEG, else re-encoded, quality 95).
+        pil: the RGB PIL image (height, width, 3).
+        width, height: pixels.
+    """
+
+    encoded: bytes
+    pil: Image.Image
+    width: int
+    height: int
+
+
+def load_image(path: Path, *, source: Any, record: str) -> LoadedImage:
+    """Reads and fully decodes an image file, so that truncated/corrupt JPEGs fail here, not later.
+
+    Raises:
+        ImageFileError: naming ``source`` (the annotation file), ``record`` and the image path.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise record_error(source, record, f"cannot read image file {path}: {e}", ImageFileError) from e
+    try:
+        img = Image.open(io.BytesIO(raw))
+        fmt = img.format
+        img.load()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise record_error(source, record, f"corrupt or unreadable image file {path}: {e}", ImageFileError) from e
+    if fmt == "JPEG" and img.mode == "RGB":
+        encoded = raw
+    else:
+        img = img.convert("RGB")
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=95)
+        encoded = buf.getvalue()
+    return LoadedImage(encoded=encoded, pil=img.convert("RGB"), width=img.width, height=img.height)
+
+
+class OcrSource:
+    """Per-image OCR tokens from an OCR JSON file, Tesseract at build time, or nothing; cached per image.
+
+    Engines: ``"file"`` (``{image_id: tokens}`` JSON, see :func:`openvivqa_jax.data.ocr.load_ocr_file`;
+    an image absent from the file gets no tokens, counted as ``images_missing_from_ocr_file``),
+    ``"tesseract"`` (:func:`openvivqa_jax.data.ocr.run_tesseract`, each image_id run once), ``"none"``.
+    ``"auto"`` resolves to ``"file"`` when the OCR file exists, else to ``auto_fallback``.
+    """
+
+    def __init__(
+        self,
+        engine: str,
+        ocr_file: Path | None,
+        *,
+        auto_fallback: str = "tesseract",
+        lang: str = "vie",
+        min_confidence: float = ocr_lib.DEFAULT_MIN_CONFIDENCE,
+        psm: int = ocr_lib.DEFAULT_PSM,
+        min_side: int = ocr_lib.DEFAULT_MIN_SIDE,
+    ):
+        """Raises: ValueError for an unknown engine; OcrFileError for a bad OCR file;
+        OcrUnavailableError when Tesseract is requested but not installed (checked up front)."""
+        if engine == "auto":
+            engine = "file" if ocr_file is not None and Path(ocr_file).is_file() else auto_fallback
+        if engine not in ("file", "tesseract", "none"):
+            raise ValueError(f"unknown OCR engine {engine!r}; expected auto, file, tesseract or none")
+        self.engine = engine
+        self.stats: dict[str, int] = {}
+        self._kwargs = dict(lang=lang, min_confidence=min_confidence, psm=psm, min_side=min_side)
+        self._cache: dict[str, list[dict]] = {}
+        if engine == "file":
+            if ocr_file is None or not Path(ocr_file).is_file():
+                raise ocr_lib.OcrFileError(f"{ocr_file}: OCR file not found (ocr_engine='file')")
+            self._cache = ocr_lib.load_ocr_file(ocr_file, stats=self.stats)
+            self.ocr_file = Path(ocr_file)
+            logging.info("OCR from %s (%d images)", ocr_file, len(self._cache))
+        elif engine == "tesseract":
+            ocr_lib.check_tesseract(lang)
+            logging.info("OCR with tesseract %s", self._kwargs)
+
+    def get(self, image_id: str, image: Callable[[], Any] | Any) -> list[dict]:
+        """Returns the tokens of ``image_id``; ``image`` (or a thunk returning it) is OCRed on a cache miss."""
+        if self.engine == "none":
+            return []
+        if image_id in self._cache:
+            return self._cache[image_id]
+        if self.engine == "file":
+            self.stats["images_missing_from_ocr_file"] = self.stats.get("images_missing_from_ocr_file", 0) + 1
+            logging.warning("%s: no OCR tokens for image %r; using none", self.ocr_file, image_id)
+            self._cache[image_id] = []
+            return []
+        img = image() if callable(image) else image
+        tokens = ocr_lib.run_tesseract(img, stats=self.stats, **self._kwargs)
+        self._cache[image_id] = tokens
+        return tokens
+
+    def log_summary(self, name: str) -> None:
+        """Logs the engine and the token counters (kept/dropped per reason)."""
+        logging.info("%s: OCR engine %s, stats %s", name, self.engine, self.stats)
+
+
+def ocr_feature(tokens: Sequence[Mapping[str, Any]]) -> dict:
+    """Tokens -> the ``ocr`` feature value (``text`` (num_ocr,), ``box`` (num_ocr, 4), ``score`` (num_ocr,))."""
+    return ocr_lib.tokens_to_arrays(tokens) if tokens else common.empty_ocr()
+
+
+def boxes_to_unit(
+    boxes: np.ndarray, width: float, height: float, *, source: Any, record: str, field: str
+) -> np.ndarray:
+    """Converts boxes to xyxy in [0, 1].
+
+    Args:
+        boxes: ``(n, 4)`` xyxy, ``(n, 8)`` or ``(n, 4, 2)`` quadrilaterals (x, y per corner); in pixels or
+            already normalized. Pixels are detected by any coordinate > 1 (a tolerance of 1e-3).
+        width, height: the image size in pixels used to divide pixel boxes.
+        source, record, field: named in errors.
+
+    Returns:
+        float32 ``(n, 4)`` xyxy clipped to ``[0, 1]`` (quadrilaterals -> their axis-aligned bounds).
+
+    Raises:
+        DatasetInputError: a wrong shape, non-finite values, or x0 > x1 / y0 > y1.
+    """
+    b = np.asarray(boxes, dtype=np.float64)
+    if b.size == 0:
+        return np.zeros((0, 4), np.float32)
+    if b.ndim == 3 and b.shape[1:] == (4, 2):
+        b = b.reshape(len(b), 8)
+    if b.ndim != 2 or b.shape[1] not in (4, 8):
+        raise record_error(source, record, f"{field} has shape {b.shape}, expected (n, 4), (n, 8) or (n, 4, 2)")
+    if not np.all(np.isfinite(b)):
+        raise record_error(source, record, f"{field} has non-finite values")
+    if b.shape[1] == 8:
+        xs, ys = b[:, 0::2], b[:, 1::2]
+        b = np.stack([xs.min(1), ys.min(1), xs.max(1), ys.max(1)], axis=1)
+    if np.any(b[:, 0] > b[:, 2]) or np.any(b[:, 1] > b[:, 3]):
+        raise record_error(source, record, f"{field} has boxes with x0 > x1 or y0 > y1 (expected xyxy)")
+    if b.max() > 1.0 + 1e-3:
+        b = b / np.array([width, height, width, height], np.float64)
+    return np.clip(b, 0.0, 1.0).astype(np.float32)
