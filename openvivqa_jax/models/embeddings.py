@@ -151,7 +151,7 @@ class OcrEmbedding(nnx.Module):
             emb = self.piece_embedding(batch["ocr_pieces"])
             parts.append(self.piece_proj(masked_mean(emb, batch["ocr_piece_mask"].astype(bool), axis=2)))
         if "phoc" in self.features:
-            parts.append(self.phoc_proj(batch["ocr_phoc"].astype(self.phoc_proj.kernel.value.dtype)))
+            parts.append(self.phoc_proj(batch["ocr_phoc"].astype(jnp.float32)))
         if "appearance" in self.features:
             w = box_overlap_weights(batch["ocr_boxes"].astype(jnp.float32), vision["boxes"])
             pooled = jnp.einsum("bns,bsc->bnc", w.astype(vision["raw"].dtype), vision["raw"])

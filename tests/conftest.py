@@ -1,0 +1,82 @@
+"""Shared pytest fixtures and helpers: tiny configs and random model inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+SHARED = os.environ.get("OPENVIVQA_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
+
+
+def load_config(path: str):
+    """Loads ``get_config()`` from a config file path relative to the repo root."""
+    full = os.path.join(ROOT, path)
+    spec = importlib.util.spec_from_file_location("cfg_" + os.path.basename(path)[:-3], full)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
+
+
+def tiny_model_config(name: str = "mlpag"):
+    """The default config shrunk to a few thousand parameters' worth of compute."""
+    cfg = load_config("configs/default.py")
+    m = cfg.model
+    m.name = name
+    m.d_model = 32
+    m.num_heads = 2
+    m.ffn_dim = 64
+    m.dropout = 0.0
+    m.num_fusion_layers = 1
+    m.num_decoder_layers = 2
+    m.max_question_len = 6
+    m.max_answer_len = 5
+    m.num_ocr = 3
+    m.vision.cnn_channels = (8, 16)
+    cfg.data.image_size = (32, 24)
+    cfg.data.max_ocr_pieces = 3
+    return cfg
+
+
+def random_batch(cfg, vocab_size: int, batch: int = 2, seed: int = 0) -> dict:
+    """Random model inputs with the pipeline's layout for ``cfg``."""
+    rng = np.random.default_rng(seed)
+    m = cfg.model
+    N, L, Lq, P = m.num_ocr, m.max_answer_len, m.max_question_len, cfg.data.max_ocr_pieces
+    w, h = cfg.data.image_size
+    out = dict(
+        question=rng.integers(4, vocab_size, (batch, Lq)).astype(np.int32),
+        question_mask=np.arange(Lq)[None].repeat(batch, 0) < rng.integers(2, Lq + 1, (batch, 1)),
+        ocr_pieces=rng.integers(4, vocab_size, (batch, N, P)).astype(np.int32),
+        ocr_piece_mask=np.ones((batch, N, P), bool),
+        ocr_phoc=(rng.random((batch, N, m.phoc_dim)) < 0.1).astype(np.float32),
+        ocr_boxes=np.sort(rng.random((batch, N, 4)).astype(np.float32).reshape(batch, N, 2, 2), axis=2)
+        .transpose(0, 1, 3, 2).reshape(batch, N, 4),
+        ocr_mask=np.ones((batch, N), bool),
+        decoder_in=rng.integers(4, vocab_size + N, (batch, L)).astype(np.int32),
+        target_vocab=rng.integers(4, vocab_size, (batch, L)).astype(np.int32),
+        target_ocr=np.zeros((batch, L, N), bool),
+        target_mask=np.ones((batch, L), bool),
+    )
+    if m.vision.kind == "cnn":
+        out["image"] = rng.integers(0, 256, (batch, h, w, 3), dtype=np.uint8)
+    else:
+        R, D = m.vision.num_regions, m.vision.region_dim
+        out["region_features"] = rng.standard_normal((batch, R, D)).astype(np.float32)
+        out["region_boxes"] = np.tile(np.array([0.1, 0.1, 0.5, 0.5], np.float32), (batch, R, 1))
+        out["region_mask"] = np.ones((batch, R), bool)
+    out["decoder_in"][:, 0] = 2
+    return out
+
+
+@pytest.fixture
+def tiny_cfg():
+    """A tiny MLPAG config."""
+    return tiny_model_config()
