@@ -32,6 +32,7 @@ from tfds_builders import common
 __all__ = [
     "DatasetInputError",
     "ImageFileError",
+    "record_error",
     "ReaderConfig",
     "SkipCounter",
     "ErrorPolicy",
@@ -45,6 +46,7 @@ __all__ = [
     "load_image",
     "OcrSource",
     "ocr_feature",
+    "boxes_to_unit",
 ]
 
 
@@ -56,8 +58,11 @@ class ImageFileError(DatasetInputError):
     """An image (or per-image feature file) is missing or cannot be decoded."""
 
 
-def record_error(path: Any, record: str, what: str, cls: type[DatasetInputError] = DatasetInputError) -> DatasetInputError:
-    """Builds ``cls(f"{path}: {record}: {what}")`` (the house error format)."""
+def record_error(
+    path: Any, record: str, what: str, cls: type[DatasetInputError] = DatasetInputError
+) -> DatasetInputError:
+    """Builds (does not raise) ``cls(f"{path}: {record}: {what}")``, the house error format: file, record
+    (question id, CSV line/row, or JSON index) and what is wrong."""
     return cls(f"{path}: {record}: {what}")
 
 

@@ -309,7 +309,8 @@ vlsp2023_train_data.json, vlsp2023_dev_data.json, vlsp2023_test_data.json and th
                                                without it the default config runs Tesseract (apt: tesseract-ocr-vie)
   <manual_dir>/features/<image stem>.npy       only for the `features` config (authors' per-image feature dicts)
 
-Then: tfds build tfds_builders/openvivqa --manual_dir=<manual_dir> --file_format=array_record
+Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_dir> --file_format=array_record
+(without --config, `tfds build` builds every config, and `features` needs <manual_dir>/features/).
 """
 
     def __init__(self, **kwargs):
@@ -334,6 +335,11 @@ Then: tfds build tfds_builders/openvivqa --manual_dir=<manual_dir> --file_format
             raise ValueError(f"config {cfg.name}: features_dir needs region_feature_dim")
         if cfg.ocr_engine == "features" and cfg.features_dir is None:
             raise ValueError(f"config {cfg.name}: ocr_engine='features' needs features_dir")
+        if cfg.features_dir is not None and not (manual_dir / cfg.features_dir).is_dir():
+            raise readers.DatasetInputError(
+                f"{manual_dir / cfg.features_dir}: config {cfg.name!r} needs the per-image .npy feature folder; "
+                "to build images + OCR only, pass --config default (`tfds build` without --config builds "
+                "every config)")
         split_files = readers.assign_split_files(
             manual_dir, "*.json", split_files=cfg.split_files, exclude={cfg.ocr_file}, default_split=cfg.default_split
         )

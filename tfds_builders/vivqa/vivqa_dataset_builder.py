@@ -185,7 +185,8 @@ val images (https://cocodataset.org: train2014.zip, val2014.zip), and place:
   <manual_dir>/val2014/COCO_val2014_000000xxxxxx.jpg
   <manual_dir>/ocr.json        optional {image_id: [{text, box: [x0,y0,x1,y1] in 0-1, score}]}
 
-Then: tfds build tfds_builders/vivqa --manual_dir=<manual_dir> --file_format=array_record
+Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> --file_format=array_record
+(without --config, `tfds build` also builds the `tesseract` config).
 """
 
     def __init__(self, **kwargs):
