@@ -44,7 +44,6 @@ import dataclasses
 import functools
 import itertools
 import os
-import re
 from collections import Counter
 from typing import Any, Iterator, Sequence
 
@@ -63,6 +62,7 @@ __all__ = [
     "OBJECT_KINDS",
     "SHOP_KINDS",
     "SHOP_NAME_POOLS",
+    "SIGN_TEXT_COLORS",
     "SPLITS",
     "SPLIT_CODES",
     "STREETS",
@@ -82,7 +82,7 @@ FONT_PATH = os.environ.get("OPENVIVQA_FONT", "/usr/share/fonts/truetype/dejavu/D
 
 #: The twelve guideline colours (paper Table 1: black, white, red, orange, yellow, green, blue, sky blue,
 #: purple, pink, brown, gray) with their standard Vietnamese names and the RGB painted for each. Pairwise
-#: Euclidean RGB distances are >= 70 so JPEG never makes two of them look alike.
+#: Euclidean RGB distances are >= 80 (closest: cam/vàng), so JPEG never makes two of them look alike.
 COLORS: dict[str, tuple[int, int, int]] = {
     "đen": (20, 20, 20),
     "trắng": (248, 248, 248),
@@ -90,9 +90,9 @@ COLORS: dict[str, tuple[int, int, int]] = {
     "cam": (255, 135, 0),
     "vàng": (250, 220, 0),
     "xanh lá": (30, 150, 50),
-    "xanh dương": (20, 50, 190),
+    "xanh dương": (25, 70, 210),
     "xanh da trời": (100, 185, 245),
-    "tím": (125, 40, 165),
+    "tím": (140, 50, 180),
     "hồng": (255, 125, 195),
     "nâu": (120, 70, 25),
     "xám": (128, 128, 128),
@@ -196,7 +196,7 @@ def _fixed_vocabulary() -> set[str]:
     return words
 
 
-# Words of the QA templates below (kept in sync by an assertion in _make_qas).
+# Words of the QA templates below (kept in sync by an assertion in render_scene).
 _TEMPLATE_WORDS = (
     "cửa hàng này tên gì là của bên trái phải ở giữa món ăn đồ uống đây có giá bao nhiêu biển hiệu bảng "
     "màu bán nào nằm số điện thoại con đường trong ảnh mấy mặc áo người phía các"
@@ -385,7 +385,8 @@ def _sample_name(rng: np.random.Generator, split: str, taken: set[str]) -> str:
 
 
 def _sample_scene(rng: np.random.Generator, split: str, shop_names: Sequence[str] | None,
-                  num_signs: int | None, max_ocr_tokens: int) -> dict[str, Any]:
+                  num_signs: int | None, max_ocr_tokens: int,
+                  sign_colors: Sequence[str] | None = None) -> dict[str, Any]:
     """Samples everything about one image except pixels; coordinates are fractions of width/height."""
     if shop_names is not None:
         shop_names = [normalize_text(n) for n in shop_names]
@@ -402,8 +403,15 @@ def _sample_scene(rng: np.random.Generator, split: str, shop_names: Sequence[str
         n_signs = int(rng.choice([1, 2, 3], p=[0.3, 0.4, 0.3]))
 
     kinds = rng.choice(len(SHOP_KINDS), size=n_signs, replace=False)
-    sign_colors = rng.choice(len(COLORS), size=n_signs, replace=False)
+    sign_colors_idx = rng.choice(len(COLORS), size=n_signs, replace=False)
     color_names = list(COLORS)
+    sign_color_names = [color_names[int(c)] for c in sign_colors_idx]
+    if sign_colors is not None:  # drawn above anyway, so the rest of the scene does not change
+        sign_colors = [normalize_text(c) for c in sign_colors]
+        if len(sign_colors) != n_signs or any(c not in COLORS for c in sign_colors):
+            raise ValueError(f"render_scene: sign_colors must be {n_signs} names from {list(COLORS)}, "
+                             f"got {sign_colors!r}")
+        sign_color_names = list(sign_colors)
     names: list[str] = []
     for i in range(n_signs):
         names.append(shop_names[i] if shop_names is not None else _sample_name(rng, split, set(names)))
@@ -414,7 +422,7 @@ def _sample_scene(rng: np.random.Generator, split: str, shop_names: Sequence[str
         x0 = float(rng.uniform(0.03, 0.97 - w))
         slots = [(x0, x0 + w)]
     else:
-        gap = 0.03
+        gap = 0.05
         w = (0.96 - gap * (n_signs - 1)) / n_signs
         slots = [(0.02 + i * (w + gap), 0.02 + i * (w + gap) + w) for i in range(n_signs)]
     sides = (["này"] if n_signs == 1 else ["trái", "phải"] if n_signs == 2 else ["trái", "giữa", "phải"])
@@ -427,7 +435,7 @@ def _sample_scene(rng: np.random.Generator, split: str, shop_names: Sequence[str
         y0 = float(rng.uniform(0.14, 0.2))
         h = float(rng.uniform(0.24, 0.3))
         sign = {
-            "name": names[i], "kind": kind.sign, "color": color_names[int(sign_colors[i])],
+            "name": names[i], "kind": kind.sign, "color": sign_color_names[i],
             "box": (slots[i][0], y0, slots[i][1], y0 + h), "side": sides[i],
             "price": None, "phone": None, "slogan": None,
             "lines": [_plain_line(kind.sign), _plain_line(names[i])],
@@ -520,20 +528,13 @@ def _sample_scene(rng: np.random.Generator, split: str, shop_names: Sequence[str
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _text_color(bg: tuple[int, int, int], rng_value: float) -> tuple[int, int, int]:
-    """Black or white, whichever contrasts more with ``bg`` (WCAG luminance); yellow on red sometimes."""
-    if bg == COLORS["đỏ"] and rng_value < 0.0:
-        return COLORS["vàng"]
-
-    def lum(c):
-        ch = [v / 255.0 for v in c]
-        ch = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in ch]
-        return 0.2126 * ch[0] + 0.7152 * ch[1] + 0.0722 * ch[2]
-
-    lb = lum(bg)
-    white = (1.05) / (lb + 0.05)
-    black = (lb + 0.05) / 0.05
-    return (255, 255, 255) if white >= black else (0, 0, 0)
+#: Text colour on each signboard colour. Chosen empirically for tesseract 5 (``-l vie``) on the RGB render:
+#: its Otsu binarization picks one colour channel, in which white text on a saturated red/green/blue/purple
+#: sign vanishes while black text survives; neutral dark signs (black, brown, grey) take white text, which
+#: tesseract reads as inverted lines. (On a grayscale conversion the saturated ones would need white text.)
+SIGN_TEXT_COLORS: dict[str, tuple[int, int, int]] = {
+    c: ((255, 255, 255) if c in ("đen", "nâu", "xám") else (0, 0, 0)) for c in COLORS
+}
 
 
 def _case(text: str, case: str) -> str:
@@ -584,9 +585,9 @@ def _draw_object(draw: ImageDraw.ImageDraw, obj: dict, size: tuple[int, int]) ->
     if kind.key == "car":
         hh = 0.13 * h
         r = 0.11 * bw
-        draw.rounded_rectangle([x0, yb - 0.62 * hh, x1, yb - 0.12 * hh], radius=r, fill=col, outline=dark, width=lw)
+        draw.rounded_rectangle([x0, yb - 0.62 * hh, x1, yb - 0.12 * hh], radius=r, fill=col)
         draw.polygon([(x0 + 0.18 * bw, yb - 0.6 * hh), (x0 + 0.3 * bw, yb - hh), (x0 + 0.72 * bw, yb - hh),
-                      (x0 + 0.85 * bw, yb - 0.6 * hh)], fill=col, outline=dark)
+                      (x0 + 0.85 * bw, yb - 0.6 * hh)], fill=col)
         draw.rectangle([x0 + 0.33 * bw, yb - 0.92 * hh, x0 + 0.49 * bw, yb - 0.64 * hh], fill=(190, 215, 230))
         draw.rectangle([x0 + 0.53 * bw, yb - 0.92 * hh, x0 + 0.7 * bw, yb - 0.64 * hh], fill=(190, 215, 230))
         rr = 0.1 * bw
@@ -599,8 +600,8 @@ def _draw_object(draw: ImageDraw.ImageDraw, obj: dict, size: tuple[int, int]) ->
         for cx in (x0 + 0.2 * bw, x0 + 0.8 * bw):
             draw.ellipse([cx - rr, yb - 2 * rr, cx + rr, yb], fill=dark)
         draw.rounded_rectangle([x0 + 0.12 * bw, yb - 0.75 * hh, x0 + 0.88 * bw, yb - 0.3 * hh],
-                               radius=0.1 * bw, fill=col, outline=dark, width=lw)
-        draw.rectangle([x0 + 0.7 * bw, yb - hh, x0 + 0.8 * bw, yb - 0.7 * hh], fill=col, outline=dark)
+                               radius=0.1 * bw, fill=col)
+        draw.rectangle([x0 + 0.7 * bw, yb - hh, x0 + 0.8 * bw, yb - 0.7 * hh], fill=col)
         return (x0, yb - hh, x1, yb)
     if kind.key == "person":
         hh = 0.2 * h
@@ -608,26 +609,25 @@ def _draw_object(draw: ImageDraw.ImageDraw, obj: dict, size: tuple[int, int]) ->
         cx = (x0 + x1) / 2
         draw.rectangle([x0 + 0.22 * bw, yb - 0.42 * hh, x0 + 0.45 * bw, yb], fill=(45, 45, 70))
         draw.rectangle([x0 + 0.55 * bw, yb - 0.42 * hh, x0 + 0.78 * bw, yb], fill=(45, 45, 70))
-        draw.rounded_rectangle([x0, yb - 0.82 * hh, x1, yb - 0.4 * hh], radius=0.2 * bw, fill=col,
-                               outline=dark, width=lw)
+        draw.rounded_rectangle([x0, yb - 0.82 * hh, x1, yb - 0.4 * hh], radius=0.2 * bw, fill=col)
         draw.ellipse([cx - head / 2 - 0.05 * bw, yb - hh, cx + head / 2 + 0.05 * bw, yb - 0.82 * hh],
-                     fill=(230, 185, 140), outline=dark)
+                     fill=(230, 185, 140))
         return (x0, yb - hh, x1, yb)
     if kind.key == "umbrella":
         hh = 0.24 * h
         cx = (x0 + x1) / 2
         draw.rectangle([cx - lw, yb - 0.8 * hh, cx + lw, yb], fill=(60, 60, 60))
-        draw.pieslice([x0, yb - hh, x1, yb - 0.6 * hh], 180, 360, fill=col, outline=dark, width=lw)
+        draw.pieslice([x0, yb - hh, x1, yb - 0.6 * hh], 180, 360, fill=col)
         return (x0, yb - hh, x1, yb)
     # stool
     hh = 0.07 * h
-    draw.rectangle([x0, yb - hh, x1, yb - 0.8 * hh], fill=col, outline=dark)
+    draw.rectangle([x0, yb - hh, x1, yb - 0.8 * hh], fill=col)
     draw.polygon([(x0 + 0.1 * bw, yb - 0.8 * hh), (x1 - 0.1 * bw, yb - 0.8 * hh), (x1, yb), (x1 - 0.2 * bw, yb),
-                  ((x0 + x1) / 2, yb - 0.4 * hh), (x0 + 0.2 * bw, yb), (x0, yb)], fill=col, outline=dark)
+                  ((x0 + x1) / 2, yb - 0.4 * hh), (x0 + 0.2 * bw, yb), (x0, yb)], fill=col)
     return (x0, yb - hh, x1, yb)
 
 
-def _draw_scene(spec: dict, size: tuple[int, int], text_rng_values: Sequence[float]) -> tuple[Image.Image, list]:
+def _draw_scene(spec: dict, size: tuple[int, int]) -> tuple[Image.Image, list]:
     w, h = size
     img = Image.new("RGB", (w, h), (214, 228, 240))
     draw = ImageDraw.Draw(img)
@@ -638,7 +638,7 @@ def _draw_scene(spec: dict, size: tuple[int, int], text_rng_values: Sequence[flo
     n_f = len(spec["facade"])
     for i, col in enumerate(spec["facade"]):
         top = (0.08 + 0.03 * (i % 2)) * h
-        draw.rectangle([i * w / n_f, top, (i + 1) * w / n_f, 0.64 * h], fill=col, outline=(150, 140, 130))
+        draw.rectangle([i * w / n_f, top, (i + 1) * w / n_f, 0.64 * h], fill=col)
     draw.rectangle([0, 0.64 * h, w, 0.8 * h], fill=(175, 168, 160))
     draw.rectangle([0, 0.8 * h, w, h], fill=(72, 72, 78))
     for x in np.arange(0.02, 1.0, 0.16):
@@ -648,19 +648,20 @@ def _draw_scene(spec: dict, size: tuple[int, int], text_rng_values: Sequence[flo
     ocr: list[tuple[str, tuple[float, ...]]] = []
     case = spec["case"]
     lw = max(1, round(h / 120))
-    for si, sign in enumerate(spec["signs"]):
+    for sign in spec["signs"]:
         bx0, by0, bx1, by1 = sign["box"]
         px = (bx0 * w, by0 * h, bx1 * w, by1 * h)
         bg = COLORS[sign["color"]]
-        border = (255, 255, 255) if sign["color"] not in ("trắng", "vàng") else (40, 40, 40)
-        draw.rectangle(px, fill=bg, outline=border, width=lw)
-        fg = _text_color(bg, text_rng_values[si])
+        # No frame lines anywhere (signs, facades, objects): tesseract's layout analysis drops text enclosed by
+        # a rectangle outline, and outlined shapes pass for glyphs.
+        draw.rectangle(px, fill=bg)
+        fg = SIGN_TEXT_COLORS[sign["color"]]
         sh = px[3] - px[1]
         lines = sign["lines"]
         # Row heights: kind, name (largest), optional third line.
-        fracs = [0.3, 0.42, 0.28] if len(lines) == 3 else [0.38, 0.62]
+        fracs = [0.3, 0.42, 0.28] if len(lines) == 3 else [0.36, 0.64]
         y = px[1]
-        for line, frac, scale in zip(lines, fracs, ([0.62, 0.75, 0.62] if len(lines) == 3 else [0.62, 0.72])):
+        for line, frac, scale in zip(lines, fracs, ([0.62, 0.75, 0.62] if len(lines) == 3 else [0.55, 0.72])):
             row = (px[0], y, px[2], y + frac * sh)
             _draw_line(draw, line, case, row, scale * frac * sh, fg, size, ocr)
             y += frac * sh
@@ -668,7 +669,7 @@ def _draw_scene(spec: dict, size: tuple[int, int], text_rng_values: Sequence[flo
         st = spec["street"]
         bx0, by0, bx1, by1 = st["box"]
         px = (bx0 * w, by0 * h, bx1 * w, by1 * h)
-        draw.rectangle(px, fill=COLORS["xanh dương"], outline=(255, 255, 255), width=lw)
+        draw.rectangle(px, fill=COLORS["xanh dương"])
         _draw_line(draw, st["lines"][0], "upper", px, 0.7 * (px[3] - px[1]), (255, 255, 255), size, ocr)
     if spec["banner"] is not None:
         bn = spec["banner"]
@@ -906,7 +907,8 @@ def _as_rng(rng: np.random.Generator | int) -> np.random.Generator:
 
 def render_scene(rng: np.random.Generator | int, size: tuple[int, int] = (256, 192),
                  shop_names: Sequence[str] | None = None, *, split: str = "train", num_signs: int | None = None,
-                 max_ocr_tokens: int = 30, min_qas: int = 3, max_qas: int = 5) -> tuple[Image.Image, dict]:
+                 sign_colors: Sequence[str] | None = None, max_ocr_tokens: int = 30, min_qas: int = 3,
+                 max_qas: int = 5) -> tuple[Image.Image, dict]:
     """Renders one street scene with signboards and returns it with its ground truth.
 
     Args:
@@ -916,6 +918,7 @@ def render_scene(rng: np.random.Generator | int, size: tuple[int, int] = (256, 1
         shop_names: 1-3 names to paint instead of sampled ones (e.g. a name from no pool, to test copying).
         split: pool names are sampled from when ``shop_names`` is None.
         num_signs: number of signboards (1-3); sampled when None and no ``shop_names`` are given.
+        sign_colors: guideline colour names of the signboards (one per sign) instead of sampled ones.
         max_ocr_tokens: budget for scene-text tokens (optional text is left out to fit).
         min_qas, max_qas: number of QAs in ``scene_info["qas"]``.
 
@@ -935,8 +938,7 @@ def render_scene(rng: np.random.Generator | int, size: tuple[int, int] = (256, 1
     if w < 32 or h < 24:
         raise ValueError(f"render_scene: image size {size} too small (need at least 32x24)")
     rng = _as_rng(rng)
-    spec = _sample_scene(rng, split, shop_names, num_signs, max_ocr_tokens)
-    text_rng_values = [float(v) for v in rng.random(3)]
+    spec = _sample_scene(rng, split, shop_names, num_signs, max_ocr_tokens, sign_colors)
     qas = _make_qas(spec, rng, min_qas, max_qas)
     # Every QA word is template vocabulary, a shop name of this scene, a number or "?": so no word of another
     # split's name pool can leak into a question or answer.
@@ -947,7 +949,7 @@ def render_scene(rng: np.random.Generator | int, size: tuple[int, int] = (256, 1
             if bad:
                 raise AssertionError(f"synthetic_openvivqa: QA {text!r} has words {bad} outside the template "
                                      "vocabulary (add them to _TEMPLATE_WORDS)")
-    img, ocr = _draw_scene(spec, (w, h), text_rng_values)
+    img, ocr = _draw_scene(spec, (w, h))
     if len(ocr) > max_ocr_tokens:
         raise AssertionError(f"synthetic_openvivqa: {len(ocr)} OCR tokens exceed max_ocr_tokens={max_ocr_tokens}")
     info = {
