@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from absl import logging
 
@@ -50,6 +51,7 @@ __all__ = [
     "find_java",
     "find_meteor_jar",
     "meteor_scores",
+    "meteor_scores_all_modes",
 ]
 
 #: Seconds allowed for one whole jar exchange (JVM start, paraphrase table load, scoring).
@@ -136,6 +138,7 @@ class _JarSession:
         except OSError as e:
             self.stderr.close()
             raise MeteorUnavailable(f"cannot start {self.cmd[0]!r}: {e}") from None
+        self.closed = False
         self.lines: queue.Queue = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -188,18 +191,109 @@ class _JarSession:
         return f"exit code {self.proc.returncode}; " + (" / ".join(tail) or "no stderr")
 
     def close(self) -> None:
-        try:
-            if self.proc.stdin:
-                self.proc.stdin.close()
-        except OSError:
-            pass
+        """Kills the jar (it only exits on EOF otherwise) and releases the pipes; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
         if self.proc.poll() is None:
             self.proc.kill()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             logging.warning("Meteor jar (pid %d) did not exit after kill", self.proc.pid)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream:
+                    stream.close()
+            except (OSError, ValueError):
+                pass
         self.stderr.close()
+
+
+def _check_inputs(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} reference lists")
+    for i, (h, rs) in enumerate(zip(hyps, refs)):
+        if not rs:
+            raise ValueError(f"item {i}: no reference")
+        for s in (h, *rs):
+            if "|||" in s or "\n" in s or "\r" in s:
+                raise ValueError(f"item {i}: string not sanitized for the Meteor protocol: {s!r}")
+
+
+def _exchange(
+    session: _JarSession, n: int, groups: Mapping[str, Sequence[int]]
+) -> tuple[list[float], dict[str, float], list[list[float]]]:
+    """Reads the statistics, sends the EVAL lines and reads the scores (SCORE lines already sent)."""
+    stats = session.read(n, "statistics")
+    per_q_stats: list[list[float]] = []
+    for line in stats:
+        try:
+            per_q_stats.append([float(x) for x in line.split()])
+        except ValueError:
+            raise MeteorUnavailable(f"unexpected Meteor output {line[:80]!r}") from None
+    requests = [("overall", list(range(n)))]
+    requests += [(name, list(idx)) for name, idx in groups.items() if len(idx) and name != "overall"]
+    session.write(["EVAL ||| " + " ||| ".join(stats[i] for i in idx) for _, idx in requests])
+    per_question: list[float] = []
+    per_group: dict[str, float] = {}
+    for name, idx in requests:
+        lines = session.read(len(idx) + 1, f"EVAL scores ({name})")
+        try:
+            values = [float(x) for x in lines]
+        except ValueError:
+            raise MeteorUnavailable(f"unexpected Meteor output in {lines[:2]!r}") from None
+        if name == "overall":
+            per_question = values[:-1]
+        per_group[name] = values[-1]
+    return per_question, per_group, per_q_stats
+
+
+def meteor_scores_all_modes(
+    hyps: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    groups: Mapping[str, Sequence[int]],
+    *,
+    modes: Sequence[str] = ("METEOR", "METEOR-vi"),
+    java: str | os.PathLike | None = None,
+    meteor_jar: str | os.PathLike | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> dict[str, tuple[list[float], dict[str, float], list[list[float]]] | MeteorUnavailable]:
+    """Runs :func:`meteor_scores` for several modes, one jar process after the other.
+
+    Each mode has its own ``timeout``; a failure of one mode does not stop the next.
+
+    Returns:
+      mode -> the :func:`meteor_scores` tuple, or the :class:`MeteorUnavailable` explaining why not.
+
+    Raises:
+      ValueError: unknown mode or unsanitized input.
+    """
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"unknown METEOR mode {mode!r}; expected one of {sorted(MODES)}")
+    _check_inputs(hyps, refs)
+    out: dict[str, Any] = {}
+    try:
+        jar = find_meteor_jar(meteor_jar)
+        java_bin = find_java(java)
+    except MeteorUnavailable as e:
+        return {mode: e for mode in modes}
+    score_lines = ["SCORE ||| " + " ||| ".join(list(rs) + [h]) for h, rs in zip(hyps, refs)]
+    for mode in modes:  # one after the other: two JVMs loading the paraphrase table compete for CPU
+        try:
+            session = _JarSession(java_bin, jar, MODES[mode], time.monotonic() + timeout)
+        except MeteorUnavailable as e:
+            out[mode] = e
+            continue
+        try:
+            session.write(score_lines)
+            out[mode] = _exchange(session, len(hyps), groups)
+        except MeteorUnavailable as e:
+            out[mode] = e
+        finally:
+            session.close()
+    return {mode: out[mode] for mode in modes}
 
 
 def meteor_scores(
@@ -233,42 +327,9 @@ def meteor_scores(
       MeteorUnavailable: no Java, no jar, a JVM failure, unparsable output, or the timeout.
       ValueError: unknown ``mode`` or an input line that would break the protocol.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown METEOR mode {mode!r}; expected one of {sorted(MODES)}")
-    for i, (h, rs) in enumerate(zip(hyps, refs)):
-        for s in (h, *rs):
-            if "|||" in s or "\n" in s or "\r" in s:
-                raise ValueError(f"item {i}: string not sanitized for the Meteor protocol: {s!r}")
-    jar = find_meteor_jar(meteor_jar)
-    java_bin = find_java(java)
-    deadline = time.monotonic() + timeout
-    session = _JarSession(java_bin, jar, MODES[mode], deadline)
-    try:
-        score_lines = ["SCORE ||| " + " ||| ".join(list(rs) + [h]) for h, rs in zip(hyps, refs)]
-        session.write(score_lines)
-        stats = session.read(len(score_lines), "statistics")
-        per_q_stats: list[list[float]] = []
-        for line in stats:
-            try:
-                per_q_stats.append([float(x) for x in line.split()])
-            except ValueError:
-                raise MeteorUnavailable(f"unexpected Meteor output {line[:80]!r}") from None
-        requests = [("overall", list(range(len(hyps))))]
-        requests += [(name, list(idx)) for name, idx in groups.items() if len(idx) and name != "overall"]
-        session.write(["EVAL ||| " + " ||| ".join(stats[i] for i in idx) for _, idx in requests if idx])
-        per_question: list[float] = []
-        per_group: dict[str, float] = {}
-        for name, idx in requests:
-            if not idx:
-                continue
-            lines = session.read(len(idx) + 1, f"EVAL scores ({name})")
-            try:
-                values = [float(x) for x in lines]
-            except ValueError:
-                raise MeteorUnavailable(f"unexpected Meteor output in {lines[:2]!r}") from None
-            if name == "overall":
-                per_question = values[:-1]
-            per_group[name] = values[-1]
-        return per_question, per_group, per_q_stats
-    finally:
-        session.close()
+    result = meteor_scores_all_modes(
+        hyps, refs, groups, modes=(mode,), java=java, meteor_jar=meteor_jar, timeout=timeout
+    )[mode]
+    if isinstance(result, MeteorUnavailable):
+        raise result
+    return result

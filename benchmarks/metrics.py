@@ -1,0 +1,187 @@
+"""Benchmark: scoring 4,000 answers with every metric but METEOR, beside pycocoevalcap.
+
+Usage::
+
+    python benchmarks/metrics.py [--num_answers 4000] [--repeats 3] [--seed 0] [--cpu 0]
+
+The corpus is synthetic Vietnamese (seeded): raw predictions and 1-3 raw references per question
+(mixed case, punctuation, some NFD and old-style tone marks), about the size of the OpenViVQA dev
+split. The process is pinned to one CPU core (``os.sched_setaffinity``) and BLAS threads are limited
+to one, so the numbers are single-core.
+
+Timed (wall clock, ``time.perf_counter``, min and median of ``--repeats`` runs):
+
+- ``ours``: :func:`openvivqa_jax.evaluation.score` end to end (sanitization included) with BLEU-1..4,
+  ROUGE-L, CIDEr, ANLS, VQA-accuracy, EM, F1; ``ours_with_wmd`` adds WMDRel over a random
+  300-dimensional word2vec text file for the corpus vocabulary (file loading included);
+- ``ours_bleu_rouge_cider_only``: our three scorers alone on the same strings as the toolkit (no
+  sanitization, no per-type groups), the like-for-like comparison;
+- ``pycocoevalcap``: its ``Bleu(4)``, ``Rouge()`` and ``Cider()`` scorers called directly on the same
+  sanitized, whitespace-tokenized strings (the toolkit has no ANLS, VQA accuracy, EM/F1 or WMD).
+
+Prints one JSON object on stdout: timings in seconds, the 5-second target, and the largest absolute
+difference between our and the toolkit's BLEU/ROUGE-L/CIDEr on this input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+import unicodedata
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from openvivqa_jax.evaluation import score  # noqa: E402
+from openvivqa_jax.evaluation.sanitize import sanitize_text  # noqa: E402
+
+_SYLLABLES = (
+    "cửa tiệm này tên là mộc màu xanh dương đỏ trắng đen vàng ở đường tạ hiện có hai ba một người chiếc xe máy "
+    "quán cà phê bán bánh mì phở bò gà trên bàn ghế biển hiệu chữ cây bên trái phải trước sau nhà thờ chợ "
+    "bến thành hòa bình khỏe thủy hoàng quý giá đồng cô gái đang đi bộ cầm ô mặc áo dài nón lá số điện thoại"
+).split()
+_OLD_STYLE = {"hòa": "hoà", "khỏe": "khoẻ", "thủy": "thuỷ"}
+
+
+def _sentence(rng: random.Random, lo: int, hi: int) -> str:
+    words = [rng.choice(_SYLLABLES) for _ in range(rng.randint(lo, hi))]
+    if rng.random() < 0.1:
+        words = [_OLD_STYLE.get(w, w) for w in words]
+    s = " ".join(words)
+    if rng.random() < 0.3:
+        s = s.capitalize() + rng.choice([".", "!", "?", ","])
+    if rng.random() < 0.05:
+        s = unicodedata.normalize("NFD", s)
+    return s
+
+
+def make_corpus(num: int, seed: int) -> tuple[dict[str, str], dict[str, list[str]], dict[str, int]]:
+    """Returns (predictions, references, qa_types) of ``num`` synthetic Vietnamese questions."""
+    rng = random.Random(seed)
+    preds, refs, types = {}, {}, {}
+    for i in range(num):
+        qid = f"q{i:05d}"
+        item_refs = [_sentence(rng, 2, 14) for _ in range(rng.randint(1, 3))]
+        r = rng.random()
+        if r < 0.2:
+            pred = rng.choice(item_refs)
+        elif r < 0.6:
+            base = rng.choice(item_refs).split()
+            keep = [w for w in base if rng.random() < 0.7] + [rng.choice(_SYLLABLES) for _ in range(rng.randint(0, 3))]
+            pred = " ".join(keep)
+        else:
+            pred = _sentence(rng, 1, 12)
+        preds[qid], refs[qid], types[qid] = pred, item_refs, rng.randint(0, 1)
+    return preds, refs, types
+
+
+def _write_vectors(path: str, words: set[str], dim: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{len(words)} {dim}\n")
+        for w in sorted(words):
+            f.write(w + " " + " ".join(f"{x:.5f}" for x in rng.standard_normal(dim)) + "\n")
+
+
+def _timed(fn, repeats: int) -> tuple[list[float], object]:
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return times, out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Runs the benchmark and prints (and returns) the JSON report."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--num_answers", type=int, default=4000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cpu", type=int, default=None, help="core to pin to (default: the first allowed)")
+    args = p.parse_args(argv)
+    if hasattr(os, "sched_setaffinity"):
+        allowed = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {args.cpu if args.cpu is not None else allowed[0]})
+
+    preds, refs, types = make_corpus(args.num_answers, args.seed)
+    metrics = ["BLEU", "ROUGE-L", "CIDEr", "ANLS", "VQA-accuracy", "EM", "F1"]
+    ours_times, ours = _timed(lambda: score(preds, refs, types, metrics), args.repeats)
+
+    # Same tokens for the toolkit: sanitized strings (its PTBTokenizer needs Java and drops punctuation).
+    gts = {q: [sanitize_text(r) for r in refs[q]] for q in preds}
+    res = {q: [sanitize_text(preds[q])] for q in preds}
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    coco: dict[str, float] = {}
+    coco_times: dict[str, list[float]] = {}
+    coco_times["Bleu"], (bleu, _) = _timed(lambda: Bleu(4).compute_score(gts, res, verbose=0), args.repeats)
+    coco_times["Rouge"], (rouge, _) = _timed(lambda: Rouge().compute_score(gts, res), args.repeats)
+    coco_times["Cider"], (cider, _) = _timed(lambda: Cider().compute_score(gts, res), args.repeats)
+    coco.update({f"BLEU-{k + 1}": float(b) for k, b in enumerate(bleu)})
+    coco.update({"ROUGE-L": float(rouge), "CIDEr": float(cider)})
+    coco_total = [sum(ts) for ts in zip(*coco_times.values())]
+
+    # Like for like: our BLEU/ROUGE-L/CIDEr scorers alone on the same sanitized strings, no groups.
+    from openvivqa_jax.evaluation import bleu as bleu_lib
+    from openvivqa_jax.evaluation import cider as cider_lib
+    from openvivqa_jax.evaluation import rouge as rouge_lib
+    from openvivqa_jax.evaluation.ngrams import build_ngram_corpus
+
+    hyp_list = [res[q][0] for q in preds]
+    ref_list = [gts[q] for q in preds]
+
+    def _core():
+        corpus = build_ngram_corpus(hyp_list, ref_list)
+        bleu_lib.corpus_bleu(bleu_lib.bleu_stats(corpus))
+        cider_lib.cider_d(corpus)
+        rouge_lib.rouge_l(hyp_list, ref_list)
+
+    core_times, _ = _timed(_core, args.repeats)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        vec_path = os.path.join(tmp, "vectors.txt")
+        vocab = {t for q in preds for s in (res[q] + gts[q]) for t in s.split()}
+        _write_vectors(vec_path, vocab, 300, args.seed)
+        wmd_times, with_wmd = _timed(lambda: score(preds, refs, types, metrics + ["WMDRel"], vectors=vec_path), args.repeats)
+
+    report = {
+        "benchmark": "metrics",
+        "num_answers": args.num_answers,
+        "num_references": sum(len(r) for r in refs.values()),
+        "cpu_cores_used": 1,
+        "machine": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "metrics_timed": metrics,
+        "ours_s": {"min": min(ours_times), "median": statistics.median(ours_times)},
+        "ours_with_wmd_s": {"min": min(wmd_times), "median": statistics.median(wmd_times)},
+        "ours_bleu_rouge_cider_only_s": {"min": min(core_times), "median": statistics.median(core_times)},
+        "pycocoevalcap_bleu_rouge_cider_s": {
+            "min": min(coco_total),
+            "median": statistics.median(coco_total),
+            "per_scorer_min": {k: min(v) for k, v in coco_times.items()},
+        },
+        "target_s": 5.0,
+        "meets_target": max(statistics.median(ours_times), statistics.median(wmd_times)) < 5.0,
+        "max_abs_diff_vs_pycocoevalcap": max(abs(ours["overall"][k] - v) for k, v in coco.items()),
+        "overall": {k: v for k, v in with_wmd["overall"].items()},
+    }
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return report
+
+
+if __name__ == "__main__":
+    main()

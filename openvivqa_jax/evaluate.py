@@ -1,0 +1,156 @@
+"""Command line: score a predictions file against a reference file and print JSON metrics.
+
+Usage::
+
+    python -m openvivqa_jax.evaluate --predictions preds.json --references dev.json \\
+        [--metrics BLEU-4,CIDEr,METEOR ...] [--meteor_jar meteor-1.5.jar] [--java /usr/bin/java] \\
+        [--vectors vi.vec] [--meteor_timeout 300] [--max_tokens 256] [--per_question] [--table]
+
+Inputs (see :mod:`openvivqa_jax.evaluation.formats`):
+
+- ``--predictions``: ``{question_id: answer}`` (also the public release's Codalab submission), the
+  evaluator's ``<split>_predictions.json`` (records with ``prediction`` and ``references``), or
+  ``[{question_id, answer}]``;
+- ``--references``: OpenViVQA public (``vlsp2023_*_data.json``) or older list form, ViVQA CSV,
+  SQuAD v1.1, TextVQA, ST-VQA, ``{question_id: [answers]}``, or evaluator records. Optional when the
+  predictions file carries references.
+
+Output: the :func:`openvivqa_jax.evaluation.score` dict as JSON on stdout (overall, per QA type where
+known, counts and notes), plus ``inputs`` naming the files and detected formats. ``--table`` prints
+the plain-text table to stderr as well.
+
+Exit codes: 0 on success; 2 for unusable input (unreadable file, invalid JSON, unknown layout,
+malformed record, unknown metric: one ``error:`` line on stderr naming the file/record); 1 when no
+prediction id is found in the references. Predictions whose ids are missing from the references are
+counted (``counts.missing_in_references``) and announced with one ``warning:`` line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from absl import logging
+
+from openvivqa_jax.evaluation import evaluator
+from openvivqa_jax.evaluation.formats import InputError, load_predictions, load_references
+from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S
+from openvivqa_jax.evaluation.sanitize import MAX_TOKENS
+
+__all__ = ["build_parser", "run"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Returns the argument parser of the command line."""
+    p = argparse.ArgumentParser(
+        prog="python -m openvivqa_jax.evaluate",
+        description="Score open-ended VQA predictions (BLEU, ROUGE-L, CIDEr, METEOR, ANLS, VQA accuracy, EM/F1, WMDRel).",
+    )
+    p.add_argument("--predictions", required=True, help="predictions JSON file")
+    p.add_argument("--references", default=None, help="reference file (JSON or ViVQA CSV); optional for evaluator records")
+    p.add_argument(
+        "--metrics",
+        nargs="+",
+        default=None,
+        help=f"metric names, space- or comma-separated (default: all but WMDRel; valid: {', '.join(evaluator.ALL_METRICS)}, BLEU, all)",
+    )
+    p.add_argument("--meteor_jar", default=None, help="Meteor 1.5 jar (default: the one in pycocoevalcap)")
+    p.add_argument("--java", default=None, help="Java binary (default: $OPENVIVQA_JAVA or java on PATH)")
+    p.add_argument("--meteor_timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds allowed per METEOR mode")
+    p.add_argument("--vectors", default=None, help="word2vec text-format vectors for WMDRel")
+    p.add_argument("--max_tokens", type=int, default=MAX_TOKENS, help="tokens kept per string (longer are capped)")
+    p.add_argument("--per_question", action="store_true", help="include every question's scores")
+    p.add_argument("--table", action="store_true", help="also print a plain-text table to stderr")
+    p.add_argument("--verbose", action="store_true", help="log every note to stderr too (absl logging)")
+    return p
+
+
+def _error(message: str) -> None:
+    print("error: " + " ".join(str(message).split()), file=sys.stderr)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line.
+
+    Args:
+      argv: arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+      The exit code (0 success, 1 nothing to score, 2 unusable input).
+    """
+    args = build_parser().parse_args(argv)
+    verbosity = logging.get_verbosity()
+    if not args.verbose:  # the notes are in the JSON; keep stderr to the one-line messages
+        logging.set_verbosity(logging.ERROR)
+    try:
+        return _run(args)
+    finally:
+        logging.set_verbosity(verbosity)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        metrics = evaluator.resolve_metrics(args.metrics, have_vectors=args.vectors is not None)
+        preds = load_predictions(args.predictions)
+        if args.references is not None:
+            refs = load_references(args.references)
+        elif preds.references is not None:
+            refs = preds.references
+        else:
+            raise InputError(
+                f"predictions file {args.predictions!r} has no references; pass --references"
+            )
+    except (InputError, ValueError) as e:
+        _error(e)
+        return 2
+    ref_path = args.references or args.predictions
+    missing = [q for q in preds.predictions if q not in refs.answers]
+    if preds.predictions and len(missing) == len(preds.predictions):
+        _error(
+            f"none of the {len(missing)} prediction ids in {args.predictions!r} is in references file "
+            f"{ref_path!r} (e.g. {missing[0]!r})"
+        )
+        return 1
+    if missing:
+        shown = ", ".join(repr(q) for q in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        print(
+            f"warning: {len(missing)} of {len(preds.predictions)} prediction ids are missing in references file "
+            f"{ref_path!r} ({shown}); they are not scored",
+            file=sys.stderr,
+        )
+    try:
+        result = evaluator.score(
+            preds.predictions,
+            refs.answers,
+            refs.qa_types,
+            metrics,
+            java=args.java,
+            meteor_jar=args.meteor_jar,
+            meteor_timeout=args.meteor_timeout,
+            vectors=args.vectors,
+            max_tokens=args.max_tokens,
+            per_question=args.per_question,
+        )
+    except OSError as e:
+        _error(f"cannot read vectors file {args.vectors!r}: {e.strerror or e}")
+        return 2
+    except (TypeError, ValueError) as e:
+        _error(e)
+        return 2
+    result["inputs"] = {
+        "predictions": args.predictions,
+        "predictions_format": preds.format,
+        "references": ref_path,
+        "references_format": refs.format,
+    }
+    json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
+    sys.stdout.write("\n")
+    if args.table:
+        print(evaluator.format_table(result), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

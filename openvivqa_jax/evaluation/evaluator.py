@@ -1,0 +1,477 @@
+"""The evaluator: every metric of DESIGN §9, overall and per QA type, with counted notes.
+
+``score`` is what the trainer (through ``evaluate_split``) and ``python -m openvivqa_jax.evaluate``
+both call, so the two give the same numbers for the same predictions.
+
+Metrics (names as in the contract; values in [0, 1] except CIDEr in [0, 10]):
+
+=============  ===============================================================================
+BLEU-1..4      corpus BLEU, closest reference length (pycocoevalcap 1.2), :mod:`.bleu`
+ROUGE-L        beta 1.2, max precision/recall over references, mean over questions, :mod:`.rouge`
+CIDEr          CIDEr-D, sigma 6, IDF over the scored references, x10, :mod:`.cider`
+METEOR         Meteor 1.5 jar with ``-norm`` (as papers ran it), :mod:`.meteor`
+METEOR-vi      Meteor 1.5 jar without ``-norm`` (keeps Vietnamese letters whole), :mod:`.meteor`
+ANLS           ST-VQA, tau 0.5, RRC boundary rule (0.5 kept), :mod:`.anls`
+VQA-accuracy   official leave-one-out min(n/3, 1) with 10 answers, :mod:`.vqa_accuracy`
+EM, F1         SQuAD v1.1 style, max over references, :mod:`.squad`
+WMDRel         1 - WMD/2 over unit word vectors from a user file (only with ``vectors``), :mod:`.wmd`
+=============  ===============================================================================
+
+Group values: each group (``overall``, ``text_qa``, ``non_text_qa``) is scored as if it were the
+whole corpus: corpus BLEU and Meteor's aggregate over the group's questions, CIDEr's IDF over the
+group's references (what pycocoevalcap gives when run on that group alone), means for the rest.
+
+Robustness (DESIGN §9): inputs are sanitized (:mod:`.sanitize`); an empty prediction scores 0; a
+question whose reference list is empty (after dropping empty reference strings) is excluded; a
+one-question corpus gets a note that CIDEr's IDF is degenerate; a missing Java runtime or jar, a
+crashed JVM or a Meteor timeout leaves METEOR/METEOR-vi ``None`` with a note while the rest is
+computed. Everything skipped or changed is counted in ``counts`` and described in ``notes`` (and
+logged with absl logging).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from absl import logging
+
+from openvivqa_jax.evaluation import anls as anls_lib
+from openvivqa_jax.evaluation import bleu as bleu_lib
+from openvivqa_jax.evaluation import cider as cider_lib
+from openvivqa_jax.evaluation import meteor as meteor_lib
+from openvivqa_jax.evaluation import rouge as rouge_lib
+from openvivqa_jax.evaluation import squad as squad_lib
+from openvivqa_jax.evaluation import vqa_accuracy as vqa_lib
+from openvivqa_jax.evaluation import wmd as wmd_lib
+from openvivqa_jax.evaluation.formats import (
+    QA_TYPE_NON_TEXT,
+    QA_TYPE_TEXT,
+    QA_TYPE_UNKNOWN,
+    InputError,
+    parse_qa_type,
+)
+from openvivqa_jax.evaluation.ngrams import build_ngram_corpus
+from openvivqa_jax.evaluation.sanitize import MAX_TOKENS, SanitizeStats, sanitize_text
+
+__all__ = ["ALL_METRICS", "DEFAULT_METRICS", "GROUPS", "resolve_metrics", "score", "evaluate_split", "format_table"]
+
+BLEU_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4")
+#: Every metric name, in report order.
+ALL_METRICS = (*BLEU_METRICS, "ROUGE-L", "CIDEr", "METEOR", "METEOR-vi", "ANLS", "VQA-accuracy", "EM", "F1", "WMDRel")
+#: Metrics computed when none are named (WMDRel is added when a vectors file is given).
+DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m != "WMDRel")
+_ALIASES = {"BLEU": BLEU_METRICS, "METEOR-all": ("METEOR", "METEOR-vi"), "all": ALL_METRICS}
+#: Group name -> qa_type value.
+GROUPS = {"text_qa": QA_TYPE_TEXT, "non_text_qa": QA_TYPE_NON_TEXT}
+_MAX_IDS_IN_NOTE = 5
+
+
+def resolve_metrics(metrics: Sequence[str] | str | None, have_vectors: bool = False) -> list[str]:
+    """Expands and checks metric names (case-insensitive; ``BLEU`` = BLEU-1..4, ``all`` = every one).
+
+    Args:
+      metrics: names (or one comma-separated string); None for the defaults.
+      have_vectors: whether a vectors file was given (adds WMDRel to the defaults).
+
+    Returns:
+      The metric names in report order, without duplicates.
+
+    Raises:
+      ValueError: for an unknown name (the message lists the valid ones).
+    """
+    if metrics is None:
+        wanted = list(DEFAULT_METRICS) + (["WMDRel"] if have_vectors else [])
+    else:
+        if isinstance(metrics, str):
+            metrics = [metrics]
+        names = [p.strip() for m in metrics for p in str(m).split(",") if p.strip()]
+        lookup = {m.lower(): (m,) for m in ALL_METRICS}
+        lookup.update({k.lower(): v for k, v in _ALIASES.items()})
+        wanted = []
+        for name in names:
+            if name.lower() not in lookup:
+                raise ValueError(f"unknown metric {name!r}; valid: {', '.join(ALL_METRICS)} (or BLEU, METEOR-all, all)")
+            wanted.extend(lookup[name.lower()])
+    return [m for m in ALL_METRICS if m in set(wanted)]
+
+
+def _ids_text(ids: Sequence[str]) -> str:
+    shown = ", ".join(repr(i) for i in list(ids)[:_MAX_IDS_IN_NOTE])
+    return shown + (", ..." if len(ids) > _MAX_IDS_IN_NOTE else "")
+
+
+def _as_text(value: Any, qid: str, what: str) -> str | None:
+    """Returns ``value`` as a string, None for None; UTF-8 bytes (TFDS ``Text``) and numbers are
+    converted; other types raise ``TypeError`` naming the question."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, np.bytes_)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TypeError(f"question {qid!r}: {what} is not UTF-8 bytes ({e.reason})") from None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise TypeError(f"question {qid!r}: {what} must be a string, got {type(value).__name__}: {value!r}")
+
+
+def score(
+    predictions: Mapping[str, Any],
+    references: Mapping[str, Sequence[Any] | str],
+    qa_types: Mapping[str, Any] | None = None,
+    metrics: Sequence[str] | None = None,
+    *,
+    java: str | os.PathLike | None = None,
+    meteor_jar: str | os.PathLike | None = None,
+    meteor_timeout: float = meteor_lib.DEFAULT_TIMEOUT_S,
+    vectors: str | os.PathLike | wmd_lib.WordVectors | None = None,
+    max_tokens: int = MAX_TOKENS,
+    per_question: bool = False,
+) -> dict[str, Any]:
+    """Scores predictions against references with every requested metric.
+
+    Args:
+      predictions: question id -> predicted answer (str; None counts as an empty answer).
+      references: question id -> reference answers (a list of str, or one str).
+      qa_types: question id -> 1 (text QA), 0 (non-text QA), -1/None (unknown), or the names
+        "text"/"non-text". Per-type groups appear only for known types.
+      metrics: metric names (see :data:`ALL_METRICS`); None for :data:`DEFAULT_METRICS` (+ WMDRel
+        when ``vectors`` is given).
+      java: Java binary for METEOR (default ``$OPENVIVQA_JAVA`` or ``java`` on PATH).
+      meteor_jar: Meteor 1.5 jar (default ``$OPENVIVQA_METEOR_JAR`` or pycocoevalcap's).
+      meteor_timeout: seconds allowed for each Meteor mode.
+      vectors: word2vec text-format file (or loaded :class:`~.wmd.WordVectors`) for WMDRel.
+      max_tokens: tokens kept per string (longer strings are capped and counted).
+      per_question: also return every question's scores under ``"per_question"``.
+
+    Returns:
+      ``{"overall": {metric: value}, "text_qa": {...}, "non_text_qa": {...}, "num_questions":
+      {"overall": n, "text_qa": n1, "non_text_qa": n0}, "notes": [str], "counts": {str: int},
+      "human_performance": {...}, "metrics": [names], "per_question": {...}}``. A value is None when
+      the metric is unavailable (the notes say why). ``human_performance`` (ViQuAD protocol) is
+      present when EM or F1 is requested and some questions have two or more references.
+
+    Raises:
+      ValueError: unknown metric name or ``max_tokens`` < 1.
+      TypeError: a prediction or reference that is not a string/number (names the question).
+      OSError, ValueError: an unreadable or malformed vectors file (names the file).
+    """
+    names = resolve_metrics(metrics, have_vectors=vectors is not None)
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    notes: list[str] = []
+    counts: dict[str, int] = {}
+    stats = SanitizeStats()
+    qa_types = qa_types or {}
+
+    # ---- select, sanitize and validate the questions --------------------------------------------
+    ref_map = {str(k): v for k, v in references.items()}
+    type_map = {str(k): v for k, v in qa_types.items()}
+    pred_map = {str(k): v for k, v in predictions.items()}
+    missing = [q for q in pred_map if q not in ref_map]
+    unpredicted = [q for q in ref_map if q not in pred_map]
+    ids: list[str] = []
+    hyps: list[str] = []
+    refs: list[list[str]] = []
+    types: list[int] = []
+    none_pred, empty_hyp, excluded = [], [], []
+    dropped_refs = 0
+    for qid, raw_pred in pred_map.items():
+        if qid not in ref_map:
+            continue
+        pred = _as_text(raw_pred, qid, "prediction")
+        if pred is None:
+            none_pred.append(qid)
+            pred = ""
+        hyp = sanitize_text(pred, max_tokens=max_tokens, stats=stats, qid=qid)
+        raw_refs = ref_map[qid]
+        if isinstance(raw_refs, np.ndarray):
+            raw_refs = raw_refs.tolist()
+        if raw_refs is None:
+            raw_refs = []
+        elif isinstance(raw_refs, (str, bytes, int, float)) and not isinstance(raw_refs, bool):
+            raw_refs = [raw_refs]
+        elif not isinstance(raw_refs, (list, tuple)):
+            raise TypeError(f"question {qid!r}: references must be a list of strings, got {type(raw_refs).__name__}")
+        clean = []
+        for r in raw_refs:
+            r = _as_text(r, qid, "reference")
+            r = "" if r is None else sanitize_text(r, max_tokens=max_tokens, stats=stats, qid=qid)
+            if r:
+                clean.append(r)
+            else:
+                dropped_refs += 1
+        if not clean:
+            excluded.append(qid)
+            continue
+        if not hyp:
+            empty_hyp.append(qid)
+        try:
+            q_type = parse_qa_type(type_map.get(qid), f"question {qid!r}")
+        except InputError as e:
+            raise TypeError(str(e)) from None
+        ids.append(qid)
+        hyps.append(hyp)
+        refs.append(clean)
+        types.append(q_type)
+
+    def count(key: str, n_or_ids: Sequence[str] | int, message: str, ids_: Sequence[str] = ()) -> None:
+        n = n_or_ids if isinstance(n_or_ids, int) else len(n_or_ids)
+        ids_ = ids_ if isinstance(n_or_ids, int) else n_or_ids
+        counts[key] = n
+        if n:
+            text = message.format(n=n) + (f" (ids: {_ids_text(ids_)})" if ids_ else "")
+            notes.append(text)
+            logging.warning("evaluation: %s", text)
+
+    count("missing_in_references", missing, "{n} predictions have no reference entry and were not scored")
+    count("references_without_prediction", unpredicted, "{n} reference questions have no prediction and were not scored")
+    count("excluded_empty_references", excluded, "{n} questions have an empty reference list and were excluded")
+    count("dropped_empty_reference_strings", dropped_refs, "{n} empty reference strings were dropped")
+    count("none_predictions", none_pred, "{n} predictions were None and scored as empty answers")
+    count("empty_predictions", empty_hyp, "{n} predictions are empty after normalization and score 0")
+    count("capped_strings", stats.capped, f"{{n}} strings were capped at {max_tokens} tokens", stats.capped_ids)
+    count("separator_strings", stats.separators, "{n} strings contained '|||' (Meteor's separator), removed", stats.separator_ids)
+    count("control_char_strings", stats.control_chars, "{n} strings contained control characters, replaced by spaces")
+
+    n = len(ids)
+    type_arr = np.asarray(types, np.int64)
+    groups: dict[str, np.ndarray] = {"overall": np.arange(n)}
+    for g, t in GROUPS.items():
+        idx = np.flatnonzero(type_arr == t)
+        if idx.size:
+            groups[g] = idx
+    result: dict[str, Any] = {g: {} for g in groups}
+    result["num_questions"] = {g: int(idx.size) for g, idx in groups.items()}
+    result["num_questions"]["unknown_qa_type"] = int(np.sum(type_arr == QA_TYPE_UNKNOWN))
+    per_q: dict[str, np.ndarray] = {}
+
+    if n == 0:
+        notes.append("no question could be scored; every metric is None")
+        for m in names:
+            result["overall"][m] = None
+        result.update(notes=notes, counts=counts, metrics=names)
+        return result
+
+    def put_mean(name: str, values: np.ndarray) -> None:
+        per_q[name] = values
+        for g, idx in groups.items():
+            result[g][name] = float(np.mean(values[idx]))
+
+    # ---- n-gram metrics ---------------------------------------------------------------------------
+    if any(m in names for m in (*BLEU_METRICS, "CIDEr")):
+        corpus = build_ngram_corpus(hyps, refs)
+        if any(m in names for m in BLEU_METRICS):
+            bstats = bleu_lib.bleu_stats(corpus)
+            sent = bleu_lib.sentence_bleu(bstats)
+            for g, idx in groups.items():
+                values = bleu_lib.corpus_bleu(bstats, idx)
+                for k, m in enumerate(BLEU_METRICS):
+                    if m in names:
+                        result[g][m] = float(values[k])
+            for k, m in enumerate(BLEU_METRICS):
+                if m in names:
+                    per_q[m] = sent[:, k]
+        if "CIDEr" in names:
+            for g, idx in groups.items():
+                values = cider_lib.cider_d(corpus, idx)
+                result[g]["CIDEr"] = float(values.mean())
+                if g == "overall":
+                    per_q["CIDEr"] = values
+                if idx.size == 1:
+                    notes.append(
+                        f"CIDEr ({g}): only one question, so the IDF is degenerate (log(1) = 0 gives every "
+                        "n-gram weight 0) and CIDEr is 0 by construction; it says nothing about this answer"
+                    )
+    if "ROUGE-L" in names:
+        put_mean("ROUGE-L", rouge_lib.rouge_l(hyps, refs))
+
+    # ---- METEOR -------------------------------------------------------------------------------------
+    modes = [m for m in ("METEOR", "METEOR-vi") if m in names]
+    if modes:
+        outcomes = meteor_lib.meteor_scores_all_modes(
+            hyps,
+            refs,
+            {g: idx.tolist() for g, idx in groups.items() if g != "overall"},
+            modes=modes,
+            java=java,
+            meteor_jar=meteor_jar,
+            timeout=meteor_timeout,
+        )
+        for mode, outcome in outcomes.items():
+            if isinstance(outcome, meteor_lib.MeteorUnavailable):
+                for g in groups:
+                    result[g][mode] = None
+                text = f"{mode} unavailable: {outcome}"
+                notes.append(text)
+                logging.warning("evaluation: %s", text)
+                continue
+            per_item, per_group, _ = outcome
+            per_q[mode] = np.asarray(per_item, np.float64)
+            for g in groups:
+                result[g][mode] = per_group[g]
+
+    # ---- string-match metrics -------------------------------------------------------------------------
+    if "ANLS" in names:
+        put_mean("ANLS", anls_lib.anls(hyps, refs))
+    if "VQA-accuracy" in names:
+        acc, fallback = vqa_lib.vqa_accuracy(hyps, refs)
+        put_mean("VQA-accuracy", acc)
+        counts["vqa_exact_match_fallback"] = fallback
+        if fallback:
+            notes.append(
+                f"VQA-accuracy: {fallback} questions have fewer than {vqa_lib.MIN_ANSWERS} references; "
+                "scored by exact match with any reference instead of the leave-one-out rule"
+            )
+    if "EM" in names or "F1" in names:
+        em, f1 = squad_lib.em_f1(hyps, refs)
+        if "EM" in names:
+            put_mean("EM", em)
+        if "F1" in names:
+            put_mean("F1", f1)
+        h_em, h_f1, several = squad_lib.human_performance(refs)
+        if several.any():
+            hp: dict[str, Any] = {"protocol": "ViQuAD 5.1: each answer in turn against the others, max over them, mean"}
+            for g, idx in groups.items():
+                sel = idx[several[idx]]
+                if sel.size:
+                    hp[g] = {"EM": float(h_em[sel].mean()), "F1": float(h_f1[sel].mean()), "num_questions": int(sel.size)}
+            result["human_performance"] = hp
+
+    # ---- embedding relevance ---------------------------------------------------------------------------
+    if "WMDRel" in names:
+        if vectors is None:
+            for g in groups:
+                result[g]["WMDRel"] = None
+            notes.append("WMDRel unavailable: no word-vectors file given (--vectors)")
+        else:
+            wv = vectors
+            if not isinstance(wv, wmd_lib.WordVectors):
+                needed = {t for h in hyps for t in h.split()} | {t for rs in refs for r in rs for t in r.split()}
+                wv = wmd_lib.load_word_vectors(vectors, needed)
+            values, unknown, total = wmd_lib.wmd_relevance(hyps, refs, wv)
+            put_mean("WMDRel", values)
+            counts["wmd_unknown_tokens"] = unknown
+            if unknown:
+                notes.append(
+                    f"WMDRel: {unknown} of {total} tokens have no vector in {wv.path}; each counts as its own "
+                    "direction (distance 0 to itself, sqrt(2) to other words)"
+                )
+
+    # ---- order and finish ------------------------------------------------------------------------------
+    for g in groups:
+        result[g] = {m: result[g].get(m) for m in names}
+    result.update(notes=notes, counts=counts, metrics=names)
+    if per_question:
+        result["per_question"] = {
+            qid: {m: (float(per_q[m][i]) if m in per_q else None) for m in names} for i, qid in enumerate(ids)
+        }
+    return result
+
+
+def evaluate_split(
+    records: Sequence[Mapping[str, Any]],
+    out_dir: str | os.PathLike | None,
+    split: str,
+    metrics: Sequence[str] | None = None,
+    **score_kwargs: Any,
+) -> dict[str, Any]:
+    """Scores a split's predictions and writes ``<split>_metrics.json`` and ``<split>_predictions.json``.
+
+    Args:
+      records: one per question: ``{question_id, question, prediction, references: list[str], qa_type}``.
+      out_dir: directory for the two files (created if needed); None scores without writing.
+      split: split name used in the file names.
+      metrics: metric names (None: the defaults of :func:`score`).
+      **score_kwargs: passed to :func:`score` (``java``, ``meteor_jar``, ``vectors``, ...).
+
+    Returns:
+      The metrics dict of :func:`score` (also written to ``<split>_metrics.json``).
+
+    Raises:
+      ValueError: a record without ``question_id``/``prediction``/``references``, a duplicate id or
+        a bad QA type (the message names the record).
+      TypeError: a prediction or reference that is not text (names the question).
+    """
+    preds: dict[str, Any] = {}
+    refs: dict[str, Any] = {}
+    types: dict[str, Any] = {}
+    clean_records = []
+    for i, rec in enumerate(records):
+        for key in ("question_id", "prediction", "references"):
+            if key not in rec:
+                raise ValueError(f"split {split!r}: record {i} (question {rec.get('question_id')!r}) has no {key!r}")
+        raw_id = rec["question_id"]
+        qid = _as_text(raw_id, str(raw_id), "question id") if raw_id is not None else None
+        if not qid:
+            raise ValueError(f"split {split!r}: record {i} has an empty question id")
+        if qid in preds:
+            raise ValueError(f"split {split!r}: record {i}: duplicate question id {qid!r}")
+        raw_refs = rec["references"]
+        if isinstance(raw_refs, np.ndarray):
+            raw_refs = raw_refs.tolist()
+        if isinstance(raw_refs, (str, bytes)) or raw_refs is None:
+            raw_refs = [] if raw_refs is None else [raw_refs]
+        preds[qid] = _as_text(rec["prediction"], qid, "prediction")
+        refs[qid] = [_as_text(r, qid, "reference") for r in raw_refs]
+        types[qid] = parse_qa_type(rec.get("qa_type"), f"split {split!r}: question {qid!r}")
+        clean_records.append(
+            {
+                "question_id": qid,
+                "question": _as_text(rec.get("question", ""), qid, "question") or "",
+                "prediction": preds[qid],
+                "references": refs[qid],
+                "qa_type": types[qid],
+            }
+        )
+    if out_dir is None:  # e.g. non-zero JAX processes: score only
+        result = score(preds, refs, types, metrics, **score_kwargs)
+        logging.info("%s metrics:\n%s", split, format_table(result))
+        return result
+    os.makedirs(out_dir, exist_ok=True)
+    pred_path = os.path.join(os.fspath(out_dir), f"{split}_predictions.json")
+    with open(pred_path, "w", encoding="utf-8") as f:
+        json.dump(clean_records, f, ensure_ascii=False, indent=1)
+    result = score(preds, refs, types, metrics, **score_kwargs)
+    metrics_path = os.path.join(os.fspath(out_dir), f"{split}_metrics.json")
+    with open(metrics_path, "w", encoding="utf-8") as f:
+        json.dump(result, f, ensure_ascii=False, indent=2)
+    logging.info("%s metrics (%s):\n%s", split, metrics_path, format_table(result))
+    return result
+
+
+def format_table(metrics: Mapping[str, Any]) -> str:
+    """Formats a :func:`score` result as a plain-text table (metrics x groups) with the notes.
+
+    Args:
+      metrics: the dict returned by :func:`score`.
+
+    Returns:
+      A multi-line string; unavailable values print as ``n/a``.
+    """
+    groups = [g for g in ("overall", *GROUPS) if g in metrics]
+    names = list(metrics.get("metrics") or metrics.get("overall", {}).keys())
+    width = max([len(m) for m in names] + [len("questions")])
+    lines = [" ".join([" " * width] + [f"{g:>12}" for g in groups])]
+    for m in names:
+        cells = []
+        for g in groups:
+            v = metrics[g].get(m)
+            cells.append(f"{'n/a':>12}" if v is None else f"{v:12.4f}")
+        lines.append(" ".join([m.ljust(width)] + cells))
+    nq = metrics.get("num_questions", {})
+    lines.append(" ".join(["questions".ljust(width)] + [f"{nq.get(g, 0):>12d}" for g in groups]))
+    hp = metrics.get("human_performance")
+    if hp and "overall" in hp:
+        lines.append(f"human performance (ViQuAD protocol): EM {hp['overall']['EM']:.4f}  F1 {hp['overall']['F1']:.4f}")
+    for note in metrics.get("notes", []):
+        lines.append(f"note: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,345 @@
+"""Readers for prediction and reference files in the published formats.
+
+References (``load_references``), detected from the content:
+
+============================  =================================================================  =========
+format                        layout                                                             qa_type
+============================  =================================================================  =========
+OpenViVQA public release      ``{"images": {id: file}, "annotations": {qid: {image_id,           from
+                              question, answer}}}`` (``vlsp2023_*_data.json``)                   QA-type
+OpenViVQA list form (older)   ``{"images": [{id, filename}], "annotations": [{id, image_id,      if present
+                              question, answers, QA-type}]}``
+ViVQA CSV                     header ``,question,answer,img_id,type``; question id = the row      unknown
+                              index (first column, else the data-row number); ``type`` is the
+                              question category (0-3), not text/non-text
+SQuAD v1.1                    ``{"data": [{"paragraphs": [{"qas": [{id, answers: [{text}]}]}]}]}``  unknown
+TextVQA / ST-VQA              ``{"data": [{question_id, question, answers: [...]}]}``             text QA
+plain mapping                 ``{qid: [answers]}`` or ``{qid: answer}``                           unknown
+evaluator records             ``[{question_id, question, prediction, references, qa_type}]``      as given
+============================  =================================================================  =========
+
+Predictions (``load_predictions``): ``{qid: answer}`` (also the public release's Codalab
+submission), the evaluator's predictions file (records as above; it also carries references), or a
+list of ``{question_id, answer}`` records (TextVQA/ST-VQA submission style).
+
+All ids become strings. Every error is an :class:`InputError` whose one-line message names the file
+and, where it applies, the record.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "QA_TYPE_TEXT",
+    "QA_TYPE_NON_TEXT",
+    "QA_TYPE_UNKNOWN",
+    "InputError",
+    "ReferenceSet",
+    "PredictionSet",
+    "parse_qa_type",
+    "load_references",
+    "load_predictions",
+    "references_from_json",
+    "predictions_from_json",
+]
+
+# Same values as tfds_builders.common (not imported: it pulls in TensorFlow Datasets).
+QA_TYPE_TEXT = 1
+QA_TYPE_NON_TEXT = 0
+QA_TYPE_UNKNOWN = -1
+
+_QA_TYPE_NAMES = {
+    "1": QA_TYPE_TEXT,
+    "text": QA_TYPE_TEXT,
+    "text_qa": QA_TYPE_TEXT,
+    "text-qa": QA_TYPE_TEXT,
+    "0": QA_TYPE_NON_TEXT,
+    "non-text": QA_TYPE_NON_TEXT,
+    "non_text": QA_TYPE_NON_TEXT,
+    "nontext": QA_TYPE_NON_TEXT,
+    "non_text_qa": QA_TYPE_NON_TEXT,
+    "non-text-qa": QA_TYPE_NON_TEXT,
+    "-1": QA_TYPE_UNKNOWN,
+    "unknown": QA_TYPE_UNKNOWN,
+    "": QA_TYPE_UNKNOWN,
+}
+
+
+class InputError(ValueError):
+    """A prediction or reference file cannot be used; the message names the file and record."""
+
+
+@dataclasses.dataclass
+class ReferenceSet:
+    """References of a split.
+
+    Attributes:
+      answers: question id -> reference answers (possibly empty: the evaluator excludes and counts it).
+      qa_types: question id -> 1 (text QA), 0 (non-text QA) or -1 (unknown).
+      questions: question id -> question text, where the file has it.
+      format: the detected format name.
+      path: the file.
+    """
+
+    answers: dict[str, list[Any]]
+    qa_types: dict[str, int]
+    questions: dict[str, str]
+    format: str
+    path: str = ""
+
+
+@dataclasses.dataclass
+class PredictionSet:
+    """Predictions of a split.
+
+    Attributes:
+      predictions: question id -> predicted answer.
+      references: the references the file carries (evaluator records), else None.
+      format: the detected format name.
+      path: the file.
+    """
+
+    predictions: dict[str, Any]
+    references: ReferenceSet | None
+    format: str
+    path: str = ""
+
+
+def parse_qa_type(value: Any, where: str = "") -> int:
+    """Maps a QA-type field (1/0/-1, "text"/"non-text", None) to 1, 0 or -1.
+
+    Raises:
+      InputError: for any other value (the message includes ``where``).
+    """
+    if value is None:
+        return QA_TYPE_UNKNOWN
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "shape", None) == ():
+        value = value.item()  # numpy scalar (e.g. int32 from a TFDS example)
+    if isinstance(value, bool):
+        raise InputError(f"{where}: QA type must be 1 (text), 0 (non-text) or -1, got {value!r}")
+    if isinstance(value, (int, float)) and float(value).is_integer():
+        value = str(int(value))
+    if isinstance(value, str) and value.strip().lower() in _QA_TYPE_NAMES:
+        return _QA_TYPE_NAMES[value.strip().lower()]
+    raise InputError(f"{where}: QA type must be 1 (text), 0 (non-text) or -1, got {value!r}")
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise InputError(f"cannot read {what} file {path!r}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"cannot read {what} file {path!r}: it is a directory") from None
+    except PermissionError:
+        raise InputError(f"cannot read {what} file {path!r}: permission denied") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"cannot read {what} file {path!r}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"cannot read {what} file {path!r}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except OSError as e:
+        raise InputError(f"cannot read {what} file {path!r}: {e.strerror or e}") from None
+
+
+def _answers_list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list):
+        out = []
+        for a in value:
+            if isinstance(a, dict) and "text" in a:  # SQuAD-style {text, answer_start}
+                a = a["text"]
+            elif isinstance(a, dict) and "answer" in a:  # VQA-style {answer, answer_id}
+                a = a["answer"]
+            out.append(a)
+        return out
+    raise InputError(f"{where}: answers must be a string or a list of strings, got {type(value).__name__}")
+
+
+def _add(ref: ReferenceSet, qid: Any, answers: list[Any], qa_type: int, question: Any, where: str) -> None:
+    if qid is None or isinstance(qid, (dict, list)):
+        raise InputError(f"{where}: missing or invalid question id {qid!r}")
+    qid = str(qid)
+    if qid in ref.answers:
+        raise InputError(f"{where}: duplicate question id {qid!r}")
+    ref.answers[qid] = answers
+    ref.qa_types[qid] = qa_type
+    if isinstance(question, str):
+        ref.questions[qid] = question
+
+
+def _qa_type_of(rec: Mapping[str, Any], where: str, default: int = QA_TYPE_UNKNOWN) -> int:
+    for key in ("QA-type", "qa_type", "QA_type", "qa-type"):
+        if key in rec:
+            return parse_qa_type(rec[key], where)
+    return default
+
+
+def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
+    """Parses references already loaded from JSON (any supported JSON format; see the module doc).
+
+    Raises:
+      InputError: unknown layout or a malformed record (named in the message).
+    """
+    if isinstance(data, dict) and "annotations" in data:
+        anns = data["annotations"]
+        if isinstance(anns, dict):  # public release
+            ref = ReferenceSet({}, {}, {}, "openvivqa-public", path)
+            for qid, rec in anns.items():
+                where = f"{path}: annotation {qid!r}"
+                if not isinstance(rec, dict):
+                    raise InputError(f"{where}: expected an object, got {type(rec).__name__}")
+                if "answer" not in rec and "answers" not in rec:
+                    raise InputError(f"{where}: no 'answer' field")
+                answers = _answers_list(rec.get("answer", rec.get("answers")), where)
+                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where)
+            return ref
+        if isinstance(anns, list):  # older list form
+            ref = ReferenceSet({}, {}, {}, "openvivqa-list", path)
+            for i, rec in enumerate(anns):
+                where = f"{path}: annotations[{i}]"
+                if not isinstance(rec, dict):
+                    raise InputError(f"{where}: expected an object, got {type(rec).__name__}")
+                qid = rec.get("id", rec.get("question_id"))
+                where = f"{path}: annotation {qid!r} (annotations[{i}])"
+                if "answers" not in rec and "answer" not in rec:
+                    raise InputError(f"{where}: no 'answers' field")
+                answers = _answers_list(rec.get("answers", rec.get("answer")), where)
+                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where)
+            return ref
+        raise InputError(f"{path}: 'annotations' must be an object or a list")
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        items = data["data"]
+        if items and isinstance(items[0], dict) and "paragraphs" in items[0]:  # SQuAD v1.1
+            ref = ReferenceSet({}, {}, {}, "squad-v1.1", path)
+            for a_i, article in enumerate(items):
+                for p_i, para in enumerate(article.get("paragraphs", [])):
+                    for q_i, qa in enumerate(para.get("qas", [])):
+                        where = f"{path}: data[{a_i}].paragraphs[{p_i}].qas[{q_i}]"
+                        if not isinstance(qa, dict) or "id" not in qa:
+                            raise InputError(f"{where}: no 'id' field")
+                        answers = _answers_list(qa.get("answers"), f"{where} (id {qa['id']!r})")
+                        _add(ref, qa["id"], answers, QA_TYPE_UNKNOWN, qa.get("question"), where)
+            return ref
+        name = str(data.get("dataset_name", "textvqa/st-vqa")).lower()
+        ref = ReferenceSet({}, {}, {}, name, path)
+        for i, rec in enumerate(items):
+            where = f"{path}: data[{i}]"
+            if not isinstance(rec, dict) or "question_id" not in rec:
+                raise InputError(f"{where}: no 'question_id' field")
+            where = f"{path}: question {rec['question_id']!r} (data[{i}])"
+            answers = _answers_list(rec.get("answers"), where)
+            # Every TextVQA / ST-VQA question needs the image text to be answered.
+            _add(ref, rec["question_id"], answers, _qa_type_of(rec, where, QA_TYPE_TEXT), rec.get("question"), where)
+        return ref
+    if isinstance(data, list):  # evaluator records
+        ref = ReferenceSet({}, {}, {}, "records", path)
+        for i, rec in enumerate(data):
+            where = f"{path}: record {i}"
+            if not isinstance(rec, dict) or "question_id" not in rec:
+                raise InputError(f"{where}: expected an object with 'question_id'")
+            where = f"{path}: question {rec['question_id']!r} (record {i})"
+            key = next((k for k in ("references", "answers", "answer") if k in rec), None)
+            if key is None:
+                raise InputError(f"{where}: no 'references' field")
+            _add(ref, rec["question_id"], _answers_list(rec[key], where), _qa_type_of(rec, where), rec.get("question"), where)
+        return ref
+    if isinstance(data, dict):  # plain mapping
+        ref = ReferenceSet({}, {}, {}, "mapping", path)
+        for qid, value in data.items():
+            _add(ref, qid, _answers_list(value, f"{path}: question {qid!r}"), QA_TYPE_UNKNOWN, None, path)
+        return ref
+    raise InputError(f"{path}: unrecognized reference format (top level is {type(data).__name__})")
+
+
+def _load_csv(path: str) -> ReferenceSet:
+    ref = ReferenceSet({}, {}, {}, "vivqa-csv", path)
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f)
+            fields = reader.fieldnames or []
+            if "answer" not in fields:
+                raise InputError(f"{path}: CSV has no 'answer' column (columns: {fields})")
+            index_col = fields[0] if fields and fields[0] not in ("question", "answer", "img_id", "type") else None
+            for row_no, row in enumerate(reader):
+                where = f"{path}: row {row_no} (line {reader.line_num})"
+                qid = row.get(index_col) if index_col is not None else None
+                qid = qid if qid not in (None, "") else str(row_no)
+                answer = row.get("answer")
+                _add(ref, qid, [] if answer is None else [answer], QA_TYPE_UNKNOWN, row.get("question"), where)
+    except FileNotFoundError:
+        raise InputError(f"cannot read references file {path!r}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"cannot read references file {path!r}: not UTF-8 text ({e.reason})") from None
+    except csv.Error as e:
+        raise InputError(f"cannot read references file {path!r}: malformed CSV: {e}") from None
+    except OSError as e:
+        raise InputError(f"cannot read references file {path!r}: {e.strerror or e}") from None
+    return ref
+
+
+def load_references(path: str | os.PathLike) -> ReferenceSet:
+    """Reads a reference file in any supported format (``.csv`` is ViVQA CSV, anything else JSON).
+
+    Raises:
+      InputError: unreadable file, invalid JSON/CSV, unknown layout or malformed record.
+    """
+    path = os.fspath(path)
+    if path.lower().endswith(".csv"):
+        return _load_csv(path)
+    return references_from_json(_read_json(path, "references"), path)
+
+
+def predictions_from_json(data: Any, path: str = "<json>") -> PredictionSet:
+    """Parses predictions already loaded from JSON (see the module doc).
+
+    Raises:
+      InputError: unknown layout, duplicate ids or a malformed record (named in the message).
+    """
+    if isinstance(data, dict):
+        if "annotations" in data or "data" in data:
+            raise InputError(f"{path}: this looks like a reference file (has 'annotations'/'data'), not predictions")
+        preds = {}
+        for qid, value in data.items():
+            if isinstance(value, (list, dict)):
+                raise InputError(
+                    f"{path}: question {qid!r}: prediction must be a string, got {type(value).__name__} "
+                    "(a {{question_id: [answers]}} file is a reference file)"
+                )
+            preds[str(qid)] = value
+        return PredictionSet(preds, None, "mapping", path)
+    if isinstance(data, list):
+        preds: dict[str, Any] = {}
+        has_refs = bool(data) and all(isinstance(r, dict) and "references" in r for r in data)
+        for i, rec in enumerate(data):
+            if not isinstance(rec, dict) or "question_id" not in rec:
+                raise InputError(f"{path}: record {i}: expected an object with 'question_id'")
+            qid = str(rec["question_id"])
+            key = "prediction" if "prediction" in rec else "answer" if "answer" in rec else None
+            if key is None:
+                raise InputError(f"{path}: question {qid!r} (record {i}): no 'prediction' or 'answer' field")
+            if qid in preds:
+                raise InputError(f"{path}: question {qid!r} (record {i}): duplicate question id")
+            preds[qid] = rec[key]
+        refs = references_from_json(data, path) if has_refs else None
+        return PredictionSet(preds, refs, "records" if has_refs else "answer-records", path)
+    raise InputError(f"{path}: unrecognized predictions format (top level is {type(data).__name__})")
+
+
+def load_predictions(path: str | os.PathLike) -> PredictionSet:
+    """Reads a predictions file (JSON).
+
+    Raises:
+      InputError: unreadable file, invalid JSON, unknown layout or malformed record.
+    """
+    path = os.fspath(path)
+    return predictions_from_json(_read_json(path, "predictions"), path)
