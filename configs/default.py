@@ -6,6 +6,7 @@ e.g. ``--config.train.num_train_steps=500``.
 """
 
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -16,8 +17,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.data = ml_collections.ConfigDict()
     c.data.builder = "synthetic_openvivqa"
     c.data.builder_config = "default"
-    c.data.data_dir = None  # None: ~/tensorflow_datasets
-    c.data.manual_dir = None
+    c.data.data_dir = placeholder(str)  # None: ~/tensorflow_datasets
+    c.data.manual_dir = placeholder(str)
     c.data.builder_kwargs = ml_collections.ConfigDict()
     c.data.train_split = "train"
     c.data.eval_split = "validation"  # dev split: periodic evaluation and best-checkpoint selection
@@ -54,13 +55,13 @@ def get_config() -> ml_collections.ConfigDict:
 
     c.train = ml_collections.ConfigDict()
     c.train.batch_size = 32  # global batch
-    c.train.num_train_steps = 1500
+    c.train.num_train_steps = 2000
     c.train.optimizer = "adam"
     c.train.b1 = 0.9
     c.train.b2 = 0.98
     c.train.weight_decay = 0.0
     c.train.schedule = "noam"  # lr = lr_scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5)
-    c.train.lr_scale = 2.0
+    c.train.lr_scale = 0.3
     c.train.learning_rate = 1e-3  # used by the 'constant' and 'm4c' schedules
     c.train.warmup_steps = 200
     c.train.decay_steps = ()  # 'm4c' schedule: multiply by decay_factor at these steps
@@ -89,12 +90,25 @@ def get_config() -> ml_collections.ConfigDict:
     c.mesh = ml_collections.ConfigDict()
     c.mesh.shape = (-1, 1)  # ('data', 'model'); -1 takes the remaining devices
     c.mesh.axes = ("data", "model")
-    c.sharding_rules = ()  # ((regex over parameter path, PartitionSpec tuple), ...); unmatched: replicated
+    # (regex over the parameter path, PartitionSpec tuple); first match wins, unmatched: replicated.
+    # Attention heads, FFN hidden units and the vocabulary go along 'model' (Megatron-style).
+    c.sharding_rules = (
+        (r".*/(query|key|value)/kernel", (None, "model")),
+        (r".*/(query|key|value)/bias", ("model",)),
+        (r".*/attn/out/kernel|.*_attn/out/kernel", ("model", None)),
+        (r".*/wi/kernel", (None, "model")),
+        (r".*/wi/bias", ("model",)),
+        (r".*/wo/kernel", ("model", None)),
+        (r".*/vocab_head/kernel", (None, "model")),
+        (r".*/vocab_head/bias", ("model",)),
+        (r".*embedding/embedding", (None, "model")),
+    )
+    c.fsdp = False  # also shard the largest remaining dimension of every parameter along 'data' 
     c.distributed = ml_collections.ConfigDict()
     c.distributed.initialize = False
-    c.distributed.coordinator_address = None
-    c.distributed.num_processes = None
-    c.distributed.process_id = None
-    c.distributed.local_device_ids = None
+    c.distributed.coordinator_address = placeholder(str)
+    c.distributed.num_processes = placeholder(int)
+    c.distributed.process_id = placeholder(int)
+    c.distributed.local_device_ids = placeholder(str)
     c.distributed.cpu_collectives = ""  # e.g. 'gloo' for multi-process CPU runs
     return c

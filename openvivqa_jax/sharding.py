@@ -24,8 +24,11 @@ __all__ = ["create_mesh", "path_str", "spec_for", "param_shardings", "batch_shar
 def create_mesh(shape: Sequence[int], axes: Sequence[str] = ("data", "model"), devices=None) -> Mesh:
     """A device mesh of ``shape`` over ``axes``; one ``-1`` entry takes the remaining devices.
 
+    A shape without ``-1`` that needs fewer devices than exist uses the first ones (e.g. a (1, 1) mesh
+    to predict on one device of eight).
+
     Raises:
-      ValueError: if the shape does not match the number of devices.
+      ValueError: if the shape does not fit the number of devices.
     """
     devices = jax.devices() if devices is None else devices
     n = len(devices)
@@ -37,9 +40,15 @@ def create_mesh(shape: Sequence[int], axes: Sequence[str] = ("data", "model"), d
         if n % known:
             raise ValueError(f"mesh shape {shape} does not divide the {n} devices")
         shape[shape.index(-1)] = n // known
+    if int(np.prod(shape)) < n and -1 not in list(shape):
+        devices = list(devices)[: int(np.prod(shape))]
+        n = len(devices)
     if int(np.prod(shape)) != n:
         raise ValueError(f"mesh shape {tuple(shape)} needs {int(np.prod(shape))} devices, {n} are available")
-    return jax.make_mesh(tuple(shape), tuple(axes), devices=devices)
+    # Auto axes: XLA's SPMD partitioner propagates shardings from the annotated inputs/outputs; models
+    # carry no sharding annotations of their own.
+    return jax.make_mesh(tuple(shape), tuple(axes), devices=devices,
+                         axis_types=(jax.sharding.AxisType.Auto,) * len(axes))
 
 
 def path_str(path) -> str:

@@ -32,9 +32,11 @@ from absl import logging
 from flax import nnx, struct
 
 from openvivqa_jax import decoding, evaluation, sharding
+from openvivqa_jax.evaluation import copying
 from openvivqa_jax.data import pipeline
-from openvivqa_jax.models import build_model
+from openvivqa_jax.models import build_model, model_class
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
+from openvivqa_jax.text.answer_list import AnswerList
 from openvivqa_jax.text.answer_vocab import AnswerVocab
 from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
 
@@ -128,6 +130,22 @@ def load_tokenizer(cfg, workdir: str, train_records=None) -> Tokenizer:
     return Tokenizer(path)
 
 
+def load_answer_list(cfg, workdir: str, train_records_fn) -> AnswerList:
+    """Loads ``<workdir>/answers.json`` or builds the top-``model.num_answers`` list from the train split
+    (never dev/test) and writes it; sets ``cfg.model.num_answers`` to the list's length."""
+    path = os.path.join(workdir, "answers.json")
+    if os.path.exists(path):
+        alist = AnswerList.load(path)
+    else:
+        answers = [a for r in train_records_fn() for a in r.answers]
+        alist = AnswerList.build(answers, int(cfg.model.num_answers))
+        if jax.process_index() == 0:
+            alist.save(path)
+    with cfg.unlocked():
+        cfg.model.num_answers = len(alist)
+    return alist
+
+
 class _JsonlWriter:
     def __init__(self, path: str):
         self.path = path
@@ -165,10 +183,18 @@ class Trainer:
         if not os.path.exists(spm_path):
             train_records = self.records(cfg.data.train_split)
         self.tokenizer = load_tokenizer(cfg, self.workdir, train_records)
-        self.vocab = AnswerVocab(self.tokenizer, cfg.model.num_ocr, cfg.model.max_answer_len)
-        self.pre = pipeline.Preprocessor(cfg, self.tokenizer, counter=self.counter)
-        self.pre_no_ocr = pipeline.Preprocessor(cfg, self.tokenizer, mask_ocr=True, counter=self.counter)
+        klass = model_class(cfg.model.name)
+        self.is_generator = klass.is_generator
+        self.answer_list = None
+        if not self.is_generator:
+            self.answer_list = load_answer_list(cfg, self.workdir, lambda: self.records(cfg.data.train_split))
         model = build_model(cfg.model, self.tokenizer.vocab_size, seed=cfg.seed)
+        kw = dict(counter=self.counter, allow_copy=getattr(klass, "copies_ocr", False),
+                  answer_list=self.answer_list, num_ocr_classes=getattr(model, "num_ocr_classes", 0))
+        self.vocab = AnswerVocab(self.tokenizer, cfg.model.num_ocr, cfg.model.max_answer_len,
+                                 allow_copy=kw["allow_copy"])
+        self.pre = pipeline.Preprocessor(cfg, self.tokenizer, **kw)
+        self.pre_no_ocr = pipeline.Preprocessor(cfg, self.tokenizer, mask_ocr=True, **kw)
         self.graphdef, params = nnx.split(model, nnx.Param)
         del model
         self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
@@ -207,6 +233,8 @@ class Trainer:
         """Mean loss of ``batch`` and metrics; pure in ``params``."""
         model = nnx.merge(self.graphdef, params)
         logits = model(batch, deterministic=deterministic, rngs=nnx.Rngs(dropout=key))
+        if not self.is_generator:
+            return model.loss(logits, batch)
         if self.cfg.train.loss == "bce":
             return pointer_bce_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
                                     batch["ocr_mask"])
@@ -233,6 +261,16 @@ class Trainer:
         """The jitted decoder ``(params, batch) -> (ids, scores)`` for the eval config (cached)."""
         e = self.cfg.eval
         key = (method or e.decoding, beam_size or e.beam_size, e.alpha if alpha is None else alpha)
+        if key not in self._decode_fns and not self.is_generator:
+            graphdef = self.graphdef
+
+            @jax.jit
+            def classify(params, batch):
+                model = nnx.merge(graphdef, params)
+                logits = model(batch)
+                return model.predict(logits, batch), jnp.max(logits, -1)
+
+            self._decode_fns[key] = classify
         if key not in self._decode_fns:
             self._decode_fns[key] = decoding.make_decode_fn(
                 self.graphdef, max_len=self.cfg.model.max_answer_len, method=key[0], beam_size=key[1], alpha=key[2])
@@ -259,7 +297,10 @@ class Trainer:
             for row, i, v in zip(ids, index, valid):
                 if v:
                     ocr = [] if mask_ocr else recs[int(i)].ocr_texts[: self.cfg.model.num_ocr]
-                    preds[int(i)] = self.vocab.decode(row, ocr)
+                    if self.is_generator:
+                        preds[int(i)] = self.vocab.decode(row, ocr)
+                    else:
+                        preds[int(i)] = self.answer_list.decode(int(row), ocr)
         missing = [r.question_id for r in recs if r.index not in preds]
         if missing:
             raise RuntimeError(f"evaluation of {split} produced no prediction for {len(missing)} questions, "
@@ -417,8 +458,9 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             acc = {}
             writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
             tr.jsonl.write(step, "train", vals)
-            logging.info("step %d/%d loss %.4f tok_acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
-                         vals["loss"], vals["token_accuracy"], vals["learning_rate"],
+            logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
+                         vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
+                         vals["learning_rate"],
                          t.log_every_steps / max(1e-9, time.time() - t0))
             t0 = time.time()
         if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
@@ -445,6 +487,12 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     return results
 
 
+def _rewrite_metrics(tr: Trainer, tag: str, metrics: dict) -> None:
+    if jax.process_index() == 0:
+        with open(os.path.join(tr.workdir, "eval", f"{tag}_metrics.json"), "w", encoding="utf-8") as f:
+            json.dump(metrics, f, ensure_ascii=False, indent=2)
+
+
 def final_evaluation(tr: Trainer, writer, step: int) -> dict:
     """Scores dev and test with the best checkpoint, prints tables and example answers, and the test
     split again with OCR tokens masked out (``eval.ocr_ablation``)."""
@@ -461,6 +509,13 @@ def final_evaluation(tr: Trainer, writer, step: int) -> dict:
         metrics, preds = tr.evaluate(split)
         results[split] = metrics
         lines.append(_print_table(f"{split} ({len(preds)} questions)", metrics))
+        copy = copying.shop_name_copy_rate(preds)
+        if copy["rate"] is not None:
+            metrics["shop_name_copy_rate"] = copy
+            lines.append(f"shop-name questions whose answer contains the full name: {copy['rate']:.1%} "
+                         f"({copy['num_copied']}/{copy['num_questions']})")
+            tr.jsonl.write(step, "final", {f"{split}/shop_name_copy_rate": copy["rate"]})
+            _rewrite_metrics(tr, split, metrics)
         if split == cfg.data.test_split:
             lines.append(f"\n== example answers ({split}) ==")
             for p in preds[: cfg.eval.num_examples_to_print]:
@@ -469,9 +524,20 @@ def final_evaluation(tr: Trainer, writer, step: int) -> dict:
         tr.jsonl.write(step, "final", {f"{split}/{k}": v for k, v in metrics["overall"].items() if v is not None})
     test = cfg.data.test_split
     if cfg.eval.get("ocr_ablation") and test in results:
-        metrics, _ = tr.evaluate(test, mask_ocr=True, tag=f"{test}_no_ocr")
+        metrics, preds = tr.evaluate(test, mask_ocr=True, tag=f"{test}_no_ocr")
         results[f"{test}_no_ocr"] = metrics
         lines.append(_print_table(f"{test} with OCR tokens masked out", metrics))
+        copy = copying.shop_name_copy_rate(preds)
+        if copy["rate"] is not None:
+            metrics["shop_name_copy_rate"] = copy
+            lines.append(f"shop-name copy rate without OCR: {copy['rate']:.1%}")
+            _rewrite_metrics(tr, f"{test}_no_ocr", metrics)
+        with_ocr = (results[test].get("text_qa") or {}).get("CIDEr")
+        without = (metrics.get("text_qa") or {}).get("CIDEr")
+        if with_ocr is not None and without is not None:
+            ratio = with_ocr / without if without > 0 else float("inf")
+            lines.append(f"text-QA CIDEr with OCR {with_ocr:.3f} vs masked {without:.3f}: ratio {ratio:.2f}")
+            tr.jsonl.write(step, "final", {f"{test}/text_qa_cider_ocr_ratio": ratio})
     if jax.process_index() == 0:
         print("\n".join(lines), flush=True)
     return results

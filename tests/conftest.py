@@ -25,11 +25,21 @@ def load_config(path: str):
     return mod.get_config()
 
 
+#: Tiny sizes for model-specific fields (applied when the model's config has the field).
+TINY_MODEL_FIELDS = dict(word_dim=16, lstm_dim=24, attention_dim=16, num_glimpses=2, context_glimpses=1,
+                         classifier_dim=24, num_answers=7, num_text_layers=1, num_mmt_layers=2)
+
+
 def tiny_model_config(name: str = "mlpag"):
-    """The default config shrunk to a few thousand parameters' worth of compute."""
-    cfg = load_config("configs/default.py")
+    """The synthetic config of ``name`` (configs/synthetic/<name>.py, else configs/default.py) shrunk to a
+    few thousand parameters' worth of compute."""
+    path = f"configs/synthetic/{name}.py"
+    cfg = load_config(path if os.path.exists(os.path.join(ROOT, path)) else "configs/default.py")
     m = cfg.model
     m.name = name
+    for k, v in TINY_MODEL_FIELDS.items():
+        if k in m:
+            m[k] = v
     m.d_model = 32
     m.num_heads = 2
     m.ffn_dim = 64
@@ -73,6 +83,10 @@ def random_batch(cfg, vocab_size: int, batch: int = 2, seed: int = 0) -> dict:
         out["region_boxes"] = np.tile(np.array([0.1, 0.1, 0.5, 0.5], np.float32), (batch, R, 1))
         out["region_mask"] = np.ones((batch, R), bool)
     out["decoder_in"][:, 0] = 2
+    if "num_answers" in m:  # classifiers: soft scores over K answers (+ N OCR slots for LoRRA)
+        C = m.num_answers + (N if m.name == "lorra" else 0)
+        out["answer_scores"] = (rng.integers(0, 4, (batch, C)) * (rng.random((batch, C)) < 0.3) / 3.0).astype(
+            np.float32)
     return out
 
 

@@ -8,8 +8,10 @@ Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openv
 Variants (``--config configs/openvivqa/mlpag.py:<variant>``):
 
 * ``images`` (default): images + tesseract OCR at build time; a CNN backbone gives grid features.
-* ``features``: the authors' pre-extracted per-image feature files (region features 1024-d + boxes,
+* ``features``: the authors' pre-extracted per-image feature files (region features 2048-d + boxes,
   scene-text tokens), i.e. the paper's setting.
+* ``benchmark``: ``features`` at DESIGN §10's benchmark shapes (50 regions of 1024-d, 50 OCR tokens with
+  det 256 / rec 256 / fastText 300 features, question 20, answer 20, vocabulary 4,000, batch 64).
 """
 
 import importlib.util
@@ -27,13 +29,13 @@ def _default():
 
 
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
-    """Returns the paper-size MLPAG config; ``variant`` is ``images`` or ``features``."""
-    if variant not in ("images", "features"):
-        raise ValueError(f"unknown variant {variant!r}; expected 'images' or 'features'")
+    """Returns the paper-size MLPAG config; ``variant`` is ``images``, ``features`` or ``benchmark``."""
+    if variant not in ("images", "features", "benchmark"):
+        raise ValueError(f"unknown variant {variant!r}; expected 'images', 'features' or 'benchmark'")
     c = _default()
     c.data.builder = "openvivqa"
     c.data.builder_config = "default" if variant == "images" else "features"
-    c.data.manual_dir = None  # required: --config.data.manual_dir=<folder with the release JSON + images>
+    # c.data.manual_dir is required: --config.data.manual_dir=<folder with the release JSON + images>
     c.data.train_split = "train"
     c.data.eval_split = "dev"
     c.data.test_split = "test"
@@ -59,8 +61,11 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     else:
         m.vision.kind = "region"
         m.vision.num_regions = 50
-        m.vision.region_dim = 1024
+        m.vision.region_dim = 2048
         m.ocr_features = ("pieces", "phoc", "appearance")
+        if variant == "benchmark":
+            m.vision.region_dim = 1024
+            m.ocr_extra_features = {"ocr_det": 256, "ocr_rec": 256, "ocr_fasttext": 300}
 
     t = c.train
     t.batch_size = 64

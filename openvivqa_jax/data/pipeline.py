@@ -210,9 +210,14 @@ class Preprocessor:
       tokenizer: the SentencePiece tokenizer.
       mask_ocr: drop every OCR token (the no-OCR ablation).
       counter: a :class:`SkipCounter` for truncations.
+      allow_copy: answers may copy OCR tokens (models with a pointer network).
+      answer_list: for classifiers, the :class:`~openvivqa_jax.text.answer_list.AnswerList`; adds
+        ``answer_scores`` ``(K + num_ocr_classes,)`` soft scores over all references.
+      num_ocr_classes: OCR classes of the classifier (LoRRA: ``num_ocr``; others 0).
     """
 
-    def __init__(self, cfg, tokenizer: Tokenizer, mask_ocr: bool = False, counter: SkipCounter | None = None):
+    def __init__(self, cfg, tokenizer: Tokenizer, mask_ocr: bool = False, counter: SkipCounter | None = None,
+                 allow_copy: bool = True, answer_list=None, num_ocr_classes: int = 0):
         m = cfg.model
         self.cfg = cfg
         self.tok = tokenizer
@@ -225,7 +230,9 @@ class Preprocessor:
         self.region_dim = m.vision.get("region_dim", 0)
         self.phoc_alphabet = m.get("phoc_alphabet", "vietnamese")
         self.phoc_dim = get_phoc_spec(self.phoc_alphabet).dim
-        self.vocab = AnswerVocab(tokenizer, m.num_ocr, m.max_answer_len)
+        self.vocab = AnswerVocab(tokenizer, m.num_ocr, m.max_answer_len, allow_copy=allow_copy)
+        self.answer_list = answer_list
+        self.num_ocr_classes = num_ocr_classes
         self.mask_ocr = mask_ocr
         self.counter = counter or SkipCounter()
         self._image = functools.lru_cache(maxsize=cfg.data.get("image_cache_size", 8192))(self._decode_image)
@@ -288,6 +295,8 @@ class Preprocessor:
             self.counter.add("answer_truncated")
         out.update(decoder_in=enc.decoder_in, target_vocab=enc.target_vocab, target_ocr=enc.target_ocr,
                    target_mask=enc.target_mask if answer is not None else np.zeros_like(enc.target_mask))
+        if self.answer_list is not None:
+            out["answer_scores"] = self.answer_list.scores(rec.answers, texts, self.num_ocr_classes).astype(np.float32)
         out["index"] = np.int32(rec.index)
         out["valid"] = np.bool_(True)
         return out

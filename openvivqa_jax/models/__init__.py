@@ -10,14 +10,32 @@ import importlib
 import jax.numpy as jnp
 from flax import nnx
 
-__all__ = ["MODEL_REGISTRY", "build_model"]
+__all__ = ["MODEL_REGISTRY", "build_model", "model_class"]
 
 #: ``name -> "module:Class"``; modules are imported lazily.
 MODEL_REGISTRY = {
     "mlpag": "openvivqa_jax.models.mlpag:MLPAG",
+    "fst": "openvivqa_jax.models.fst:FST",
+    "qumlag": "openvivqa_jax.models.qumlag:QuMLAG",
+    "m4c": "openvivqa_jax.models.m4c:M4C",
+    "saaa": "openvivqa_jax.models.saaa:SAAA",
+    "mcan": "openvivqa_jax.models.mcan:MCAN",
+    "lorra": "openvivqa_jax.models.lorra:LoRRA",
 }
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def model_class(name: str):
+    """The class registered as ``name`` (``is_generator``, ``copies_ocr`` tell how to feed it).
+
+    Raises:
+      ValueError: for an unknown model name.
+    """
+    if name not in MODEL_REGISTRY:
+        raise ValueError(f"unknown model {name!r}; known: {sorted(MODEL_REGISTRY)}")
+    module, cls = MODEL_REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def build_model(model_cfg, vocab_size: int, seed: int = 0):
@@ -35,12 +53,8 @@ def build_model(model_cfg, vocab_size: int, seed: int = 0):
     Raises:
       ValueError: for an unknown model name or dtype.
     """
-    name = model_cfg.name
-    if name not in MODEL_REGISTRY:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODEL_REGISTRY)}")
+    klass = model_class(model_cfg.name)
     dtype_name = model_cfg.get("dtype", "float32")
     if dtype_name not in _DTYPES:
         raise ValueError(f"unknown model dtype {dtype_name!r}; known: {sorted(_DTYPES)}")
-    module, cls = MODEL_REGISTRY[name].split(":")
-    klass = getattr(importlib.import_module(module), cls)
     return klass(model_cfg, vocab_size, rngs=nnx.Rngs(params=seed), dtype=_DTYPES[dtype_name])

@@ -21,13 +21,15 @@ from flax import nnx
 
 from openvivqa_jax.models.layers import NEG_INF
 
-__all__ = ["GeneratorModel", "pointer_softmax_loss", "pointer_bce_loss", "extended_targets"]
+__all__ = ["GeneratorModel", "MemoryDecoderGenerator", "pointer_softmax_loss", "pointer_bce_loss", "extended_targets"]
 
 
 class GeneratorModel(nnx.Module):
     """Base class of answer-generating models (see the module docstring for the interface)."""
 
     is_generator = True
+    #: Whether answers may copy OCR tokens (a pointer network); False for FST and QuMLAG.
+    copies_ocr = True
     vocab_size: int
     num_ocr: int
 
@@ -35,6 +37,37 @@ class GeneratorModel(nnx.Module):
         """Teacher-forced logits ``(batch, ans_len, V + N)`` float32."""
         enc = self.encode(batch, deterministic=deterministic, rngs=rngs)
         return self.decode_train(enc, batch["decoder_in"], deterministic=deterministic, rngs=rngs)
+
+
+class MemoryDecoderGenerator(GeneratorModel):
+    """A generator whose ``encode`` returns a fused memory for the transformer answer decoder
+    (:class:`~openvivqa_jax.models.decoder.AnswerDecoder`): FST, QuMLAG and MLPAG.
+
+    Subclasses set ``self.decoder`` and return ``{memory (batch, M, d), memory_mask (batch, M),
+    ocr_feats (batch, N, d), ocr_mask (batch, N)}`` from ``encode``; the decoding methods below are the
+    generator interface of :mod:`openvivqa_jax.models.base` over that memory (the same as MLPAG's).
+    """
+
+    decoder: nnx.Module
+
+    def decode_train(self, enc, decoder_in, *, deterministic=True, rngs=None):
+        """Teacher-forced logits ``(batch, ans_len, V + N)`` float32 (eq. 7 / eq. 8)."""
+        return self.decoder(decoder_in, enc["memory"], enc["memory_mask"], enc["ocr_feats"], enc["ocr_mask"],
+                            deterministic=deterministic, rngs=rngs)
+
+    def prepare_decode(self, enc):
+        """Per-example decoding constants: cross-attention K/V of the memory, computed once."""
+        return {"cross_kv": self.decoder.precompute(enc["memory"]), "memory_mask": enc["memory_mask"],
+                "ocr_feats": enc["ocr_feats"], "ocr_mask": enc["ocr_mask"]}
+
+    def init_cache(self, batch_size: int, max_len: int):
+        """Decoder self-attention KV cache for ``max_len`` steps."""
+        return self.decoder.init_cache(batch_size, max_len)
+
+    def decode_step(self, dec, ids_t, t, cache):
+        """One cached step: ``(logits (batch, V + N), cache)``."""
+        return self.decoder.step(ids_t, t, cache, dec["cross_kv"], dec["memory_mask"], dec["ocr_feats"],
+                                 dec["ocr_mask"])
 
 
 def extended_targets(target_vocab: jax.Array, target_ocr: jax.Array, vocab_size: int) -> jax.Array:

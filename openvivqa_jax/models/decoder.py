@@ -55,7 +55,6 @@ class AnswerDecoder(nnx.Module):
         self.use_pointer = use_pointer
         self.embedding = nnx.Embed(vocab_size, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.pos_embedding = nnx.Embed(max_len, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
-        self.ocr_in = dense(d_model, d_model, rngs, dtype)
         self.in_norm = _ln(d_model, rngs, dtype)
         self.layers = nnx.List([
             DecoderLayer(d_model, num_heads, ffn_dim, dropout, rngs=rngs, dtype=dtype) for _ in range(num_layers)
@@ -63,6 +62,7 @@ class AnswerDecoder(nnx.Module):
         self.final_norm = _ln(d_model, rngs, dtype)
         self.vocab_head = dense(d_model, vocab_size, rngs, dtype)
         if use_pointer:
+            self.ocr_in = dense(d_model, d_model, rngs, dtype)
             self.ptr_query = dense(d_model, d_model, rngs, dtype)
             self.ptr_key = dense(d_model, d_model, rngs, dtype)
         self.dropout = nnx.Dropout(dropout)
@@ -81,6 +81,8 @@ class AnswerDecoder(nnx.Module):
         V = self.vocab_size
         is_ocr = ids >= V
         tok = self.embedding(jnp.where(is_ocr, 0, ids))
+        if not self.use_pointer:
+            return self.in_norm(tok + self.pos_embedding(positions)[None])
         slot = jnp.clip(ids - V, 0, self.num_ocr - 1)
         ocr_proj = self.ocr_in(ocr_feats)
         copied = jnp.take_along_axis(ocr_proj, slot[..., None], axis=1)

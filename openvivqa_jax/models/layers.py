@@ -149,8 +149,16 @@ class CrossBlock(nnx.Module):
         return x + self.dropout(h, deterministic=deterministic, rngs=rngs)
 
 
-class EncoderBlock(CrossBlock):
+class EncoderBlock(nnx.Module):
     """Pre-LN self-attention block over ``x`` ``(batch, len, d)`` with key mask ``(batch, len)``."""
+
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, *, rngs: nnx.Rngs,
+                 dtype: Any = jnp.float32):
+        self.norm_q = _ln(d_model, rngs, dtype)
+        self.attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
+        self.norm_ffn = _ln(d_model, rngs, dtype)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
+        self.dropout = nnx.Dropout(dropout)
 
     def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None, attn_mask=None):
         """``attn_mask`` (optional) overrides the key mask with a full ``(batch, 1|H, len, len)`` mask."""

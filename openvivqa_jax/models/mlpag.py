@@ -22,7 +22,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
-from openvivqa_jax.models.base import GeneratorModel
+from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.decoder import AnswerDecoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, VisionEncoder
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock
@@ -56,7 +56,7 @@ def fuse_sum(x_s, s_mask, x_i, i_mask):
     return xs + xi, ms | mi
 
 
-class MLPAG(GeneratorModel):
+class MLPAG(MemoryDecoderGenerator):
     """MLPAG (paper §4.3). See the module docstring.
 
     Args:
@@ -118,22 +118,3 @@ class MLPAG(GeneratorModel):
             memory = jnp.concatenate([x_s, x_i], 1)
             mem_mask = jnp.concatenate([s_mask, i_mask], 1)
         return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
-
-    def decode_train(self, enc, decoder_in, *, deterministic=True, rngs=None):
-        """Teacher-forced logits ``(batch, ans_len, V + N)``."""
-        return self.decoder(decoder_in, enc["memory"], enc["memory_mask"], enc["ocr_feats"], enc["ocr_mask"],
-                            deterministic=deterministic, rngs=rngs)
-
-    def prepare_decode(self, enc):
-        """Per-example decoding constants: cross-attention K/V computed once."""
-        return {"cross_kv": self.decoder.precompute(enc["memory"]), "memory_mask": enc["memory_mask"],
-                "ocr_feats": enc["ocr_feats"], "ocr_mask": enc["ocr_mask"]}
-
-    def init_cache(self, batch_size: int, max_len: int):
-        """Self-attention KV cache for ``max_len`` steps."""
-        return self.decoder.init_cache(batch_size, max_len)
-
-    def decode_step(self, dec, ids_t, t, cache):
-        """One cached step: ``(logits (batch, V + N), cache)``."""
-        return self.decoder.step(ids_t, t, cache, dec["cross_kv"], dec["memory_mask"], dec["ocr_feats"],
-                                 dec["ocr_mask"])

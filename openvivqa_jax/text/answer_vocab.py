@@ -56,14 +56,17 @@ class AnswerVocab:
       tokenizer: the SentencePiece tokenizer (``V = tokenizer.vocab_size``).
       num_ocr: number of OCR slots ``N``.
       max_len: answer length in decoder steps, EOS included.
+      allow_copy: False for models without a pointer network (FST, QuMLAG): every word becomes its
+        pieces, so no step has only OCR slots as positives.
     """
 
-    def __init__(self, tokenizer: Tokenizer, num_ocr: int, max_len: int):
+    def __init__(self, tokenizer: Tokenizer, num_ocr: int, max_len: int, allow_copy: bool = True):
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.num_ocr = num_ocr
         self.max_len = max_len
         self.size = self.vocab_size + num_ocr
+        self.allow_copy = allow_copy
 
     def encode(self, answer: str, ocr_tokens: Sequence[str]) -> EncodedAnswer:
         """Encodes one normalized answer against the example's OCR tokens.
@@ -84,7 +87,7 @@ class AnswerVocab:
         num_copy = 0
         for word in answer.split():
             pieces = tok.encode(word)
-            if word in slots:
+            if self.allow_copy and word in slots:
                 match = slots[word]
                 vocab_pos = pieces[0] if len(pieces) == 1 else -1
                 steps.append((vocab_pos, match, V + match[0]))

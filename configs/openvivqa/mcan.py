@@ -1,0 +1,71 @@
+"""MCAN at paper sizes on the real OpenViVQA dataset (Yu et al. 2019; paper §5.1; DESIGN §6).
+
+Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
+
+    python -m openvivqa_jax.main --config configs/openvivqa/mcan.py --workdir runs/mcan \
+        --config.data.manual_dir=~/data/openvivqa
+
+Variants (``--config configs/openvivqa/mcan.py:<variant>``): ``images`` (default; images + OCR, grid
+features from a CNN), ``features`` (the authors' pre-extracted region features and scene text, the paper's
+setting), ``benchmark`` (``features`` at DESIGN §10's benchmark shapes). Data, tokenizer, training and
+evaluation settings are configs/openvivqa/mlpag.py's, so the models compare on equal terms.
+
+Classifier: ``model.num_answers`` is ``K``, the top-K training answers
+(:class:`openvivqa_jax.text.answer_list.AnswerList`; set it to ``len(answer_list)`` when the train split
+has fewer distinct answers). Predictions are decoded to text and scored by the same evaluator.
+"""
+
+import importlib.util
+import os
+
+import ml_collections
+
+#: ``--config configs/openvivqa/mcan.py:<variant>``.
+VARIANTS = ("images", "features", "benchmark")
+
+
+def _base(variant: str) -> ml_collections.ConfigDict:
+    """The data/train/eval settings shared by the paper-size configs: configs/openvivqa/mlpag.py's
+    ``images`` or ``features`` variant; ``benchmark`` is ``features`` at DESIGN §10's shapes (batch 64,
+    question 20, answer 20, 50 regions of 1024-d with boxes, 50 OCR tokens with det 256, rec 256 and
+    fastText 300 features, vocabulary 4,000)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlpag.py")
+    spec = importlib.util.spec_from_file_location("configs_openvivqa_mlpag", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = mod.get_config("images" if variant == "images" else "features")
+    if variant == "benchmark":
+        c.train.batch_size = 64
+        c.tokenizer.vocab_size = 4000
+        c.model.max_question_len = 20
+        c.model.max_answer_len = 20
+        c.model.num_ocr = 50
+        c.model.vision.num_regions = 50
+        c.model.vision.region_dim = 1024
+        # Extra per-token OCR features (batch keys; the input pipeline must provide them).
+        c.model.ocr_extra_features = ml_collections.ConfigDict({"ocr_det": 256, "ocr_rec": 256, "ocr_fasttext": 300})
+    return c
+
+
+def get_config(variant: str = "images") -> ml_collections.ConfigDict:
+    """Returns the paper-size MCAN config for ``variant`` (``images``, ``features`` or ``benchmark``).
+
+    Raises:
+      ValueError: for an unknown variant.
+    """
+    c = _base(variant)
+    m = c.model
+    m.name = "mcan"
+    m.d_model = 512
+    m.num_heads = 8
+    m.ffn_dim = 2048
+    m.dropout = 0.1
+    m.num_fusion_layers = 6  # MCAN: 6 SA + 6 SGA units (encoder-decoder)
+    m.word_dim = 300
+    m.num_glimpses = 1  # AttFlat glimpses
+    m.classifier_dim = 1024  # AttFlat output (MCAN: 2 d)
+    m.num_answers = 3000
+    m.classifier_loss = "bce"
+    return c

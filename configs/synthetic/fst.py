@@ -1,0 +1,32 @@
+"""FST on the embedded synthetic OpenViVQA set (paper §4.1, eq. 5-7; small sizes for CPU minutes).
+
+configs/default.py with the model swapped: grid features from the small CNN, an LSTM question encoder,
+stacked attention with ``num_glimpses`` glimpses, the transformer decoder (vocabulary only).
+"""
+
+import importlib.util
+import os
+
+import ml_collections
+
+
+def _default() -> ml_collections.ConfigDict:
+    """configs/default.py, loaded from its file path."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "default.py")
+    spec = importlib.util.spec_from_file_location("configs_default", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
+
+
+def get_config() -> ml_collections.ConfigDict:
+    """Returns the synthetic FST config."""
+    c = _default()
+    m = c.model
+    m.name = "fst"
+    m.word_dim = m.d_model  # question piece embedding width (LSTM input)
+    m.lstm_dim = m.d_model  # d_Q
+    m.attention_dim = m.d_model  # width of W_I, W_Q in eq. 5
+    m.num_glimpses = 2  # G columns of a in eq. 5 (the authors' code: 2)
+    m.append_question = True  # memory [x_f; W x_Q] (authors' code); False: x_f only (eq. 7)
+    return c

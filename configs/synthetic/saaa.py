@@ -1,0 +1,34 @@
+"""SAAA on the embedded synthetic OpenViVQA set (Kazemi & Elqursh 2017; small sizes for CPU minutes).
+
+configs/default.py with the model swapped: a classifier over the top ``num_answers`` training answers
+(set ``model.num_answers = len(AnswerList)``), trained with softmax cross-entropy on soft scores.
+"""
+
+import importlib.util
+import os
+
+import ml_collections
+
+
+def _default() -> ml_collections.ConfigDict:
+    """configs/default.py, loaded from its file path."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "default.py")
+    spec = importlib.util.spec_from_file_location("configs_default", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
+
+
+def get_config() -> ml_collections.ConfigDict:
+    """Returns the synthetic SAAA config."""
+    c = _default()
+    m = c.model
+    m.name = "saaa"
+    m.word_dim = m.d_model
+    m.lstm_dim = m.d_model
+    m.attention_dim = m.d_model
+    m.num_glimpses = 2
+    m.classifier_dim = 2 * m.d_model
+    m.num_answers = 1000  # K, an upper bound: the answer list may be shorter
+    m.classifier_loss = "softmax"
+    return c

@@ -1,0 +1,119 @@
+"""Parameter counts of the paper-size configs, as a markdown table.
+
+Usage::
+
+    python -m openvivqa_jax.models.param_count [--config_dir configs/openvivqa]
+
+Every ``*.py`` config in ``--config_dir`` is loaded with each of its variants (the module's ``VARIANTS``;
+for a config without that list, ``images`` and ``features`` are tried and a variant its ``get_config``
+rejects with ``ValueError`` is skipped; a config whose ``get_config`` takes no argument has one row).
+Models are built abstractly (``nnx.eval_shape``: shapes only, no memory, no initialization), so the
+whole table takes seconds. Columns: model, config (``path:variant``), parameters (float32 master
+weights), d_model, layers (the model's stacks, from its config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import inspect
+import os
+import sys
+
+import jax
+import numpy as np
+from flax import nnx
+
+from openvivqa_jax.models import build_model
+
+__all__ = ["count_params", "layer_summary", "config_rows", "format_table", "main"]
+
+
+def count_params(model_cfg, vocab_size: int) -> int:
+    """Number of ``nnx.Param`` scalars of ``build_model(model_cfg, vocab_size)`` (built abstractly)."""
+    model = nnx.eval_shape(lambda: build_model(model_cfg, vocab_size))
+    return int(sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
+
+
+def layer_summary(m) -> str:
+    """The model's layer stacks from its config ``m`` (``config.model``), e.g. ``"text 12 + MMT 4"``."""
+    name = m.name
+    if name == "fst":
+        return f"LSTM + {m.num_glimpses}-glimpse stacked attention, decoder {m.num_decoder_layers}"
+    if name == "qumlag":
+        return f"LSTM, SA {m.num_fusion_layers} + SA/GA {m.num_fusion_layers}, decoder {m.num_decoder_layers}"
+    if name == "mlpag":
+        return f"fusion {m.num_fusion_layers} x (SA, context, spatial), decoder {m.num_decoder_layers}"
+    if name == "m4c":
+        return f"text {m.num_text_layers} + MMT {m.num_mmt_layers}"
+    if name == "saaa":
+        return f"LSTM + {m.num_glimpses}-glimpse attention, MLP"
+    if name == "mcan":
+        return f"LSTM, SA {m.num_fusion_layers} + SA/GA {m.num_fusion_layers}, AttFlat"
+    if name == "lorra":
+        return f"LSTM, {m.num_glimpses}-glimpse image + {m.context_glimpses}-glimpse OCR attention, MLP"
+    return "?"
+
+
+def _load(path: str):
+    spec = importlib.util.spec_from_file_location("param_count_" + os.path.basename(path)[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _configs(mod):
+    """``[(variant or None, config)]`` of a config module."""
+    variants = getattr(mod, "VARIANTS", None)
+    if variants is None:
+        takes_arg = len(inspect.signature(mod.get_config).parameters) > 0
+        variants = ("images", "features") if takes_arg else (None,)
+    out = []
+    for v in variants:
+        try:
+            out.append((v, mod.get_config() if v is None else mod.get_config(v)))
+        except ValueError:
+            continue
+    return out
+
+
+def config_rows(config_dir: str) -> list[dict]:
+    """One row per (config file, variant) in ``config_dir``: model, config, parameters, d_model, layers.
+
+    Raises:
+      FileNotFoundError: if ``config_dir`` holds no ``*.py`` config.
+    """
+    paths = sorted(p for p in glob.glob(os.path.join(config_dir, "*.py")) if not p.endswith("__init__.py"))
+    if not paths:
+        raise FileNotFoundError(f"no *.py config in {config_dir}")
+    rows = []
+    for path in paths:
+        for variant, cfg in _configs(_load(path)):
+            m = cfg.model
+            rows.append(dict(model=m.name, config=path + (f":{variant}" if variant else ""),
+                             parameters=count_params(m, cfg.tokenizer.vocab_size), d_model=m.d_model,
+                             layers=layer_summary(m)))
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """Markdown table of :func:`config_rows` output (parameters with thousands separators and in millions)."""
+    lines = ["| model | config | parameters | d_model | layers |", "|---|---|---:|---:|---|"]
+    for r in rows:
+        p = r["parameters"]
+        lines.append(f"| {r['model']} | {r['config']} | {p:,} ({p / 1e6:.1f}M) | {r['d_model']} | {r['layers']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; prints the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config_dir", default="configs/openvivqa", help="folder of paper-size configs")
+    args = parser.parse_args(argv)
+    print(format_table(config_rows(args.config_dir)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

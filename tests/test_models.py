@@ -1,0 +1,521 @@
+"""The model zoo: every model builds, runs forward/loss/grad; each key mechanism against numpy.
+
+Checked against values computed here independently (numpy):
+FST's LSTM question vector and stacked attention (eq. 5-6); QuMLAG's question-guided attention and its
+masking; M4C's prefix-LM mask (no leak of later answer tokens into the prefix or earlier steps), its
+pointer scores (eq. 11) and tied previous-output embeddings; the classifier losses and their gradients
+(class 0 and LoRRA's OCR classes trained, OCR padding excluded); the answer list's soft scores.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from conftest import ROOT, random_batch, tiny_model_config
+from openvivqa_jax import decoding
+from openvivqa_jax.models import MODEL_REGISTRY, build_model
+from openvivqa_jax.models import m4c as m4c_module
+from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
+from openvivqa_jax.models.classifier import soft_bce_loss, soft_cross_entropy_loss
+from openvivqa_jax.models.fst import glimpse_vectors, stacked_fusion
+from openvivqa_jax.models.param_count import config_rows, count_params, format_table
+from openvivqa_jax.text.answer_list import AnswerList
+
+V = 40
+ALL = sorted(MODEL_REGISTRY)
+
+
+def _np(x):
+    return np.asarray(x, np.float64)
+
+
+def _model(name, vocab=V, seed=0, **overrides):
+    cfg = tiny_model_config(name)
+    for k, v in overrides.items():
+        cfg.model[k] = v
+    return cfg, build_model(cfg.model, vocab, seed=seed)
+
+
+# ----------------------------------------------------------------------------- numpy references
+def np_layer_norm(x, ln, eps=1e-6):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * _np(ln.scale[...]) + _np(ln.bias[...])
+
+
+def np_linear(x, lin):
+    return x @ _np(lin.kernel[...]) + (_np(lin.bias[...]) if lin.bias is not None else 0.0)
+
+
+def np_softmax(z, axis=-1):
+    z = z - z.max(axis, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis, keepdims=True)
+
+
+def np_mha(attn, q_in, kv_in):
+    """Unmasked attention of ``q_in`` (q, d) over ``kv_in`` (k, d): the caller passes only valid keys."""
+    H, hd = attn.num_heads, attn.head_dim
+    q = np_linear(q_in, attn.query).reshape(len(q_in), H, hd)
+    k = np_linear(kv_in, attn.key).reshape(len(kv_in), H, hd)
+    v = np_linear(kv_in, attn.value).reshape(len(kv_in), H, hd)
+    p = np_softmax(np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd))
+    return np_linear(np.einsum("hqk,khd->qhd", p, v).reshape(len(q_in), H * hd), attn.out)
+
+
+def np_cross_block(blk, x, ctx):
+    """Pre-LN CrossBlock: ``x`` (q, d) attends to ``ctx`` (k, d), then the FFN, both residual."""
+    x = x + np_mha(blk.attn, np_layer_norm(x, blk.norm_q), np_layer_norm(ctx, blk.norm_kv))
+    h = np.maximum(np_linear(np_layer_norm(x, blk.norm_ffn), blk.ffn.wi), 0)
+    return x + np_linear(h, blk.ffn.wo)
+
+
+def np_lstm_final(cell, x, length):
+    """OptimizedLSTMCell run over ``x[:length]`` (x: (l, in)); gates i, f, g, o. Returns the last h."""
+    n = cell.hidden_features
+    h, c = np.zeros(n), np.zeros(n)
+    sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    for t in range(length):
+        y = x[t] @ _np(cell.dense_i.kernel[...]) + h @ _np(cell.dense_h.kernel[...]) + _np(cell.dense_h.bias[...])
+        i, f, g, o = np.split(y, 4)
+        c = sig(f) * c + sig(i) * np.tanh(g)
+        h = sig(o) * np.tanh(c)
+    return h
+
+
+# ----------------------------------------------------------------------------- every model
+def _loss(model, logits, batch):
+    if model.is_generator:
+        return pointer_softmax_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"])[0]
+    return model.loss(logits, batch)[0]
+
+
+# Parameters that legitimately get no gradient: EncoderBlock inherits CrossBlock's ``norm_kv`` but
+# normalizes keys with ``norm_q`` (layers.py); vocabulary-only decoders (FST, QuMLAG) feed zero OCR
+# features, so ``decoder.ocr_in``'s kernel is unused.
+_UNUSED = ("norm_kv", "'decoder']['ocr_in']['kernel']")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_model_forward_loss_grad(name):
+    cfg, model = _model(name)
+    batch = random_batch(cfg, V, batch=3, seed=1)
+    m = cfg.model
+    if model.is_generator:
+        batch["decoder_in"][:, 2] = V + 1  # a copy step feeds back OCR slot 1
+        batch["target_ocr"][:, 1, 1] = True
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    @jax.jit
+    def loss_and_grad(params, key):
+        def f(p):
+            mdl = nnx.merge(graphdef, p)
+            logits = mdl(batch, deterministic=False, rngs=nnx.Rngs(dropout=key))
+            return _loss(mdl, logits, batch), logits
+        return jax.value_and_grad(f, has_aux=True)(params)
+
+    (loss, logits), grads = loss_and_grad(params, jax.random.key(0))
+    if model.is_generator:
+        assert logits.shape == (3, m.max_answer_len, V + m.num_ocr)
+    else:
+        extra = m.num_ocr if name == "lorra" else 0
+        assert logits.shape == (3, m.num_answers + extra)
+        assert model.predict(logits, batch).shape == (3,)
+    assert logits.dtype == jnp.float32
+    assert np.isfinite(float(loss)) and float(loss) > 0
+    dead = []
+    for path, g in jax.tree_util.tree_leaves_with_path(grads):
+        g = np.asarray(g)
+        assert np.isfinite(g).all(), jax.tree_util.keystr(path)
+        if not np.abs(g).max() > 0 and not any(u in jax.tree_util.keystr(path) for u in _UNUSED):
+            dead.append(jax.tree_util.keystr(path))
+    assert not dead, f"{name}: parameters without gradient: {dead}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in ("fst", "qumlag", "m4c") if n in MODEL_REGISTRY])
+def test_jitted_beam_search_runs(name):
+    cfg, model = _model(name)
+    graphdef, params = nnx.split(model, nnx.Param)
+    T = cfg.model.max_answer_len
+    batch = random_batch(cfg, V, batch=2)
+    ids, score = decoding.make_decode_fn(graphdef, max_len=T, beam_size=2)(params, batch)
+    assert ids.shape == (2, T) and np.isfinite(np.asarray(score)).all()
+    if name != "m4c":  # vocabulary-only decoders never copy
+        assert (np.asarray(ids) < V).all()
+
+
+def test_lstm_question_vector_is_final_hidden_state():
+    cfg, model = _model("fst")
+    batch = random_batch(cfg, V, batch=3, seed=2)
+    lengths = batch["question_mask"].sum(-1)
+    assert len(set(lengths.tolist())) > 1
+    _, x_q = model.question(jnp.asarray(batch["question"]), jnp.asarray(batch["question_mask"]))
+    emb = _np(model.question.embedding.embedding[...])[batch["question"]]
+    for b in range(3):
+        ref = np_lstm_final(model.question.lstm.cell, emb[b], int(lengths[b]))
+        np.testing.assert_allclose(np.asarray(x_q[b]), ref, atol=1e-5)
+    # Padding tokens do not change the question vector.
+    b2 = dict(batch, question=np.where(batch["question_mask"], batch["question"], 7))
+    _, x_q2 = model.question(jnp.asarray(b2["question"]), jnp.asarray(batch["question_mask"]))
+    np.testing.assert_array_equal(np.asarray(x_q), np.asarray(x_q2))
+
+
+# ----------------------------------------------------------------------------- FST eq. 5-6
+def test_fst_stacked_attention_matches_eq5_eq6():
+    cfg, model = _model("fst", num_glimpses=3)
+    att = model.attention
+    rng = np.random.default_rng(0)
+    d, dq, s = cfg.model.d_model, cfg.model.lstm_dim, 6
+    x_i = rng.standard_normal((2, s, d)).astype(np.float32)
+    x_q = rng.standard_normal((2, dq)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 0, 1, 0, 0]], bool)
+    a = np.asarray(att(jnp.asarray(x_i), jnp.asarray(mask), jnp.asarray(x_q)))
+    x_f = np.asarray(stacked_fusion(jnp.asarray(a), jnp.asarray(x_i)))
+    # eq. 5: a = softmax over the s positions of W_x relu(W_I x_I + W_Q x_Q), one column per glimpse.
+    h = np.maximum(_np(x_i) @ _np(att.w_image.kernel[...]) + np_linear(_np(x_q), att.w_question)[:, None], 0)
+    logits = np_linear(h, att.w_x)  # (2, s, G)
+    ref_a = np.zeros_like(logits)
+    for b in range(2):
+        ref_a[b][mask[b]] = np_softmax(logits[b][mask[b]], axis=0)
+    np.testing.assert_allclose(a, ref_a, atol=1e-5)
+    assert a.shape == (2, s, 3)
+    np.testing.assert_allclose(a.sum(1), 1.0, atol=1e-5)
+    # eq. 6: x_f = sum_d a_d ⊗ x_I (broadcast multiplication of each glimpse over the rows of x_I).
+    ref_f = sum(ref_a[:, :, g:g + 1] * _np(x_i) for g in range(3))
+    np.testing.assert_allclose(x_f, ref_f, atol=1e-5)
+    assert np.all(x_f[1][~mask[1]] == 0)
+
+
+def test_fst_memory_and_question_dependence():
+    cfg, model = _model("fst")
+    batch = random_batch(cfg, V, batch=2, seed=3)
+    enc = model.encode(batch)
+    x_f, a, x_i, _, _ = model.fuse(batch)
+    s = x_i.shape[1]
+    assert enc["memory"].shape == (2, s + 1, cfg.model.d_model)  # [x_f; W x_Q]
+    np.testing.assert_allclose(np.asarray(x_f), np.asarray(a.sum(-1, keepdims=True) * x_i), atol=1e-6)
+    # The attention depends on the question (the ReLU of eq. 5; without it x_Q would cancel).
+    b2 = dict(batch, question=(batch["question"] + 1) % V)
+    assert np.abs(np.asarray(model.fuse(b2)[1]) - np.asarray(a)).max() > 1e-4
+    _, plain = _model("fst", append_question=False)
+    assert plain.encode(batch)["memory"].shape == (2, s, cfg.model.d_model)  # eq. 7: x_f only
+
+
+# ----------------------------------------------------------------------------- QuMLAG guided attention
+def test_qumlag_question_guided_attention_masking():
+    cfg, model = _model("qumlag")
+    ga = model.fusion.image_guided[0]
+    rng = np.random.default_rng(1)
+    d = cfg.model.d_model
+    x = rng.standard_normal((2, 4, d)).astype(np.float32)
+    ctx = rng.standard_normal((2, 5, d)).astype(np.float32)
+    cmask = np.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], bool)
+    out = np.asarray(ga(jnp.asarray(x), jnp.asarray(ctx), jnp.asarray(cmask)))
+    for b in range(2):  # reference: attention over the valid question rows only
+        np.testing.assert_allclose(out[b], np_cross_block(ga, _np(x[b]), _np(ctx[b][cmask[b]])), atol=1e-4)
+    ctx2 = np.where(cmask[..., None], ctx, 100.0 * rng.standard_normal(ctx.shape)).astype(np.float32)
+    out2 = np.asarray(ga(jnp.asarray(x), jnp.asarray(ctx2), jnp.asarray(cmask)))
+    np.testing.assert_allclose(out2, out, atol=1e-6)
+
+
+def test_qumlag_memory_is_image_then_question_with_masks():
+    cfg = tiny_model_config("qumlag")
+    cfg.model.vision.kind = "region"
+    cfg.model.vision.num_regions = 4
+    cfg.model.vision.region_dim = 12
+    model = build_model(cfg.model, V)
+    batch = random_batch(cfg, V, batch=2, seed=4)
+    batch["region_mask"][1, 2:] = False
+    enc = model.encode(batch)
+    np.testing.assert_array_equal(np.asarray(enc["memory_mask"]),
+                                  np.concatenate([batch["region_mask"], batch["question_mask"]], 1))
+    assert enc["memory"].shape == (2, 4 + cfg.model.max_question_len, cfg.model.d_model)
+    # Padding question tokens (and padding regions' features) change no valid memory row.
+    b2 = dict(batch, question=np.where(batch["question_mask"], batch["question"], 9),
+              region_features=np.where(batch["region_mask"][..., None], batch["region_features"], 50.0))
+    enc2 = model.encode(b2)
+    valid = np.asarray(enc["memory_mask"])
+    np.testing.assert_allclose(np.asarray(enc2["memory"])[valid], np.asarray(enc["memory"])[valid], atol=1e-5)
+    assert (np.asarray(model(batch))[..., V:] <= -1e8).all()  # vocabulary only
+
+
+# ----------------------------------------------------------------------------- M4C
+def test_m4c_prefix_lm_mask_matches_definition():
+    pm = np.array([[1, 1, 0, 1], [1, 0, 1, 1]], bool)
+    L = 3
+    got = np.asarray(m4c_module.prefix_lm_mask(jnp.asarray(pm), L))
+    P, T = 4, 7
+    ref = np.zeros((2, 1, T, T), bool)
+    for b in range(2):
+        for i in range(T):
+            for j in range(T):
+                if j < P:
+                    ref[b, 0, i, j] = pm[b, j]
+                else:
+                    ref[b, 0, i, j] = i >= P and j <= i
+    np.testing.assert_array_equal(got, ref)
+
+
+def _m4c_batch(cfg, seed=5):
+    batch = random_batch(cfg, V, batch=2, seed=seed)
+    batch["ocr_mask"][1, 2] = False
+    batch["decoder_in"][0, 1] = V + 0  # a copied OCR token
+    return batch
+
+
+def test_m4c_later_answer_token_changes_nothing_before_it():
+    cfg, model = _model("m4c")
+    batch = _m4c_batch(cfg)
+    enc = model.encode(batch)
+    P, L = enc["prefix"].shape[1], cfg.model.max_answer_len
+    k = 3
+    out = np.asarray(model.mmt(enc, jnp.asarray(batch["decoder_in"])))
+    logits = np.asarray(model(batch))
+    b2 = dict(batch, decoder_in=batch["decoder_in"].copy())
+    b2["decoder_in"][:, k] = np.where(batch["decoder_in"][:, k] == 5, 6, 5)
+    b2["decoder_in"][:, k + 1] = V + 1  # and a later copy step
+    out2 = np.asarray(model.mmt(enc, jnp.asarray(b2["decoder_in"])))
+    logits2 = np.asarray(model(b2))
+    # Question, object and OCR outputs, and decoder outputs before position k, are unchanged...
+    np.testing.assert_allclose(out2[:, :P + k], out[:, :P + k], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(logits2[:, :k], logits[:, :k], atol=1e-5, rtol=0)
+    # ...and position k itself (whose input changed) is not.
+    assert np.abs(out2[:, P + k] - out[:, P + k]).max() > 1e-3
+    assert L > k + 1
+
+
+def test_m4c_leaky_mask_would_be_caught(monkeypatch):
+    # The authors' bug (the encoder sees decoder inputs) changes the prefix outputs: the check above has power.
+    cfg, model = _model("m4c")
+    batch = _m4c_batch(cfg)
+    enc = model.encode(batch)
+    P = enc["prefix"].shape[1]
+    full = lambda pm, n: jnp.ones((pm.shape[0], 1, pm.shape[1] + n, pm.shape[1] + n), bool)  # noqa: E731
+    monkeypatch.setattr(m4c_module, "prefix_lm_mask", full)
+    d2 = batch["decoder_in"].copy()
+    d2[:, 3] = 7
+    a = np.asarray(model.mmt(enc, jnp.asarray(batch["decoder_in"])))[:, :P]
+    b = np.asarray(model.mmt(enc, jnp.asarray(d2)))[:, :P]
+    assert np.abs(a - b).max() > 1e-4
+
+
+def test_m4c_pointer_scores_match_eq11():
+    cfg, model = _model("m4c")
+    batch = _m4c_batch(cfg)
+    enc = model.encode(batch)
+    x = _np(model.mmt(enc, jnp.asarray(batch["decoder_in"])))
+    logits = np.asarray(model(batch))
+    P, N, d = enc["prefix"].shape[1], cfg.model.num_ocr, cfg.model.d_model
+    h, z_ocr = x[:, P:], x[:, P - N:P]
+    # eq. 11 (M4C scale 1/sqrt(d)): (W_h h + b_h)(W_S x_S + b_S)^T, padding slots masked.
+    ref = np.einsum("bld,bnd->bln", np_linear(h, model.ptr_query), np_linear(z_ocr, model.ptr_key)) / np.sqrt(d)
+    valid = batch["ocr_mask"][:, None, :].repeat(h.shape[1], 1)
+    np.testing.assert_allclose(logits[..., V:][valid], ref[valid], atol=1e-4, rtol=1e-4)
+    assert (logits[..., V:][~valid] <= -1e8).all()
+    np.testing.assert_allclose(logits[..., :V], np_linear(h, model.vocab_head), atol=1e-4, rtol=1e-4)
+
+
+def test_m4c_previous_outputs_tied_to_classifier_and_ocr_embeddings():
+    cfg, model = _model("m4c")
+    batch = _m4c_batch(cfg)
+    enc = model.encode(batch)
+    ids = np.array([[2, 7, V + 1], [V + 0, 5, 3]], np.int32)
+    got = np.asarray(model.embed_previous(jnp.asarray(ids), jnp.arange(3), enc["ocr_in"]))
+    W = _np(model.vocab_head.kernel[...])  # (d, V): column k is the classifier row of piece k
+    ocr_in = _np(enc["ocr_in"])
+    pos, typ = _np(model.dec_pos.embedding[...]), _np(model.dec_type.embedding[...])
+    for b in range(2):
+        for t in range(3):
+            i = ids[b, t]
+            raw = np_layer_norm(ocr_in[b, i - V], model.prev_ocr_norm) if i >= V else \
+                np_layer_norm(W[:, i], model.prev_vocab_norm)
+            ref = raw + np_layer_norm(pos[t] + typ[int(i >= V)], model.dec_emb_norm)
+            np.testing.assert_allclose(got[b, t], ref, atol=1e-5)
+
+
+def test_m4c_bce_loss_runs_with_ocr_mask():
+    cfg, model = _model("m4c")
+    batch = _m4c_batch(cfg)
+    batch["target_ocr"][0, 0, 0] = True
+    loss, m = pointer_bce_loss(model(batch), batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
+                               batch["ocr_mask"])
+    assert np.isfinite(float(loss)) and int(m["num_tokens"]) == batch["target_mask"].sum()
+
+
+# ----------------------------------------------------------------------------- classifiers
+def test_answer_list_build_scores_decode(tmp_path):
+    answers = ["màu đỏ", "hai", "Màu Đỏ", "ba", "hai", "màu đỏ", "một", "", "ba"]
+    al = AnswerList.build(answers, top_k=3)
+    # counts: màu đỏ 3, hai 2, ba 2, một 1; the tie hai/ba is broken by the string.
+    assert al.answers == ["màu đỏ", "ba", "hai"] and al.counts == [3, 2, 2]
+    assert al.index("MÀU ĐỎ") == 0 and al.index("một") is None
+    s = al.scores(["màu đỏ", "màu đỏ", "hai", "phở hà nội", "phở"], ["phở", "hai", "màu", "đỏ"], num_ocr=5)
+    np.testing.assert_allclose(s, [2 / 3, 0, 1 / 3, 1 / 3, 1 / 3, 0, 0, 0], atol=1e-7)
+    assert s.dtype == np.float32 and s.shape == (3 + 5,)
+    assert al.scores(["ba"] * 5).tolist() == [0, 1, 0]
+    assert al.decode(0, []) == "màu đỏ" and al.decode(4, ["phở", "hai"]) == "hai" and al.decode(7, ["x"]) == ""
+    path = tmp_path / "answers.json"
+    al.save(str(path))
+    back = AnswerList.load(str(path))
+    assert back.answers == al.answers and back.counts == al.counts
+    path.write_text(json.dumps({"answers": ["a", "A"]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="answers.json"):
+        AnswerList.load(str(path))
+    with pytest.raises(ValueError, match="top_k"):
+        AnswerList.build(answers, top_k=0)
+
+
+def test_classifier_losses_match_numpy_and_train_class_zero():
+    rng = np.random.default_rng(2)
+    K, N = 4, 3
+    logits = rng.standard_normal((3, K + N)).astype(np.float32)
+    scores = np.zeros((3, K + N), np.float32)
+    scores[0, 0] = 1.0  # class 0 is the only target
+    scores[1, [0, K + 1]] = [1 / 3, 2 / 3]  # class 0 and OCR slot 1
+    scores[2, K + 2] = 1.0  # a target on a padding OCR slot: excluded
+    cmask = np.ones((3, K + N), bool)
+    cmask[2, K + 2] = False
+    z, sc = _np(logits), _np(scores) * cmask
+    # softmax CE over soft targets (SAAA)
+    p = np.where(cmask, np.exp(z), 0)
+    p /= p.sum(-1, keepdims=True)
+    tgt = sc / np.maximum(sc.sum(-1, keepdims=True), 1e-12)
+    rows = sc.sum(-1) > 0  # row 2's only target is padding: it does not count
+    ref_ce = -(np.where(cmask, tgt * np.log(np.where(cmask, p, 1)), 0)).sum(-1)[rows].mean()
+    ce, mce = soft_cross_entropy_loss(jnp.asarray(logits), jnp.asarray(scores), jnp.asarray(cmask))
+    assert float(ce) == pytest.approx(ref_ce, rel=1e-5) and int(mce["num_examples"]) == 2
+    g = np.asarray(jax.grad(lambda x: soft_cross_entropy_loss(x, jnp.asarray(scores), jnp.asarray(cmask))[0])(
+        jnp.asarray(logits)))
+    ref_g = np.where(rows[:, None], p - tgt, 0) / rows.sum()
+    np.testing.assert_allclose(g, np.where(cmask, ref_g, 0), atol=1e-6)
+    assert g[0, 0] < 0 and g[1, K + 1] < 0  # class 0 and the OCR class are pushed up
+    # sigmoid BCE (MCAN, LoRRA): summed over valid classes, mean over rows
+    sig = 1 / (1 + np.exp(-z))
+    ref_bce = np.where(cmask, -(sc * np.log(sig) + (1 - sc) * np.log(1 - sig)), 0).sum(-1).mean()
+    bce, _ = soft_bce_loss(jnp.asarray(logits), jnp.asarray(scores), jnp.asarray(cmask))
+    assert float(bce) == pytest.approx(ref_bce, rel=1e-5)
+    gb = np.asarray(jax.grad(lambda x: soft_bce_loss(x, jnp.asarray(scores), jnp.asarray(cmask))[0])(
+        jnp.asarray(logits)))
+    np.testing.assert_allclose(gb, np.where(cmask, (sig - sc) / 3, 0), atol=1e-6)
+    assert gb[0, 0] < 0 and gb[1, K + 1] < 0 and gb[2, K + 2] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["saaa", "mcan", "lorra"])
+def test_classifier_trains_class_zero_and_ocr_classes(name):
+    cfg, model = _model(name)
+    K, N = cfg.model.num_answers, cfg.model.num_ocr
+    batch = random_batch(cfg, V, batch=2, seed=6)
+    batch["ocr_mask"][:, N - 1] = False  # the last slot is padding
+    C = K + (N if name == "lorra" else 0)
+    scores = np.zeros((2, C), np.float32)
+    scores[0, 0] = 1.0
+    if name == "lorra":
+        scores[1, K] = 1.0  # OCR slot 0 is the answer
+        scores[1, K + N - 1] = 1.0  # a (bogus) target on the padding slot is ignored
+    else:
+        scores[1, 0] = 2 / 3
+    batch["answer_scores"] = scores
+    graphdef, params = nnx.split(model, nnx.Param)
+    forward = jax.jit(lambda p: nnx.merge(graphdef, p)(batch))
+
+    @jax.jit
+    @jax.grad
+    def grad_fn(p):
+        mdl = nnx.merge(graphdef, p)
+        return mdl.loss(mdl(batch), batch)[0]
+
+    grads = grad_fn(params)
+    g_head = np.asarray(grads["head"]["kernel"][...])  # (hidden, K [+ N]): one column per class
+    assert np.abs(g_head[:, 0]).max() > 0  # class 0 receives gradient
+    if name == "lorra":
+        assert np.abs(g_head[:, K]).max() > 0  # OCR class 0 receives gradient
+        assert np.abs(g_head[:, K + N - 1]).max() == 0  # the padding slot does not
+    # One gradient step raises class 0's logit in row 0, whose only target it is.
+    before = np.asarray(forward(params))[0, 0]
+    after = np.asarray(forward(jax.tree.map(lambda p, g: p - 1.0 * g, params, grads)))[0, 0]
+    assert after > before
+
+
+def test_lorra_predict_never_picks_padding_slot_and_decodes_ocr():
+    cfg, model = _model("lorra")
+    K, N = cfg.model.num_answers, cfg.model.num_ocr
+    batch = random_batch(cfg, V, batch=2)
+    batch["ocr_mask"][:, 1:] = False
+    logits = np.zeros((2, K + N), np.float32)
+    logits[:, K + 2] = 50.0  # padding slot
+    logits[0, K] = 10.0  # real slot 0
+    pred = np.asarray(model.predict(jnp.asarray(logits), batch))
+    assert pred[0] == K and pred[1] < K
+    al = AnswerList([f"a{i}" for i in range(K)])
+    assert al.decode(int(pred[0]), ["quán phở", "x"]) == "quán phở"
+
+
+def _masked_softmax_rows(logits, mask):
+    """Softmax over axis 0 of ``logits`` (n, G) restricted to ``mask`` (n,), zeros elsewhere."""
+    out = np.zeros_like(logits)
+    out[mask] = np_softmax(logits[mask], axis=0)
+    return out
+
+
+def test_classifier_mechanisms_match_numpy():
+    rng = np.random.default_rng(3)
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 1, 0]], bool)
+    # SAAA: glimpses g_k = sum_s a[s, k] x_I[s] from the stacked attention, concatenated (their eq. 3).
+    a = np.stack([_masked_softmax_rows(rng.standard_normal((5, 2)), m) for m in mask])
+    x = rng.standard_normal((2, 5, 6))
+    ref = np.concatenate([np.einsum("s,sd->d", a[:, :, g][b], x[b])[None] for b in range(2) for g in range(2)])
+    np.testing.assert_allclose(np.asarray(glimpse_vectors(jnp.asarray(a, jnp.float32), jnp.asarray(x, jnp.float32))),
+                               ref.reshape(2, 12), atol=1e-5)
+    # MCAN AttFlat: alpha = softmax_len(W_2 relu(W_1 x)), x~ = W_m [sum alpha_g x].
+    cfg, mcan = _model("mcan", num_glimpses=2)
+    red = mcan.question_reduce
+    d = cfg.model.d_model
+    x = rng.standard_normal((2, 5, d))
+    got = np.asarray(red(jnp.asarray(x, jnp.float32), jnp.asarray(mask)))
+    for b in range(2):
+        alpha = _masked_softmax_rows(np_linear(np.maximum(np_linear(x[b], red.mlp_in), 0), red.mlp_out), mask[b])
+        np.testing.assert_allclose(got[b], np_linear((alpha.T @ x[b]).reshape(-1), red.merge), atol=1e-4)
+    # LoRRA top-down attention: a = softmax_n(W_t (relu(W_v v) * relu(W_q q))), zero on padding.
+    cfg, lorra = _model("lorra")
+    att = lorra.context_attention
+    q = rng.standard_normal((2, d))
+    got = np.asarray(att(jnp.asarray(x, jnp.float32), jnp.asarray(mask), jnp.asarray(q, jnp.float32)))
+    for b in range(2):
+        h = np.maximum(np_linear(x[b], att.w_feature), 0) * np.maximum(np_linear(q[b], att.w_query), 0)
+        np.testing.assert_allclose(got[b], _masked_softmax_rows(np_linear(h, att.w_logit), mask[b]), atol=1e-5)
+
+
+def test_classifier_loss_rejects_wrong_score_width():
+    cfg, model = _model("mcan")
+    batch = random_batch(cfg, V)
+    batch["answer_scores"] = np.zeros((2, cfg.model.num_answers + 1), np.float32)
+    with pytest.raises(ValueError, match="num_answers"):
+        model.loss(model(batch), batch)
+
+
+# ----------------------------------------------------------------------------- configs
+def test_paper_configs_and_param_table():
+    rows = config_rows(f"{ROOT}/configs/openvivqa")
+    names = {r["model"] for r in rows}
+    assert {"fst", "qumlag", "m4c", "saaa", "mcan", "lorra"} <= names
+    by = {r["config"].split("/")[-1]: r for r in rows}
+    m4c = by["m4c.py:features"]
+    assert m4c["d_model"] == 768 and "text 12 + MMT 4" in m4c["layers"]
+    # One more text layer adds exactly one pre-LN block: 4 (d^2 + d) + (2 d f + d + f) + 3 LayerNorms (2 d).
+    cfg = tiny_model_config("m4c")
+    d, f = cfg.model.d_model, cfg.model.ffn_dim
+    n1 = count_params(cfg.model, V)
+    cfg.model.num_text_layers += 1
+    assert count_params(cfg.model, V) - n1 == 4 * (d * d + d) + (2 * d * f + d + f) + 3 * 2 * d
+    table = format_table(rows)
+    assert table.startswith("| model | config | parameters | d_model | layers |")
+    assert len(table.splitlines()) == len(rows) + 2
