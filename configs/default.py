@@ -45,7 +45,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.num_ocr = 32
     c.model.phoc_alphabet = "vietnamese"
     c.model.phoc_dim = 702
-    c.model.ocr_features = ("pieces", "phoc", "appearance")
+    # OCR token features: PHOC + appearance under the box (+ the box, always). Piece embeddings
+    # ("pieces") are an option: learned from scratch, they are untrained for words never seen in
+    # training, and with them the default model copied 4% of unseen shop names instead of 47%
+    # (dev, 400 steps, measured side by side).
+    c.model.ocr_features = ("phoc", "appearance")
     c.model.ocr_extra_features = ml_collections.ConfigDict()
     c.model.fusion = "sum"
     c.model.dtype = "float32"
@@ -68,7 +72,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.decay_factor = 0.1
     c.train.grad_clip_norm = 1.0
     c.train.grad_accum_steps = 1
-    c.train.loss = "softmax"  # 'softmax' over the positive set, or 'bce' (M4C)
+    # 'softmax' over the positive set; 'softmax_prefer_copy': a copyable word's target is its OCR
+    # slots only (see models/base.py); 'bce': M4C's multi-label loss.
+    c.train.loss = "softmax_prefer_copy"
     c.train.log_every_steps = 50
     c.train.checkpoint_every_steps = 250
     c.train.eval_every_steps = 500

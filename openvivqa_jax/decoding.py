@@ -11,6 +11,15 @@ of :mod:`openvivqa_jax.models.base`:
   early when no live beam can beat the worst kept finished one.
 
 PAD, BOS and UNK are never generated.
+
+Constrained decoding (ST-VQA tasks 1 and 2, Biten et al. 2019 §3): when the batch holds
+``allowed_vocab`` ``(batch, V + N)`` bool (built by :class:`openvivqa_jax.data.pipeline.Preprocessor`
+from the example's dictionary), every disallowed extended id gets ``NEG_INF`` before the
+log-softmax at every step, so the decoded ids all lie in the allowed set (EOS must be allowed; the
+pipeline always allows it). The constraint is on *pieces and OCR slots*, not on whole words: any
+sequence of allowed pieces may be produced, including piece combinations that spell no dictionary
+word. The key's presence is part of the batch structure, so a decode function compiled with it is
+reused for every later batch with it (no recompilation).
 """
 
 from __future__ import annotations
@@ -40,13 +49,21 @@ def _ban(logits: jax.Array, banned) -> jax.Array:
     return logits.at[..., jnp.asarray(banned)].set(NEG_INF)
 
 
+def _constrain(logits: jax.Array, allowed: jax.Array | None) -> jax.Array:
+    """``logits`` ``(rows, E)`` with ids where ``allowed`` ``(rows, >= E)`` bool is False set to ``NEG_INF``."""
+    if allowed is None:
+        return logits
+    return jnp.where(allowed[..., : logits.shape[-1]], logits, NEG_INF)
+
+
 def greedy_search(model, batch: dict, *, max_len: int, bos_id: int = 2, eos_id: int = 3, pad_id: int = 0,
                   banned=BANNED_IDS):
     """Greedy decoding with a KV cache, stopped per example at EOS and for the batch when all are done.
 
     Args:
       model: a generator model (see :mod:`openvivqa_jax.models.base`).
-      batch: model inputs with leading axis ``batch``.
+      batch: model inputs with leading axis ``batch``; an optional ``allowed_vocab`` ``(batch, V + N)``
+        bool restricts every step to the allowed extended ids (module doc).
       max_len: maximum number of steps ``T``.
 
     Returns:
@@ -56,6 +73,7 @@ def greedy_search(model, batch: dict, *, max_len: int, bos_id: int = 2, eos_id: 
     dec = model.prepare_decode(enc)
     b = enc["ocr_mask"].shape[0]
     cache = model.init_cache(b, max_len)
+    allowed = batch.get("allowed_vocab")
 
     def cond(state):
         t, _, _, done, _, _ = state
@@ -64,7 +82,7 @@ def greedy_search(model, batch: dict, *, max_len: int, bos_id: int = 2, eos_id: 
     def body(state):
         t, ids, tok, done, cache, score = state
         logits, cache = model.decode_step(dec, tok, t, cache)
-        logp = jax.nn.log_softmax(_ban(logits, banned), axis=-1)
+        logp = jax.nn.log_softmax(_constrain(_ban(logits, banned), allowed), axis=-1)
         nxt = jnp.argmax(logp, -1).astype(jnp.int32)
         score = score + jnp.where(done, 0.0, jnp.take_along_axis(logp, nxt[:, None], -1)[:, 0])
         nxt = jnp.where(done, pad_id, nxt)
@@ -88,7 +106,8 @@ def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: floa
 
     Args:
       model: a generator model.
-      batch: inputs with leading axis ``batch``.
+      batch: inputs with leading axis ``batch``; an optional ``allowed_vocab`` ``(batch, V + N)`` bool
+        restricts every step to the allowed extended ids (module doc).
       max_len: maximum steps ``T``.
       beam_size: ``K``.
       alpha: length-penalty exponent >= 0 (0 disables it; the paper's setting).
@@ -109,6 +128,8 @@ def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: floa
     b = enc["ocr_mask"].shape[0]
     dec = _tile(dec, K)
     cache = model.init_cache(b * K, T)
+    allowed = batch.get("allowed_vocab")
+    allowed = None if allowed is None else jnp.repeat(allowed, K, axis=0)  # (b * K, V + N), as _tile
 
     live_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (K - 1), jnp.float32)[None], (b, 1))
     live_seq = jnp.full((b, K, T), pad_id, jnp.int32)
@@ -128,7 +149,7 @@ def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: floa
         t, live_logp, live_seq, fin_seq, fin_score, tok, cache = state
         logits, cache = model.decode_step(dec, tok, t, cache)
         E = logits.shape[-1]
-        logp = jax.nn.log_softmax(_ban(logits, banned), axis=-1).reshape(b, K, E)
+        logp = jax.nn.log_softmax(_constrain(_ban(logits, banned), allowed), axis=-1).reshape(b, K, E)
         cand = (live_logp[..., None] + logp).reshape(b, K * E)
         top_logp, top_idx = jax.lax.top_k(cand, 2 * K)
         parent = top_idx // E

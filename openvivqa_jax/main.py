@@ -11,6 +11,7 @@ Any config field can be overridden on the command line: ``--config.train.num_tra
 
 from __future__ import annotations
 
+import logging as std_logging
 import os
 import sys
 
@@ -24,6 +25,15 @@ flags.DEFINE_enum("mode", "train", ["train", "evaluate"], "What to run.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+class _QuietLibraries(std_logging.Filter):
+    """Drops INFO chatter of orbax, TFDS and grain (one line per checkpoint file) from the run log."""
+
+    _NOISY = ("/orbax/", "/tensorflow_datasets/", "/grain/", "/etils/")
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        return record.levelno >= std_logging.WARNING or not any(p in record.pathname for p in self._NOISY)
+
+
 def _init_distributed(cfg) -> None:
     import jax
 
@@ -34,6 +44,10 @@ def _init_distributed(cfg) -> None:
         jax.config.update("jax_cpu_collectives_implementation", d.cpu_collectives)
     kwargs = {k: d.get(k) for k in ("coordinator_address", "num_processes", "process_id", "local_device_ids")
               if d.get(k) is not None}
+    if isinstance(kwargs.get("local_device_ids"), str):  # the config field is a string: "0,1,2,3"
+        kwargs["local_device_ids"] = [int(x) for x in kwargs["local_device_ids"].split(",") if x.strip()]
+    if d.get("initialization_timeout"):
+        kwargs["initialization_timeout"] = int(d.initialization_timeout)
     jax.distributed.initialize(**kwargs)
     logging.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count())
@@ -44,6 +58,7 @@ def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.get_absl_handler().addFilter(_QuietLibraries())
     cfg = FLAGS.config
     _init_distributed(cfg)
     from openvivqa_jax import train
@@ -51,7 +66,7 @@ def main(argv) -> None:
     if FLAGS.mode == "train":
         train.train_and_evaluate(cfg, FLAGS.workdir)
     else:
-        tr = train.Trainer(cfg, FLAGS.workdir, for_training=False)
+        tr = train.Trainer(cfg, FLAGS.workdir)
         tr.restore_params("best")
         from clu import metric_writers
 

@@ -108,6 +108,42 @@ def make_optimizer(tcfg, d_model: int) -> tuple[optax.GradientTransformation, op
     return tx, schedule
 
 
+def frozen_param_regex(cfg) -> str | None:
+    """The regex of parameter paths not trained: ``train.frozen_params`` (a regex over paths such as
+    ``vision/backbone/blocks/0/attn/query/kernel``), plus ``vision/backbone/...`` when
+    ``model.vision.freeze`` (a pretrained backbone kept as loaded). None when nothing is frozen."""
+    pats = [p for p in [cfg.train.get("frozen_params")] if p]
+    if cfg.model.get("vision") is not None and cfg.model.vision.get("freeze"):
+        pats.append(r"(.*/)?vision/backbone/.*")
+    return "|".join(f"(?:{p})" for p in pats) or None
+
+
+def freeze_params(tx: optax.GradientTransformation, params, regex: str | None) -> optax.GradientTransformation:
+    """``tx`` for parameters whose path does not fully match ``regex``; zero updates (``optax.set_to_zero``,
+    no optimizer state) for the others, via ``optax.multi_transform``. ``tx`` unchanged when ``regex`` is None.
+
+    Raises:
+      ValueError: if ``regex`` matches no parameter (a typo would otherwise train everything silently).
+    """
+    if not regex:
+        return tx
+    import re
+
+    from openvivqa_jax.sharding import path_str
+
+    pattern = re.compile(regex)
+
+    def labels(p):
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: "frozen" if pattern.fullmatch(path_str(path)) else "trainable", p)
+
+    n = sum(x == "frozen" for x in jax.tree.leaves(labels(params)))
+    if n == 0:
+        raise ValueError(f"frozen parameter regex {regex!r} matches no parameter path")
+    logging.info("Frozen parameters (%r): %d arrays", regex, n)
+    return optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()}, labels)
+
+
 def load_tokenizer(cfg, workdir: str, train_records=None) -> Tokenizer:
     """Loads ``<workdir>/spm.model`` or trains it on the normalized train split (questions, answers,
     OCR tokens) and writes it there."""
@@ -165,17 +201,20 @@ class Trainer:
     Args:
       cfg: the experiment config (``configs/*.py``).
       workdir: the run folder (created).
-      for_training: build the train split, tokenizer-from-train and the optimizer.
     """
 
-    def __init__(self, cfg: ml_collections.ConfigDict, workdir: str, for_training: bool = True):
+    def __init__(self, cfg: ml_collections.ConfigDict, workdir: str):
+        metric_names = evaluation.evaluator.resolve_metrics(tuple(cfg.eval.metrics))
+        if cfg.train.best_metric not in metric_names:
+            raise ValueError(f"train.best_metric {cfg.train.best_metric!r} is not among the computed eval.metrics "
+                             f"{metric_names}; add it or choose one of them")
         self.cfg = cfg
         self.workdir = os.path.abspath(os.path.expanduser(workdir))
         os.makedirs(self.workdir, exist_ok=True)
         self.mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
         self.batch_sharding = sharding.batch_sharding(self.mesh)
         self.counter = pipeline.SkipCounter()
-        self.builder = pipeline.load_builder(cfg.data)
+        self._builder = None
         self._sources: dict[str, Any] = {}
         self._records: dict[str, list] = {}
         spm_path = os.path.join(self.workdir, "spm.model")
@@ -198,13 +237,15 @@ class Trainer:
         self.graphdef, params = nnx.split(model, nnx.Param)
         del model
         self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
+        self.tx = freeze_params(self.tx, params, frozen_param_regex(cfg))
         self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
         abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), params)
         p_shard = sharding.param_shardings(abstract.params, self.mesh, tuple(cfg.get("sharding_rules", ())),
                                            fsdp=cfg.get("fsdp", False))
         repl = sharding.replicated(self.mesh)
-        o_shard = optax.tree_map_params(self.tx, lambda _, s: s, abstract.opt_state, p_shard,
-                                        transform_non_params=lambda _: repl)
+        masked = lambda v: isinstance(v, optax.MaskedNode)  # noqa: E731  (frozen parameters have no state)
+        o_shard = optax.tree_map_params(self.tx, lambda v, s: v if masked(v) else s, abstract.opt_state, p_shard,
+                                        transform_non_params=lambda _: repl, is_leaf=masked)
         self.state_sharding = TrainState(repl, p_shard, o_shard)
         self.abstract_state = jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, self.state_sharding)
@@ -216,6 +257,13 @@ class Trainer:
         self.jsonl = _JsonlWriter(os.path.join(self.workdir, "metrics.jsonl"))
 
     # ----------------------------------------------------------------- data
+    @property
+    def builder(self):
+        """The TFDS builder, built on first use (predicting from a workdir does not need the dataset)."""
+        if self._builder is None:
+            self._builder = pipeline.load_builder(self.cfg.data)
+        return self._builder
+
     def source(self, split: str):
         """The data source of ``split`` (cached)."""
         if split not in self._sources:
@@ -238,7 +286,10 @@ class Trainer:
         if self.cfg.train.loss == "bce":
             return pointer_bce_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
                                     batch["ocr_mask"])
-        return pointer_softmax_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"])
+        if self.cfg.train.loss not in ("softmax", "softmax_prefer_copy"):
+            raise ValueError(f"unknown train.loss {self.cfg.train.loss!r}; expected softmax, softmax_prefer_copy, bce")
+        return pointer_softmax_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
+                                    prefer_copy=self.cfg.train.loss == "softmax_prefer_copy")
 
     def train_step_fn(self):
         """The jitted ``(state, batch) -> (state, metrics)`` with donated state (compiled once)."""
@@ -504,7 +555,12 @@ def final_evaluation(tr: Trainer, writer, step: int) -> dict:
     results = {}
     lines = []
     for split in dict.fromkeys([cfg.data.eval_split, cfg.data.test_split]):
-        if split not in tr.builder.info.splits:
+        # Split specs may slice ("train[90%:]") or join ("train+test") the builder's splits.
+        names = [s.split("[", 1)[0].strip() for s in split.split("+")]
+        if not all(n in tr.builder.info.splits for n in names):
+            logging.warning("final evaluation: split %r is not in %s (splits %s); not scored. Override "
+                            "--config.data.eval_split / --config.data.test_split.", split, tr.builder.name,
+                            sorted(tr.builder.info.splits))
             continue
         metrics, preds = tr.evaluate(split)
         results[split] = metrics

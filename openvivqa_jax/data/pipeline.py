@@ -4,7 +4,7 @@
   time); images are left encoded and decoded here with PIL (cached per ``image_id``).
 * Training order is a seeded grain shuffle repeated over epochs; the iterator state is a small JSON
   value saved with every checkpoint, so a restarted run neither repeats nor skips data.
-* Each process reads only its share (``ds[process_index::process_count]``); global batches are made
+* Each process reads only its rows of every global batch (``_ProcessShare``); global batches are made
   with ``jax.make_array_from_process_local_data``.
 * Evaluation pads the last partial batch with ``valid = False`` rows, so every example is scored once.
 
@@ -27,7 +27,18 @@ target_ocr          (B, L, N) bool              positive OCR slots
 target_mask         (B, L) bool
 index               (B,) int32                  example index within the split
 valid               (B,) bool                   False for eval padding rows
+allowed_vocab       (B, V + N) bool             eval batches only, ``data.decode_dictionary``
+                                                not ``'none'``: extended ids decoding may emit
 ==================  ==========================  ======================================
+
+Constrained decoding (ST-VQA, Biten et al. 2019 §3: task 1 per-image 100-word dictionaries, task 2
+a global 30k-word dictionary): ``data.decode_dictionary`` is ``'none'``, ``'per_image'`` (the
+example's ``dictionary`` feature) or ``'global'`` (the file ``data.global_dictionary_file`` if set,
+else the example's ``dictionary`` feature, which the ST-VQA builder fills with the global
+dictionary for task 2). ``allowed_vocab`` allows the SentencePiece pieces of every dictionary
+entry, EOS, and each OCR slot whose token is a dictionary entry or consists of dictionary words.
+This constrains pieces, not whole words (:mod:`openvivqa_jax.decoding`). An example without a
+dictionary is decoded unconstrained and counted (``decode_dictionary_missing``).
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ import dataclasses
 import functools
 import importlib
 import io
+import json
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -59,6 +71,7 @@ __all__ = [
     "load_builder",
     "load_source",
     "decode_record",
+    "read_dictionary_file",
     "read_records",
     "Preprocessor",
     "train_iterator",
@@ -125,12 +138,16 @@ def load_builder(data_cfg, prepare: bool = True):
     """Returns the TFDS builder named by ``data_cfg`` (building it if needed).
 
     Args:
-      data_cfg: ``config.data`` with ``builder`` (e.g. ``synthetic_openvivqa``), ``builder_config``,
-        ``data_dir`` (None: ``~/tensorflow_datasets``), ``manual_dir`` and ``builder_kwargs``.
+      data_cfg: ``config.data`` with ``builder`` (e.g. ``synthetic_openvivqa``), ``builder_config`` (a
+        config name, or a JSON object of the builder's config class as ``tfds build --config`` takes
+        it; its ``name`` must differ from the registered ones), ``data_dir`` (None:
+        ``~/tensorflow_datasets``), ``manual_dir`` and ``builder_kwargs``.
       prepare: run ``download_and_prepare`` (idempotent; no network is used by our builders).
 
     Raises:
-      DatasetError: if the builder package does not exist.
+      DatasetError: if the builder package does not exist, or a JSON builder config is malformed.
+      tfds_builders.readers.DatasetInputError: bad source files (names the file and the record),
+        raised by the builder and passed on unchanged.
     """
     import tensorflow_datasets as tfds
 
@@ -139,9 +156,21 @@ def load_builder(data_cfg, prepare: bool = True):
         importlib.import_module(f"tfds_builders.{name}")
     except ModuleNotFoundError as e:
         raise DatasetError(f"no dataset builder tfds_builders/{name}: {e}") from e
-    full = f"{name}/{data_cfg.builder_config}" if data_cfg.get("builder_config") else name
+    bc = data_cfg.get("builder_config") or ""
     data_dir = os.path.expanduser(data_cfg.get("data_dir") or "~/tensorflow_datasets")
     kwargs = dict(data_cfg.get("builder_kwargs") or {})
+    if bc.lstrip().startswith("{"):
+        # A JSON builder config, as `tfds build --config '{"name": ..., ...}'` takes it, e.g.
+        # '{"name": "vivqa_skip", "ocr_engine": "none", "skip_invalid_records": true}'.
+        cls = tfds.builder_cls(name)
+        try:
+            kwargs["config"] = cls.builder_config_cls(**json.loads(bc))
+        except (json.JSONDecodeError, TypeError) as e:
+            raise DatasetError(f"data.builder_config {bc!r} is not a valid {cls.builder_config_cls.__name__} "
+                               f"JSON: {e}") from e
+        full = name
+    else:
+        full = f"{name}/{bc}" if bc else name
     builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
     if prepare:
         manual = data_cfg.get("manual_dir")
@@ -163,8 +192,11 @@ def load_source(builder, split: str):
             f"{sorted(builder.info.splits)}") from e
 
 
-def decode_record(ex: dict, index: int, source_name: str = "") -> Record:
+def decode_record(ex: dict, index: int, source_name: str = "", counter: SkipCounter | None = None) -> Record:
     """Turns a data-source example into a :class:`Record`, normalizing every string.
+
+    OCR tokens and answers that are empty after normalization are dropped and counted in ``counter``
+    (``ocr_tokens_empty_after_normalization``, ``answers_empty_after_normalization``) when given.
 
     Raises:
       DatasetError: if the question is empty after normalization (names the question id and source).
@@ -177,6 +209,8 @@ def decode_record(ex: dict, index: int, source_name: str = "") -> Record:
     texts = [normalize_text(_str(t)) for t in ocr.get("text", [])]
     boxes = np.asarray(ocr.get("box", np.zeros((0, 4))), np.float32).reshape(-1, 4)
     keep = [i for i, t in enumerate(texts) if t]
+    if counter is not None and len(keep) < len(texts):
+        counter.add("ocr_tokens_empty_after_normalization", len(texts) - len(keep))
     texts = [texts[i] for i in keep]
     boxes = boxes[keep] if len(keep) else np.zeros((0, 4), np.float32)
     objects = None
@@ -184,20 +218,60 @@ def decode_record(ex: dict, index: int, source_name: str = "") -> Record:
         objects = {"features": np.asarray(ex["objects"]["features"], np.float32),
                    "boxes": np.asarray(ex["objects"]["boxes"], np.float32)}
     extra = {k: ex[k] for k in ("context", "dictionary") if k in ex}
+    raw_answers = [normalize_text(_str(a)) for a in ex.get("answers", [])]
+    answers = [a for a in raw_answers if a]
+    if counter is not None and len(answers) < len(raw_answers):
+        counter.add("answers_empty_after_normalization", len(raw_answers) - len(answers))
     return Record(
         index=index, question_id=qid, image_id=_str(ex.get("image_id", qid)), question=question,
-        answers=[a for a in (normalize_text(_str(a)) for a in ex.get("answers", [])) if a],
+        answers=answers,
         qa_type=int(ex.get("qa_type", -1)), ocr_texts=texts, ocr_boxes=boxes,
         image_bytes=ex.get("image"), objects=objects, extra=extra,
     )
 
 
-def read_records(source, source_name: str = "") -> list[Record]:
-    """All records of a (small) split without image bytes, in order: the eval metadata."""
+def read_dictionary_file(path: str) -> tuple[str, ...]:
+    """Reads a decoding dictionary (ST-VQA task 2's global dictionary): a JSON list of strings
+    (``.json``) or UTF-8 text with one entry per line.
+
+    Returns:
+      The normalized non-empty entries in file order, duplicates removed.
+
+    Raises:
+      DatasetError: the file is missing or unreadable, invalid JSON, or not a list of strings
+        (names the file, and the JSON line or list index).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: cannot read the decoding dictionary: {e}") from e
+    if path.endswith(".json"):
+        try:
+            words = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DatasetError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+        if not isinstance(words, list):
+            raise DatasetError(f"{path}: a JSON dictionary must be a list of strings, got {type(words).__name__}")
+        for i, w in enumerate(words):
+            if not isinstance(w, str):
+                raise DatasetError(f"{path}: entry {i} is {type(w).__name__} ({w!r}), expected a string")
+    else:
+        words = text.splitlines()
+    return tuple(dict.fromkeys(w for w in (normalize_text(x) for x in words) if w))
+
+
+def read_records(source, source_name: str = "", counter: SkipCounter | None = None) -> list[Record]:
+    """All records of a (small) split without image bytes or dictionaries, in order: the eval metadata.
+
+    (ST-VQA task-2 examples carry the 30k-word global dictionary each; it is read again per batch
+    by :func:`eval_batches`, never held for the whole split.)
+    """
     out = []
     for i in range(len(source)):
-        r = decode_record(source[i], i, source_name)
+        r = decode_record(source[i], i, source_name, counter)
         r.image_bytes = None
+        r.extra.pop("dictionary", None)
         out.append(r)
     return out
 
@@ -214,6 +288,14 @@ class Preprocessor:
       answer_list: for classifiers, the :class:`~openvivqa_jax.text.answer_list.AnswerList`; adds
         ``answer_scores`` ``(K + num_ocr_classes,)`` soft scores over all references.
       num_ocr_classes: OCR classes of the classifier (LoRRA: ``num_ocr``; others 0).
+
+    Reads ``data.decode_dictionary`` (``'none'`` default, ``'per_image'``, ``'global'``) and
+    ``data.global_dictionary_file`` (module doc); ``features(..., for_decoding=True)`` then adds
+    ``allowed_vocab`` ``(V + N,)`` bool.
+
+    Raises:
+      ValueError: an unknown ``decode_dictionary``, or one other than ``'none'`` for a classifier.
+      DatasetError: an unreadable or malformed global dictionary file (names the file).
     """
 
     def __init__(self, cfg, tokenizer: Tokenizer, mask_ocr: bool = False, counter: SkipCounter | None = None,
@@ -236,6 +318,53 @@ class Preprocessor:
         self.mask_ocr = mask_ocr
         self.counter = counter or SkipCounter()
         self._image = functools.lru_cache(maxsize=cfg.data.get("image_cache_size", 8192))(self._decode_image)
+        self.decode_dictionary = cfg.data.get("decode_dictionary", "none") or "none"
+        if self.decode_dictionary not in ("none", "per_image", "global"):
+            raise ValueError(f"data.decode_dictionary must be 'none', 'per_image' or 'global', "
+                             f"got {self.decode_dictionary!r}")
+        if self.decode_dictionary != "none" and answer_list is not None:
+            raise ValueError(f"data.decode_dictionary={self.decode_dictionary!r} constrains the decoding of "
+                             f"generator models; model {m.name!r} is a classifier")
+        self._dictionary_mask = functools.lru_cache(maxsize=256)(self._dictionary_mask_uncached)
+        self._global_words = None
+        path = cfg.data.get("global_dictionary_file")
+        if self.decode_dictionary == "global" and path:
+            self._global_words = read_dictionary_file(os.path.expanduser(path))
+            logging.info("Global decoding dictionary %s: %d entries", path, len(self._global_words))
+
+    def _dictionary_mask_uncached(self, words: tuple) -> tuple[np.ndarray, frozenset, frozenset]:
+        """``words`` (normalized entries) -> (piece mask ``(V,)`` bool with EOS, entries, entry words)."""
+        mask = np.zeros((self.vocab.vocab_size,), bool)
+        for w in words:
+            mask[list(self.tok.encode(w))] = True
+        mask[self.tok.eos_id] = True
+        mask[[self.tok.pad_id, self.tok.unk_id, self.tok.bos_id]] = False
+        return mask, frozenset(words), frozenset(x for w in words for x in w.split())
+
+    def allowed_vocab(self, rec: Record, texts: Sequence[str]) -> np.ndarray:
+        """The extended ids decoding may emit for ``rec``: ``(V + N,)`` bool (module doc).
+
+        Args:
+          rec: the record (its ``extra["dictionary"]`` for ``per_image``, and ``global`` without a file).
+          texts: the OCR token texts in slot order (after masking/truncation), ``(n <= N,)``.
+        """
+        V, N = self.vocab.vocab_size, self.num_ocr
+        if self._global_words is not None:
+            words = self._global_words
+        else:
+            raw = rec.extra.get("dictionary")
+            # Builders store normalized words; bytes are decoded, not normalized again (30k per example
+            # for ST-VQA task 2), and the mask is cached per distinct dictionary.
+            words = tuple(w for w in (_str(x).strip() for x in (raw if raw is not None else [])) if w)
+        if not words:
+            self.counter.add("decode_dictionary_missing")
+            return np.ones((V + N,), bool)
+        piece_mask, entries, entry_words = self._dictionary_mask(words)
+        out = np.zeros((V + N,), bool)
+        out[:V] = piece_mask
+        for j, t in enumerate(texts[:N]):
+            out[V + j] = t in entries or all(x in entry_words for x in t.split())
+        return out
 
     def _decode_image(self, image_id: str, data: bytes) -> np.ndarray:
         try:
@@ -245,8 +374,9 @@ class Preprocessor:
         except Exception as e:  # PIL raises many types for corrupt data
             raise DatasetError(f"image {image_id!r}: cannot decode ({type(e).__name__}: {e})") from e
 
-    def features(self, rec: Record, answer: str | None) -> dict:
-        """Fixed-shape features of one record; ``answer`` (normalized) gives the targets."""
+    def features(self, rec: Record, answer: str | None, for_decoding: bool = False) -> dict:
+        """Fixed-shape features of one record; ``answer`` (normalized) gives the targets; with
+        ``for_decoding`` and ``data.decode_dictionary`` set, also ``allowed_vocab`` ``(V + N,)`` bool."""
         N, P = self.num_ocr, self.max_pieces
         out: dict[str, np.ndarray] = {}
         if self.vision_kind == "cnn":
@@ -297,6 +427,8 @@ class Preprocessor:
                    target_mask=enc.target_mask if answer is not None else np.zeros_like(enc.target_mask))
         if self.answer_list is not None:
             out["answer_scores"] = self.answer_list.scores(rec.answers, texts, self.num_ocr_classes).astype(np.float32)
+        if for_decoding and self.decode_dictionary != "none":
+            out["allowed_vocab"] = self.allowed_vocab(rec, texts)
         out["index"] = np.int32(rec.index)
         out["valid"] = np.bool_(True)
         return out
@@ -309,7 +441,7 @@ class _TrainMap(grain.transforms.RandomMap):
 
     def random_map(self, element, rng: np.random.Generator):
         ex, index = element
-        rec = decode_record(ex, index, self.source_name)
+        rec = decode_record(ex, index, self.source_name, self.pre.counter)
         if not rec.answers:
             raise DatasetError(f"{self.source_name}: question {rec.question_id!r} has no answer in a training split")
         answer = rec.answers[int(rng.integers(len(rec.answers)))] if len(rec.answers) > 1 else rec.answers[0]
@@ -329,18 +461,41 @@ class _IndexedSource:
         return self.source[i], i
 
 
+class _ProcessShare:
+    """This process's rows of the global batches of a (lazy, random-access) dataset ``ds``.
+
+    Local element ``k`` is global position ``(k // b) * (b * pc) + pi * b + k % b`` of ``ds`` (``b``
+    the per-process batch, ``pi``/``pc`` the process index/count), so global batch ``g`` is positions
+    ``[g * b * pc, (g + 1) * b * pc)`` of ``ds`` in process order, which is the row order
+    ``jax.make_array_from_process_local_data`` assembles on a mesh whose devices are in process order.
+    """
+
+    def __init__(self, ds, batch_size: int, process_index: int, process_count: int):
+        self.ds, self.b, self.pi, self.pc = ds, int(batch_size), int(process_index), int(process_count)
+
+    def __len__(self):
+        return (len(self.ds) // (self.b * self.pc)) * self.b
+
+    def __getitem__(self, k):
+        k = int(k)
+        return self.ds[(k // self.b) * self.b * self.pc + self.pi * self.b + k % self.b]
+
+
 def train_iterator(source, pre: Preprocessor, *, batch_size: int, seed: int, source_name: str = "",
                    num_threads: int = 2, prefetch: int = 8):
     """An infinite, checkpointable iterator of local training batches.
 
-    Shuffles with ``seed`` (a new permutation every epoch), takes this process's share, applies the
-    preprocessor (one reference answer drawn per visit when several exist) and batches with
-    ``drop_remainder``.
+    Shuffles the whole split with ``seed`` (a new permutation every epoch; the same on every
+    process), draws one reference answer per visit (the RNG keyed by the global position), and cuts
+    the stream into global batches of ``batch_size * process_count`` examples; this process reads and
+    preprocesses only its rows ``[process_index * batch_size, (process_index + 1) * batch_size)`` of
+    each global batch (:class:`_ProcessShare`). The global batches are therefore the same whatever the
+    number of processes: 2 processes x 4 devices train on exactly the batches of 1 process x 8.
 
     Args:
       source: random-access data source.
       pre: the :class:`Preprocessor`.
-      batch_size: per-process batch size.
+      batch_size: per-process batch size (the global batch divided by ``jax.process_count()``).
       seed: shuffle seed.
 
     Returns:
@@ -353,9 +508,9 @@ def train_iterator(source, pre: Preprocessor, *, batch_size: int, seed: int, sou
         raise DatasetError(f"{source_name}: {len(source)} examples is fewer than one global batch "
                            f"({batch_size} x {jax.process_count()} processes)")
     ds = grain.MapDataset.source(_IndexedSource(source))
-    ds = ds[jax.process_index():: jax.process_count()]
     ds = ds.seed(seed).shuffle().repeat()
-    ds = ds.random_map(_TrainMap(pre, source_name))
+    ds = ds.random_map(_TrainMap(pre, source_name))  # lazy: only the rows this process asks for are read
+    ds = grain.MapDataset.source(_ProcessShare(ds, batch_size, jax.process_index(), jax.process_count()))
     ds = ds.batch(batch_size, drop_remainder=True)
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch))
     return iter(it)
@@ -378,16 +533,18 @@ def eval_batches(source, pre: Preprocessor, *, batch_size: int, source_name: str
         idx = mine[b * batch_size:(b + 1) * batch_size]
         feats = []
         for i in idx:
-            rec = decode_record(source[i], i, source_name)
-            feats.append(pre.features(rec, rec.answers[0] if rec.answers else None))
+            rec = decode_record(source[i], i, source_name, pre.counter)
+            feats.append(pre.features(rec, rec.answers[0] if rec.answers else None, for_decoding=True))
         if feats:
             template = feats[0]
         elif template is None:
             rec = decode_record(source[0], 0, source_name)
-            template = pre.features(rec, None)
+            template = pre.features(rec, None, for_decoding=True)
         while len(feats) < batch_size:
             pad = {k: np.zeros_like(v) for k, v in template.items()}
             pad["valid"] = np.bool_(False)
+            if "allowed_vocab" in pad:
+                pad["allowed_vocab"] = np.ones_like(template["allowed_vocab"])
             feats.append(pad)
         yield {k: np.stack([f[k] for f in feats]) for k in feats[0]}
 

@@ -86,21 +86,29 @@ def extended_targets(target_vocab: jax.Array, target_ocr: jax.Array, vocab_size:
     return jnp.concatenate([vocab_hot, target_ocr.astype(bool)], axis=-1)
 
 
-def pointer_softmax_loss(logits, target_vocab, target_ocr, target_mask):
+def pointer_softmax_loss(logits, target_vocab, target_ocr, target_mask, prefer_copy: bool = False):
     """Softmax cross-entropy over the extended space with a positive *set* per step.
 
     ``loss_t = logsumexp(all logits) - logsumexp(positive logits)``: the negative log of the total
     probability of the positives (any matching OCR slot, or the piece). Steps with an empty positive
     set or ``target_mask`` False do not count.
 
+    With ``prefer_copy`` a step that has OCR positives keeps only those: the vocabulary piece of a
+    copyable word is not a target. Otherwise the softmax can put all the mass on the piece of a name
+    seen in training and the pointer network never learns to copy (measured on the synthetic set:
+    1.6% of unseen shop names copied without it).
+
     Args:
       logits: ``(batch, ans_len, V + N)`` float32 (masked OCR slots already ``NEG_INF``).
       target_vocab, target_ocr, target_mask: as built by :class:`~openvivqa_jax.text.AnswerVocab`.
+      prefer_copy: see above.
 
     Returns:
       ``(mean loss over counted steps, dict(loss, token_accuracy, num_tokens))``.
     """
     V = logits.shape[-1] - target_ocr.shape[-1]
+    if prefer_copy:
+        target_vocab = jnp.where(target_ocr.any(-1), -1, target_vocab)
     pos = extended_targets(target_vocab, target_ocr, V)
     has_pos = pos.any(-1)
     mask = target_mask.astype(bool) & has_pos

@@ -113,25 +113,35 @@ class AnswerDecoder(nnx.Module):
         """Cross-attention keys/values of the memory, once per layer (reused at every step)."""
         return [layer.cross_attn.project_kv(memory) for layer in self.layers]
 
-    def __call__(self, ids, memory, memory_mask, ocr_feats, ocr_mask, *, deterministic=True, rngs=None):
+    def __call__(self, ids, memory, memory_mask, ocr_feats, ocr_mask, *, deterministic=True, rngs=None,
+                 return_attention: bool = False):
         """Teacher-forced logits.
 
         Args:
           ids: ``(batch, ans_len)`` decoder inputs (BOS first).
           memory: ``(batch, mem_len, d)`` fused features; ``memory_mask``: ``(batch, mem_len)``.
           ocr_feats: ``(batch, N, d)``; ``ocr_mask``: ``(batch, N)``.
+          return_attention: also return each layer's cross-attention probabilities over the memory
+            (for predict's heat map; the default path is unchanged).
 
         Returns:
-          ``(batch, ans_len, V + N)`` float32 logits.
+          ``(batch, ans_len, V + N)`` float32 logits; with ``return_attention`` also a list (one per
+          layer) of ``(batch, H, ans_len, mem_len)`` float32 probabilities.
         """
         L = ids.shape[1]
         x = self.embed_inputs(ids, jnp.arange(L), ocr_feats)
         x = self.dropout(x, deterministic=deterministic, rngs=rngs)
         self_mask = causal_mask(L)
         cross_mask = memory_mask[:, None, None, :]
+        weights = []
         for layer, kv in zip(self.layers, self.precompute(memory)):
-            x = layer(x, self_mask, kv, cross_mask, deterministic=deterministic, rngs=rngs)
-        return self.output_logits(self.final_norm(x), ocr_feats, ocr_mask)
+            x = layer(x, self_mask, kv, cross_mask, deterministic=deterministic, rngs=rngs,
+                      return_attention=return_attention)
+            if return_attention:
+                x, w = x
+                weights.append(w)
+        logits = self.output_logits(self.final_norm(x), ocr_feats, ocr_mask)
+        return (logits, weights) if return_attention else logits
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any = jnp.float32) -> list[dict[str, jax.Array]]:
         """Zero self-attention caches: per layer ``{"k","v"}`` of ``(batch, max_len, H, head_dim)``."""

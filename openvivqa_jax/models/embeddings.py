@@ -14,6 +14,7 @@ Batch keys read here (DESIGN §5; built by :mod:`openvivqa_jax.data.pipeline`):
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.layers import SmallCNN, _ln, box_overlap_weights, dense, grid_boxes, masked_mean
+from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
 __all__ = ["VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput"]
 
@@ -31,27 +33,43 @@ class VisionOutput(dict):
 
 
 class VisionEncoder(nnx.Module):
-    """Grid features from pixels (small CNN) or projected pre-extracted region features, plus a box
+    """Grid features from pixels (small CNN or ViT) or projected pre-extracted region features, plus a box
     embedding, layer-normed: ``LN(W_f f) + LN(W_b box)`` (M4C's object embedding).
 
     Args:
-      kind: ``"cnn"`` or ``"region"``.
+      kind: ``"cnn"``, ``"vit"`` or ``"region"``.
       d_model: output width.
       cnn_channels: channels of :class:`SmallCNN` (kind ``cnn``).
       region_dim: region feature width (kind ``region``).
       dropout: dropout on the output.
+      vision_cfg: ``config.model.vision`` (kind ``vit``): ``vit_variant`` / ``patch_size``, ``width``,
+        ``depth``, ``heads``, ``mlp_dim``, ``posemb_grid``, ``cls_token`` (see
+        :func:`openvivqa_jax.models.vit.vit_settings`), ``checkpoint`` (a big_vision ``.npz`` loaded at
+        construction; None: random init) and ``freeze`` (the backbone is not trained: the optimizer
+        masks ``vision/backbone`` parameters, :func:`openvivqa_jax.train.make_optimizer`).
 
     Raises:
-      ValueError: for an unknown kind.
+      ValueError: for an unknown kind, or kind ``vit`` without ``vision_cfg``.
+      openvivqa_jax.models.vit.CheckpointError: an unreadable or mismatched ViT checkpoint.
     """
 
     def __init__(self, *, kind: str, d_model: int, cnn_channels=(32, 64, 128, 128), region_dim: int = 2048,
-                 dropout: float = 0.1, rngs: nnx.Rngs, dtype: Any = jnp.float32):
-        if kind not in ("cnn", "region"):
-            raise ValueError(f"vision kind must be 'cnn' or 'region', got {kind!r}")
+                 dropout: float = 0.1, rngs: nnx.Rngs, dtype: Any = jnp.float32, vision_cfg=None):
+        if kind not in ("cnn", "vit", "region"):
+            raise ValueError(f"vision kind must be 'cnn', 'vit' or 'region', got {kind!r}")
         self.kind = kind
         if kind == "cnn":
             self.backbone = SmallCNN(tuple(cnn_channels), rngs=rngs, dtype=dtype)
+            raw_dim = self.backbone.out_dim
+        elif kind == "vit":
+            if vision_cfg is None:
+                raise ValueError("vision kind 'vit' needs vision_cfg (config.model.vision with vit_variant, ...)")
+            vs = vit_settings(vision_cfg)
+            self.backbone = ViT(patch_size=vs["patch_size"], width=vs["width"], depth=vs["depth"], heads=vs["heads"],
+                                mlp_dim=vs["mlp_dim"], posemb_grid=vs["posemb_grid"], cls_token=vs["cls_token"],
+                                dropout=float(vision_cfg.get("vit_dropout", 0.0) or 0.0), rngs=rngs, dtype=dtype)
+            if vision_cfg.get("checkpoint"):
+                load_big_vision_npz(self.backbone, os.path.expanduser(vision_cfg.get("checkpoint")))
             raw_dim = self.backbone.out_dim
         else:
             raw_dim = region_dim
@@ -64,7 +82,7 @@ class VisionEncoder(nnx.Module):
 
     def __call__(self, batch: dict, *, deterministic=True, rngs=None) -> VisionOutput:
         """Returns the :class:`VisionOutput` for ``batch``."""
-        if self.kind == "cnn":
+        if self.kind in ("cnn", "vit"):
             images = batch["image"].astype(jnp.float32) / 255.0
             grid = self.backbone(images.astype(self.feat_proj.dtype or jnp.float32))
             b, gh, gw, c = grid.shape

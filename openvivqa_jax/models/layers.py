@@ -76,7 +76,7 @@ class MultiHeadAttention(nnx.Module):
 
     def attend(
         self, q_in: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None,
-        *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+        *, deterministic: bool = True, rngs: nnx.Rngs | None = None, return_weights: bool = False,
     ) -> jax.Array:
         """Attention of ``q_in`` ``(batch, q_len, d)`` over projected ``k``/``v``.
 
@@ -84,19 +84,23 @@ class MultiHeadAttention(nnx.Module):
           q_in: queries before projection.
           k, v: ``(batch, kv_len, H, head_dim)``.
           mask: bool, broadcastable to ``(batch, H, q_len, kv_len)``; ``None`` attends everywhere.
+          return_weights: also return the attention probabilities (before dropout), for inspection
+            (predict's heat map); the default path is unchanged.
 
         Returns:
-          ``(batch, q_len, d)``.
+          ``(batch, q_len, d)``, or ``(out, probs (batch, H, q_len, kv_len) float32)`` with ``return_weights``.
         """
         q = self._split(self.query(q_in))
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(self.head_dim).astype(q.dtype)
         logits = logits.astype(jnp.float32)
         if mask is not None:
             logits = jnp.where(mask, logits, NEG_INF)
-        probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+        weights = jax.nn.softmax(logits, axis=-1)
+        probs = weights.astype(v.dtype)
         probs = self.dropout(probs, deterministic=deterministic, rngs=rngs)
         ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
-        return self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
+        out = self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
+        return (out, weights) if return_weights else out
 
     def __call__(self, q_in, kv_in, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
         """Attention of ``q_in`` ``(batch, q_len, d)`` over ``kv_in`` ``(batch, kv_len, d)``."""
@@ -187,7 +191,8 @@ class DecoderLayer(nnx.Module):
         self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
         self.dropout = nnx.Dropout(dropout)
 
-    def __call__(self, x, self_mask, cross_kv, cross_mask, *, deterministic=True, rngs=None):
+    def __call__(self, x, self_mask, cross_kv, cross_mask, *, deterministic=True, rngs=None,
+                 return_attention: bool = False):
         """Teacher-forced pass.
 
         Args:
@@ -195,17 +200,22 @@ class DecoderLayer(nnx.Module):
           self_mask: ``(batch|1, 1, ans_len, ans_len)`` causal & padding mask.
           cross_kv: ``(k, v)`` from :meth:`cross_attn.project_kv` of the memory.
           cross_mask: ``(batch, 1, 1, mem_len)``.
+          return_attention: also return the cross-attention probabilities (predict's heat map).
 
         Returns:
-          ``(batch, ans_len, d)``.
+          ``(batch, ans_len, d)``; with ``return_attention`` also ``(batch, H, ans_len, mem_len)`` float32.
         """
         xn = self.norm_self(x)
         h = self.self_attn(xn, xn, self_mask, deterministic=deterministic, rngs=rngs)
         x = x + self.dropout(h, deterministic=deterministic, rngs=rngs)
-        h = self.cross_attn.attend(self.norm_cross(x), *cross_kv, cross_mask, deterministic=deterministic, rngs=rngs)
+        h = self.cross_attn.attend(self.norm_cross(x), *cross_kv, cross_mask, deterministic=deterministic, rngs=rngs,
+                                   return_weights=return_attention)
+        if return_attention:
+            h, weights = h
         x = x + self.dropout(h, deterministic=deterministic, rngs=rngs)
         h = self.ffn(self.norm_ffn(x), deterministic=deterministic, rngs=rngs)
-        return x + self.dropout(h, deterministic=deterministic, rngs=rngs)
+        x = x + self.dropout(h, deterministic=deterministic, rngs=rngs)
+        return (x, weights) if return_attention else x
 
     def step(self, x, t, cache, cross_kv, cross_mask):
         """One decoding step at position ``t`` with the self-attention KV cache.

@@ -1,0 +1,60 @@
+"""MLPAG (the OpenViVQA paper's generator, §4.3) on ViVQA (Tran et al., PACLIC 2021), scored with exact match.
+
+Usage (ViVQA's train.csv/test.csv and the COCO 2014 images in ``~/data/vivqa``, see
+``tfds_builders/vivqa``)::
+
+    python -m openvivqa_jax.main --config configs/vivqa/mlpag.py --workdir runs/vivqa_mlpag \
+        --config.data.manual_dir=~/data/vivqa
+
+ViVQA ships ``train`` and ``test`` only, so the dev split for model selection is a held-out tail of train:
+``train[:90%]`` / ``train[90%:]`` (by question; COCO images may appear on both sides). Answers are
+short phrases (one reference each), so the headline metric is exact match ("EM", SQuAD-style
+normalization: ViVQA's accuracy), with F1, BLEU, ROUGE-L and CIDEr alongside; the best checkpoint is
+chosen by EM. (VQA accuracy is not used: with one reference its min(n/3, 1) rule caps at 1/3.)
+
+The builder's ``default`` config reads OCR from ``manual_dir/ocr.json`` if present and otherwise gives no
+OCR tokens (ViVQA's questions are about objects, colours, counts and places); with
+``--config.data.builder_config=tesseract`` Tesseract runs at build time. Model and optimisation settings
+are configs/openvivqa/mlpag.py's ``images`` variant (the paper's sizes; grid features from a CNN over the
+COCO image).
+"""
+
+import importlib.util
+import os
+
+import ml_collections
+
+#: The metrics computed at every evaluation (names of :mod:`openvivqa_jax.evaluation`).
+VIVQA_METRICS = ("EM", "F1", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")
+
+
+def _load(relpath: str, *args) -> ml_collections.ConfigDict:
+    """``get_config(*args)`` of ``configs/<relpath>``, loaded from its file path."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), relpath)
+    spec = importlib.util.spec_from_file_location("configs_" + relpath.replace("/", "_")[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(*args)
+
+
+def vivqa_data(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Points ``c`` at ViVQA: builder, splits, metrics and best metric (shared by the ViVQA configs)."""
+    d = c.data
+    d.builder = "vivqa"
+    d.builder_config = "default"
+    # d.manual_dir is required: --config.data.manual_dir=<folder with train.csv, test.csv, train2014/, val2014/>
+    d.train_split = "train[:90%]"
+    d.eval_split = "train[90%:]"
+    d.test_split = "test"
+    c.train.best_metric = "EM"
+    c.eval.metrics = VIVQA_METRICS
+    c.eval.ocr_ablation = False
+    return c
+
+
+def get_config() -> ml_collections.ConfigDict:
+    """Returns the ViVQA MLPAG config."""
+    c = vivqa_data(_load("openvivqa/mlpag.py", "images"))
+    c.model.name = "mlpag"
+    c.model.max_answer_len = 10  # ViVQA answers are 1-4 words
+    return c
