@@ -28,6 +28,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.num_threads = 2
     c.data.prefetch = 8
     c.data.image_cache_size = 8192
+    # Constrained decoding (ST-VQA tasks 1/2): 'none', 'per_image' or 'global' dictionary.
+    c.data.decode_dictionary = "none"
+    c.data.global_dictionary_file = placeholder(str)
 
     c.tokenizer = ml_collections.ConfigDict()
     c.tokenizer.vocab_size = 1000

@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -222,7 +223,7 @@ def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: st
     ax.imshow(img, extent=(0, w, h, 0))
     if heat is not None and np.size(heat) and float(np.max(heat)) > 0:
         hm = np.asarray(heat, np.float64) / float(np.max(heat))
-        im = ax.imshow(hm, extent=(0, w, h, 0), cmap="inferno", alpha=0.45, interpolation="nearest", vmin=0, vmax=1)
+        im = ax.imshow(hm, extent=(0, w, h, 0), cmap="jet", alpha=0.35, interpolation="nearest", vmin=0, vmax=1)
         cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.01)
         cb.set_label("decoder attention (relative)", fontsize=7)
         cb.ax.tick_params(labelsize=6)
@@ -243,7 +244,7 @@ def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: st
               patches.Patch(edgecolor="red", fill=False, linewidth=2, label="copied into the answer")]
     ax.legend(handles=legend, loc="lower left", fontsize=7, framealpha=0.8)
     if heat_note:
-        ax.set_xlabel(heat_note, fontsize=7)
+        ax.set_xlabel("\n".join(textwrap.wrap(heat_note, 95)), fontsize=7)
     tx = fig.add_subplot(gs[0, 1])
     tx.axis("off")
     lines = [("Q: " + question, "black", "bold"), ("A: " + (answer or "(empty)"), "darkred", "bold"), ("", "black", "normal")]
@@ -258,8 +259,6 @@ def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: st
     lines.append((f"{len(ocr_tokens)} OCR tokens, {len(copied)} copied", "dimgray", "normal"))
     y = 0.98
     step = min(0.06, 0.95 / max(len(lines), 1))
-    import textwrap
-
     for text, color, weight in lines:
         for part in (textwrap.wrap(text, 46) or [""]):
             tx.text(0.0, y, part, color=color, fontweight=weight, fontsize=9, va="top", transform=tx.transAxes)

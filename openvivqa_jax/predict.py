@@ -102,17 +102,17 @@ def load_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS):
     size = os.path.getsize(path)
     if size == 0:
         raise PredictError(f"image {path}: empty file (0 bytes), not an image")
+    old_limit = Image.MAX_IMAGE_PIXELS
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            im = Image.open(path)
+        Image.MAX_IMAGE_PIXELS = None  # opening reads the header only; the size is checked below
+        im = Image.open(path)
     except UnidentifiedImageError:
         raise PredictError(f"image {path}: not a recognised image file ({size} bytes; PIL reads JPEG, PNG, "
                            "BMP, GIF, TIFF, WebP, ...)") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise PredictError(f"image {path}: too large to decode safely ({e})") from None
-    except OSError as e:
-        raise PredictError(f"image {path}: cannot open ({e})") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise PredictError(f"image {path}: cannot open ({type(e).__name__}: {e})") from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = old_limit
     w, h = im.size
     if w <= 0 or h <= 0:
         im.close()
@@ -121,7 +121,6 @@ def load_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS):
         im.close()
         raise PredictError(f"image {path}: {w}x{h} pixels ({w * h / 1e6:.0f} megapixels) is over the limit of "
                            f"{max_pixels / 1e6:.0f} megapixels (--max_pixels); downscale it first")
-    old_limit = Image.MAX_IMAGE_PIXELS
     try:
         Image.MAX_IMAGE_PIXELS = max_pixels
         im.load()
@@ -614,8 +613,12 @@ class Predictor:
         xs, ys = np.unique(np.round(cells[:, 0], 6)), np.unique(np.round(cells[:, 1], 6))
         gh, gw = (len(ys), len(xs)) if len(xs) * len(ys) == S else (96, 128)
         heat = heat_from_boxes(cells, vis / share, gh, gw)
-        note = (f"heat map: answer decoder cross-attention on {S} image cells, mean over layers, heads and "
-                f"{max(1, n_steps)} answer steps ({share:.0%} of the attention mass is on image positions)")
+        note = (f"heat map: answer-decoder cross-attention over {S} image cells, mean over layers, heads and "
+                f"{max(1, n_steps)} answer steps")
+        if (lo, hi) != (0, w.shape[-1]):
+            note += f"; {share:.0%} of it is on image positions"
+        else:
+            note += " (MLPAG eq. 9: memory slot j = image cell j + OCR token j)" if N and lo == 0 else ""
         return heat, note
 
 
@@ -680,8 +683,8 @@ def _error(msg: str) -> None:
     print("error: " + " ".join(str(msg).split()), file=sys.stderr)
 
 
-def _make_items(args, records) -> tuple[list[Item], dict]:
-    """Loads images (once per image), runs OCR once per image, and builds the items."""
+def _ocr_settings(args) -> dict:
+    """``--ocr`` / ``--ocr_passes``: the OCR table of a file (loaded and validated) and the tesseract passes."""
     ocr_table = None
     if args.ocr not in ("tesseract", "none"):
         ocr_table = _load_ocr_file(args.ocr)
@@ -689,7 +692,7 @@ def _make_items(args, records) -> tuple[list[Item], dict]:
     bad = [p for p in passes if p not in DEFAULT_OCR_PASSES]
     if bad or not passes:
         raise PredictError(f"--ocr_passes {args.ocr_passes!r}: expected a comma-separated subset of gray,R,G,B")
-    return records, {"table": ocr_table, "passes": passes}
+    return {"table": ocr_table, "passes": passes}
 
 
 def _run(args) -> int:
@@ -709,7 +712,7 @@ def _run(args) -> int:
         if not os.path.isdir(image_dir):
             raise PredictError(f"--image_dir {image_dir}: not a folder")
         records = read_questions_file(args.questions, image_dir)
-    records, ocr_cfg = _make_items(args, records)
+    ocr_cfg = _ocr_settings(args)
     # Every image is checked before the model is loaded, so bad input fails fast.
     images: dict[str, Any] = {}
     for r in records:

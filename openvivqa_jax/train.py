@@ -144,11 +144,24 @@ def freeze_params(tx: optax.GradientTransformation, params, regex: str | None) -
     return optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()}, labels)
 
 
+def _exists_on_process_0(path: str) -> bool:
+    """``os.path.exists(path)`` as process 0 sees it, on every process.
+
+    Each process checking for itself races with process 0 writing the file: a process that already sees
+    it skips the barrier process 0 waits at, and the next collective fails with a name mismatch.
+    """
+    exists = os.path.exists(path)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        exists = bool(multihost_utils.broadcast_one_to_all(np.int32(exists)))
+    return exists
+
+
 def load_tokenizer(cfg, workdir: str, train_records=None) -> Tokenizer:
     """Loads ``<workdir>/spm.model`` or trains it on the normalized train split (questions, answers,
     OCR tokens) and writes it there."""
     path = os.path.join(workdir, "spm.model")
-    if os.path.exists(path):
+    if _exists_on_process_0(path):
         return Tokenizer(path)
     if train_records is None:
         raise FileNotFoundError(f"{path} does not exist and no train split was given to train it")
@@ -170,7 +183,7 @@ def load_answer_list(cfg, workdir: str, train_records_fn) -> AnswerList:
     """Loads ``<workdir>/answers.json`` or builds the top-``model.num_answers`` list from the train split
     (never dev/test) and writes it; sets ``cfg.model.num_answers`` to the list's length."""
     path = os.path.join(workdir, "answers.json")
-    if os.path.exists(path):
+    if _exists_on_process_0(path):
         alist = AnswerList.load(path)
     else:
         answers = [a for r in train_records_fn() for a in r.answers]
@@ -219,7 +232,7 @@ class Trainer:
         self._records: dict[str, list] = {}
         spm_path = os.path.join(self.workdir, "spm.model")
         train_records = None
-        if not os.path.exists(spm_path):
+        if not _exists_on_process_0(spm_path):
             train_records = self.records(cfg.data.train_split)
         self.tokenizer = load_tokenizer(cfg, self.workdir, train_records)
         klass = model_class(cfg.model.name)

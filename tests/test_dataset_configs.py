@@ -3,6 +3,12 @@
 
 The end-to-end tests run ``python -m openvivqa_jax.main`` in a subprocess with tiny command-line overrides, as a
 user would; datasets without the config's dev split get ``--config.data.eval_split`` overrides.
+
+`tfds build`: the installed ``tfds`` script (tfds 4.9.10) cannot start without apache_beam (its ``convert_format``
+command subclasses ``beam.DoFn`` at import) and mlcroissant; installing mlcroissant alone does not help, and
+apache-beam would downgrade numpy, protobuf, pyarrow and pillow, so neither is installed. The tests run tfds's own
+``build`` command parser and ``execute`` (``TFDS_CLI`` of tests/test_dataset_builders.py) in a subprocess with the
+same arguments; where both packages exist, the real ``tfds`` entry point runs instead.
 """
 
 from __future__ import annotations

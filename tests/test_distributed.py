@@ -321,9 +321,10 @@ _FSDP_SCRIPT = textwrap.dedent("""
             with tr.mesh:
                 tr.state, m = step(tr.state, pipeline.to_global(batch, tr.batch_sharding))
             losses.append(float(m["loss"]))
-        specs = {path_str(p): str(x.sharding.spec) for p, x in jax.tree_util.tree_leaves_with_path(tr.state.params)}
+        spec = lambda x: [a if a is None or isinstance(a, str) else list(a) for a in x.sharding.spec]
+        specs = {path_str(p): spec(x) for p, x in jax.tree_util.tree_leaves_with_path(tr.state.params)}
         mu = tr.state.opt_state[1][0].mu  # chain(clip, adam): adam's ScaleByAdamState
-        mu_specs = {path_str(p): str(x.sharding.spec) for p, x in jax.tree_util.tree_leaves_with_path(mu)}
+        mu_specs = {path_str(p): spec(x) for p, x in jax.tree_util.tree_leaves_with_path(mu)}
         leaves = jax.tree.leaves(tr.state.params)
         total = sum(x.nbytes for x in leaves)
         per_device = sum(x.addressable_shards[0].data.nbytes for x in leaves)
@@ -346,11 +347,11 @@ def test_fsdp_shards_params_and_optimizer_state_and_matches_one_device(tmp_path,
     np.testing.assert_allclose(eight["losses"], one["losses"], rtol=2e-5)
     specs = eight["specs"]
     q = next(k for k in specs if "self_attn/query/kernel" in k)  # (32, 32): d_in on data, heads on model
-    assert specs[q] == "PartitionSpec('data', 'model')"
+    assert specs[q] == ["data", "model"]
     wo = next(k for k in specs if "ffn/wo/kernel" in k)  # (64, 32)
-    assert specs[wo] == "PartitionSpec('model', 'data')"
+    assert specs[wo] == ["model", "data"]
     vh = next(k for k in specs if "vocab_head/kernel" in k)  # (32, 400)
-    assert specs[vh] == "PartitionSpec('data', 'model')"
+    assert specs[vh] == ["data", "model"]
     # Adam's moments are laid out like the parameters.
     assert eight["mu_specs"] == specs
     # A device holds well under half the parameters (everything big is split 8 or 4 ways).

@@ -20,6 +20,10 @@ import os
 import ml_collections
 
 
+#: ``--config configs/openvivqa/mlpag.py:<variant>``.
+VARIANTS = ("images", "features", "benchmark")
+
+
 def _default():
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "default.py")
     spec = importlib.util.spec_from_file_location("configs_default", path)
@@ -30,7 +34,7 @@ def _default():
 
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     """Returns the paper-size MLPAG config; ``variant`` is ``images``, ``features`` or ``benchmark``."""
-    if variant not in ("images", "features", "benchmark"):
+    if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; expected 'images', 'features' or 'benchmark'")
     c = _default()
     c.data.builder = "openvivqa"

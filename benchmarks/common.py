@@ -1,0 +1,260 @@
+"""Shared helpers of the throughput benchmarks (``benchmarks/decode.py``, ``train_step.py``, ``input_pipeline.py``).
+
+* configs: ``default`` is ``configs/default.py``; ``mlpag``, ``m4c``, ``qumlag``, ``fst`` are
+  ``configs/openvivqa/<name>.py:benchmark``, DESIGN §10's shapes (batch 64, 50 regions x 1024 with boxes,
+  question 20, answer 20, 50 OCR tokens with det 256 / rec 256 / fastText 300 features and boxes,
+  vocabulary 4,000). ``--smoke`` shrinks every size so that a benchmark runs in seconds (tests only).
+* random model inputs: ``tests/conftest.py``'s ``random_batch`` plus the config's extra OCR features
+  (``model.ocr_extra_features``, e.g. ``ocr_det`` ``(batch, N, 256)``), standard normal float32.
+* timing: wall clock (``time.perf_counter``) around a call and ``jax.block_until_ready``; the median
+  of ``repeats`` calls after compilation and one warm-up call.
+* memory: peak resident set size of this process (``resource.getrusage(RUSAGE_SELF).ru_maxrss``,
+  KiB on Linux, reported in MiB). Each model runs in its own subprocess (:func:`run_worker`) so that the
+  peak belongs to that model alone.
+* machine peak: the median FLOP/s of a jitted ``2048 x 2048`` float32 ``jnp.dot``
+  (``2 n^3`` FLOPs per product), measured in the same run as the benchmark it normalizes.
+
+Every benchmark prints one JSON object on stdout and its progress on stderr.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for _p in (ROOT, os.path.join(ROOT, "tests")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["PAPER_MODELS", "load_config", "model_inputs", "shrink_for_smoke", "peak_rss_mb", "matmul_peak",
+           "time_calls", "log", "emit", "machine_info", "run_worker", "parse_models", "BenchTrainer"]
+
+#: The paper-size generators of DESIGN §10 (``configs/openvivqa/<name>.py:benchmark``).
+PAPER_MODELS = ("mlpag", "m4c", "qumlag", "fst")
+
+#: DESIGN §10's vocabulary size (the benchmark configs set it; random inputs draw pieces below it).
+BENCHMARK_VOCAB = 4000
+
+
+def load_config(name: str):
+    """The config of benchmark model ``name``: ``default`` (``configs/default.py``) or one of
+    :data:`PAPER_MODELS` (``configs/openvivqa/<name>.py`` variant ``benchmark``).
+
+    Raises:
+      ValueError: for an unknown name.
+    """
+    if name == "default":
+        path, args = os.path.join(ROOT, "configs", "default.py"), ()
+    elif name in PAPER_MODELS:
+        path, args = os.path.join(ROOT, "configs", "openvivqa", f"{name}.py"), ("benchmark",)
+    else:
+        raise ValueError(f"unknown benchmark model {name!r}; expected 'default' or one of {PAPER_MODELS}")
+    spec = importlib.util.spec_from_file_location(f"bench_cfg_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(*args)
+
+
+def shrink_for_smoke(cfg):
+    """``cfg`` with every size cut down (width 32, 1-2 layers, 4 OCR tokens, 6 regions of 16-d, extra OCR
+    features 8-d, question 6, answer 5, vocabulary 50, batch 2), for the benchmarks' ``--smoke`` runs."""
+    m = cfg.model
+    with cfg.unlocked():
+        m.d_model, m.num_heads, m.ffn_dim = 32, 2, 64
+        for k, v in dict(num_fusion_layers=1, num_decoder_layers=2, num_text_layers=1, num_mmt_layers=2,
+                         word_dim=16, lstm_dim=24, attention_dim=16).items():
+            if k in m:
+                m[k] = v
+        m.max_question_len, m.max_answer_len, m.num_ocr = 6, 5, 4
+        if m.vision.kind == "region":
+            m.vision.num_regions, m.vision.region_dim = 6, 16
+        else:
+            m.vision.cnn_channels = (8, 16)
+            cfg.data.image_size = (32, 24)
+        extra = dict(m.get("ocr_extra_features", {}) or {})
+        if extra:
+            m.ocr_extra_features = {k: 8 for k in extra}
+        cfg.data.max_ocr_pieces = 3
+        cfg.tokenizer.vocab_size = 50
+        cfg.train.batch_size = 2
+    return cfg
+
+
+def model_inputs(cfg, vocab_size: int, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs for ``cfg.model`` with the pipeline's layout.
+
+    ``tests/conftest.py``'s ``random_batch`` (question, OCR pieces/PHOC/boxes/mask, region features or
+    pixels, teacher-forcing ids and targets, all masks true) plus every key of
+    ``model.ocr_extra_features`` as ``(batch, N, dim)`` standard-normal float32.
+    """
+    from conftest import random_batch
+
+    out = random_batch(cfg, vocab_size, batch=batch, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    N = cfg.model.num_ocr
+    for key, dim in sorted(dict(cfg.model.get("ocr_extra_features", {}) or {}).items()):
+        out[key] = rng.standard_normal((batch, N, int(dim))).astype(np.float32)
+    return out
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, MiB (``ru_maxrss`` is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
+    """Seconds of ``repeats`` calls of ``fn`` (each blocked on its outputs) after ``warmup`` calls."""
+    for _ in range(warmup):
+        jax.block_until_ready(fn())
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def matmul_peak(n: int = 2048, repeats: int = 10) -> dict[str, float]:
+    """This machine's matmul peak: median FLOP/s of a jitted ``(n, n) @ (n, n)`` float32 ``jnp.dot``.
+
+    Returns:
+      ``{"n": n, "seconds_median": s, "flops_per_s": 2 n^3 / s}``.
+    """
+    k1, k2 = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(k1, (n, n), jnp.float32)
+    b = jax.random.normal(k2, (n, n), jnp.float32)
+    f = jax.jit(jnp.dot)
+    secs = time_calls(lambda: f(a, b), repeats, warmup=2)
+    s = statistics.median(secs)
+    return {"n": n, "seconds_median": s, "flops_per_s": 2.0 * n ** 3 / s}
+
+
+def log(msg: str) -> None:
+    """Progress on stderr (stdout holds only the JSON result)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def emit(obj: dict) -> None:
+    """Prints ``obj`` as one JSON object on stdout."""
+    print(json.dumps(obj, ensure_ascii=False, indent=1, default=float), flush=True)
+
+
+def machine_info() -> dict[str, Any]:
+    """Platform, CPU count, load averages at the start, JAX version and backend (numbers depend on them)."""
+    return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "load_average": list(os.getloadavg()),
+            "jax": jax.__version__, "backend": jax.default_backend(), "devices": len(jax.devices())}
+
+
+def parse_models(text: str, allowed) -> list[str]:
+    """Comma-separated model names, each checked against ``allowed``.
+
+    Raises:
+      ValueError: for an empty list or an unknown name.
+    """
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in names if x not in allowed]
+    if not names or bad:
+        raise ValueError(f"--models {text!r}: unknown {bad}; expected a comma-separated subset of {tuple(allowed)}")
+    return names
+
+
+def run_worker(script: str, args: list[str], timeout: float | None = None) -> dict:
+    """Runs ``python <script> <args>`` in a fresh process and returns the JSON object it prints last.
+
+    Used to measure one model per process (honest peak RSS, no compilation cache shared between models).
+
+    Raises:
+      RuntimeError: if the worker exits non-zero or prints no JSON (its stderr tail is in the message).
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    sys.stderr.write(proc.stderr[-4000:] if proc.returncode else "")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(script)} {' '.join(args)} exited with {proc.returncode}: "
+                           f"{proc.stderr[-2000:]}")
+    text = proc.stdout.strip()
+    start = text.find("{")
+    if start < 0:
+        raise RuntimeError(f"{os.path.basename(script)} {' '.join(args)} printed no JSON: {text[-500:]!r}")
+    return json.loads(text[start:])
+
+
+def _trainer_base():
+    from openvivqa_jax.train import Trainer
+
+    return Trainer
+
+
+class BenchTrainer(_trainer_base()):
+    """The training step of :class:`openvivqa_jax.train.Trainer` (its ``loss_fn`` and jitted, state-donating
+    ``train_step_fn``, unchanged) without a dataset, tokenizer or workdir: the model is built for
+    ``vocab_size`` pieces and the state initialized as ``Trainer.__init__`` does (mesh, parameter and
+    optimizer shardings from the config).
+
+    Args:
+      cfg: an experiment config (``configs/*.py``), generator models only.
+      vocab_size: ``V``.
+    """
+
+    def __init__(self, cfg, vocab_size: int):  # noqa: D107  (replaces Trainer.__init__'s data/tokenizer parts)
+        import optax
+        from flax import nnx
+
+        from openvivqa_jax import sharding
+        from openvivqa_jax.models import build_model, model_class
+        from openvivqa_jax.train import TrainState, freeze_params, frozen_param_regex, make_optimizer
+
+        self.cfg = cfg
+        self.mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
+        self.batch_sharding = sharding.batch_sharding(self.mesh)
+        self.is_generator = model_class(cfg.model.name).is_generator
+        model = build_model(cfg.model, vocab_size, seed=cfg.seed)
+        self.graphdef, params = nnx.split(model, nnx.Param)
+        del model
+        self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
+        self.tx = freeze_params(self.tx, params, frozen_param_regex(cfg))
+        self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+        abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), params)
+        p_shard = sharding.param_shardings(abstract.params, self.mesh, tuple(cfg.get("sharding_rules", ())),
+                                           fsdp=cfg.get("fsdp", False))
+        repl = sharding.replicated(self.mesh)
+        masked = lambda v: isinstance(v, optax.MaskedNode)  # noqa: E731
+        o_shard = optax.tree_map_params(self.tx, lambda v, s: v if masked(v) else s, abstract.opt_state, p_shard,
+                                        transform_non_params=lambda _: repl, is_leaf=masked)
+        self.state_sharding = TrainState(repl, p_shard, o_shard)
+        init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), out_shardings=self.state_sharding)
+        with self.mesh:
+            self.state = init_fn(params)
+        self._train_step = None
+        self._decode_fns = {}
+
+    def global_batch(self, batch: dict) -> dict:
+        """Numpy batch -> global arrays on this trainer's mesh (as the train loop does)."""
+        from openvivqa_jax.data.pipeline import to_global
+
+        return to_global(batch, self.batch_sharding)
+
+
+def cost_flops(compiled) -> float | None:
+    """``compiled.cost_analysis()['flops']`` (a dict, or a one-element list in older JAX); None if absent."""
+    ca = compiled.cost_analysis()
+    if isinstance(ca, (list, tuple)):
+        ca = ca[0] if ca else {}
+    f = (ca or {}).get("flops")
+    return float(f) if f is not None else None
