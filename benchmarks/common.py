@@ -41,7 +41,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 __all__ = ["PAPER_MODELS", "load_config", "model_inputs", "shrink_for_smoke", "peak_rss_mb", "matmul_peak",
-           "time_calls", "log", "emit", "machine_info", "run_worker", "parse_models", "BenchTrainer"]
+           "time_calls", "log", "emit", "machine_info", "run_worker", "parse_models", "bench_trainer",
+           "cost_flops"]
 
 #: The paper-size generators of DESIGN §10 (``configs/openvivqa/<name>.py:benchmark``).
 PAPER_MODELS = ("mlpag", "m4c", "qumlag", "fst")
@@ -195,60 +196,60 @@ def run_worker(script: str, args: list[str], timeout: float | None = None) -> di
     return json.loads(text[start:])
 
 
-def _trainer_base():
-    from openvivqa_jax.train import Trainer
-
-    return Trainer
-
-
-class BenchTrainer(_trainer_base()):
+def bench_trainer(cfg, vocab_size: int):
     """The training step of :class:`openvivqa_jax.train.Trainer` (its ``loss_fn`` and jitted, state-donating
-    ``train_step_fn``, unchanged) without a dataset, tokenizer or workdir: the model is built for
-    ``vocab_size`` pieces and the state initialized as ``Trainer.__init__`` does (mesh, parameter and
-    optimizer shardings from the config).
+    ``train_step_fn``, unchanged) without a dataset, tokenizer or workdir.
+
+    Returns a ``Trainer`` subclass instance whose ``__init__`` keeps only the parts of ``Trainer.__init__``
+    the step needs: the model built for ``vocab_size`` pieces, the mesh, the optimizer, and the state
+    initialized with the parameter/optimizer shardings of the config. (Imported lazily: ``train`` pulls in
+    orbax and the evaluation package, which the decode benchmark does not need.)
 
     Args:
       cfg: an experiment config (``configs/*.py``), generator models only.
       vocab_size: ``V``.
     """
+    import optax
+    from flax import nnx
 
-    def __init__(self, cfg, vocab_size: int):  # noqa: D107  (replaces Trainer.__init__'s data/tokenizer parts)
-        import optax
-        from flax import nnx
+    from openvivqa_jax import sharding
+    from openvivqa_jax.models import build_model, model_class
+    from openvivqa_jax.train import Trainer, TrainState, freeze_params, frozen_param_regex, make_optimizer
 
-        from openvivqa_jax import sharding
-        from openvivqa_jax.models import build_model, model_class
-        from openvivqa_jax.train import TrainState, freeze_params, frozen_param_regex, make_optimizer
+    class BenchTrainer(Trainer):
+        def __init__(self):  # replaces Trainer.__init__'s data/tokenizer/checkpoint parts
+            self.cfg = cfg
+            self.mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
+            self.batch_sharding = sharding.batch_sharding(self.mesh)
+            self.is_generator = model_class(cfg.model.name).is_generator
+            model = build_model(cfg.model, vocab_size, seed=cfg.seed)
+            self.graphdef, params = nnx.split(model, nnx.Param)
+            del model
+            self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
+            self.tx = freeze_params(self.tx, params, frozen_param_regex(cfg))
+            self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+            abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), params)
+            p_shard = sharding.param_shardings(abstract.params, self.mesh, tuple(cfg.get("sharding_rules", ())),
+                                               fsdp=cfg.get("fsdp", False))
+            repl = sharding.replicated(self.mesh)
+            masked = lambda v: isinstance(v, optax.MaskedNode)  # noqa: E731
+            o_shard = optax.tree_map_params(self.tx, lambda v, s: v if masked(v) else s, abstract.opt_state,
+                                            p_shard, transform_non_params=lambda _: repl, is_leaf=masked)
+            self.state_sharding = TrainState(repl, p_shard, o_shard)
+            init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)),
+                              out_shardings=self.state_sharding)
+            with self.mesh:
+                self.state = init_fn(params)
+            self._train_step = None
+            self._decode_fns = {}
 
-        self.cfg = cfg
-        self.mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
-        self.batch_sharding = sharding.batch_sharding(self.mesh)
-        self.is_generator = model_class(cfg.model.name).is_generator
-        model = build_model(cfg.model, vocab_size, seed=cfg.seed)
-        self.graphdef, params = nnx.split(model, nnx.Param)
-        del model
-        self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
-        self.tx = freeze_params(self.tx, params, frozen_param_regex(cfg))
-        self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
-        abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), params)
-        p_shard = sharding.param_shardings(abstract.params, self.mesh, tuple(cfg.get("sharding_rules", ())),
-                                           fsdp=cfg.get("fsdp", False))
-        repl = sharding.replicated(self.mesh)
-        masked = lambda v: isinstance(v, optax.MaskedNode)  # noqa: E731
-        o_shard = optax.tree_map_params(self.tx, lambda v, s: v if masked(v) else s, abstract.opt_state, p_shard,
-                                        transform_non_params=lambda _: repl, is_leaf=masked)
-        self.state_sharding = TrainState(repl, p_shard, o_shard)
-        init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), out_shardings=self.state_sharding)
-        with self.mesh:
-            self.state = init_fn(params)
-        self._train_step = None
-        self._decode_fns = {}
+        def global_batch(self, batch: dict) -> dict:
+            """Numpy batch -> global arrays on this trainer's mesh (as the train loop does)."""
+            from openvivqa_jax.data.pipeline import to_global
 
-    def global_batch(self, batch: dict) -> dict:
-        """Numpy batch -> global arrays on this trainer's mesh (as the train loop does)."""
-        from openvivqa_jax.data.pipeline import to_global
+            return to_global(batch, self.batch_sharding)
 
-        return to_global(batch, self.batch_sharding)
+    return BenchTrainer()
 
 
 def cost_flops(compiled) -> float | None:

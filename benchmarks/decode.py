@@ -18,7 +18,7 @@ measurement):
   that at every step runs the model's full teacher-forced forward (encoder included) on the growing
   prefix, takes the argmax of the last position (PAD/UNK/BOS banned, as ours) on the host, and stops when
   every answer has produced EOS. One untimed warm-up loop (JAX's per-op dispatch compiles each op shape
-  once; a long evaluation would run warm), then ``--reference_repeats`` timed loops.
+  once; a long evaluation would run warm; ``--reference_warmup``), then ``--reference_repeats`` timed loops.
 
 Answers per second are ``batch / seconds``. With random weights EOS is rare, so every answer runs all
 ``max_answer_len`` steps (reported as ``steps``). ``reference_agreement`` is the fraction of answers on
@@ -103,9 +103,10 @@ def worker(args) -> dict:
     res = {"model": name, "mode": mode, "batch": b, "max_len": max_len, "vocab_size": vocab,
            "setup_s": time.perf_counter() - t0}
     if mode == "reference":
-        common.log(f"[{name}] reference loop (full recompute, un-jitted): warm-up")
         t1 = time.perf_counter()
-        reference_greedy(model, inputs, max_len=max_len)
+        for _ in range(args.reference_warmup):
+            common.log(f"[{name}] reference loop (full recompute, un-jitted): warm-up")
+            reference_greedy(model, inputs, max_len=max_len)
         res["warmup_s"] = time.perf_counter() - t1
         secs = []
         for r in range(args.reference_repeats):
@@ -153,6 +154,7 @@ def main(argv=None) -> dict:
     p.add_argument("--beam_size", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3, help="timed calls of the jitted decoders (median)")
     p.add_argument("--reference_repeats", type=int, default=1, help="timed full-recompute loops (median)")
+    p.add_argument("--reference_warmup", type=int, default=1, help="untimed full-recompute loops first")
     p.add_argument("--no_reference", action="store_true", help="skip the full-recompute reference loop")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -175,6 +177,7 @@ def main(argv=None) -> dict:
                 common.log(f"[{name}] {mode} ...")
                 wargs = [f"--worker={name}:{mode}", f"--beam_size={args.beam_size}", f"--repeats={args.repeats}",
                          f"--reference_repeats={args.reference_repeats}",
+                         f"--reference_warmup={args.reference_warmup}",
                          f"--ids_out={os.path.join(tmp, f'{name}_{mode}.npy')}"]
                 if args.batch:
                     wargs.append(f"--batch={args.batch}")

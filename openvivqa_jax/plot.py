@@ -149,7 +149,8 @@ def plot_training_curves(metrics_path: str, output: str, title: str | None = Non
         ax.set_ylabel("score")
         if wide_ax is not None:
             wide_ax.set_ylabel(" / ".join(n for n in _WIDE_SCALE if n in dev))
-        ax.legend(lines, [ln.get_label() for ln in lines], loc="lower right", fontsize=8)
+        ax.legend(lines, [ln.get_label() for ln in lines], loc="upper center", bbox_to_anchor=(0.5, -0.16),
+                  ncol=4, fontsize=8)
     else:
         ax.text(0.5, 0.5, "no dev evaluation logged", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("step")
@@ -159,7 +160,7 @@ def plot_training_curves(metrics_path: str, output: str, title: str | None = Non
     fig.suptitle(run_name)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    fig.savefig(output, format="png")
+    fig.savefig(output, format="png", bbox_inches="tight")
     n_train = len(train["loss"][0]) if "loss" in train else 0
     n_eval = max((len(s) for s, _ in dev.values()), default=0)
     return {"output": output, "train_steps": n_train, "eval_steps": n_eval, "series": drawn}
@@ -243,8 +244,6 @@ def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: st
     legend = [patches.Patch(edgecolor="cyan", fill=False, label="OCR token"),
               patches.Patch(edgecolor="red", fill=False, linewidth=2, label="copied into the answer")]
     ax.legend(handles=legend, loc="lower left", fontsize=7, framealpha=0.8)
-    if heat_note:
-        ax.set_xlabel("\n".join(textwrap.wrap(heat_note, 95)), fontsize=7)
     tx = fig.add_subplot(gs[0, 1])
     tx.axis("off")
     lines = [("Q: " + question, "black", "bold"), ("A: " + (answer or "(empty)"), "darkred", "bold"), ("", "black", "normal")]
@@ -257,12 +256,16 @@ def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: st
             lines.append((f"{x['word']}  <- vocabulary", "black", "normal"))
     lines.append(("", "black", "normal"))
     lines.append((f"{len(ocr_tokens)} OCR tokens, {len(copied)} copied", "dimgray", "normal"))
+    if heat_note:
+        lines.append((heat_note, "dimgray", "small"))
     y = 0.98
     step = min(0.06, 0.95 / max(len(lines), 1))
     for text, color, weight in lines:
-        for part in (textwrap.wrap(text, 46) or [""]):
-            tx.text(0.0, y, part, color=color, fontweight=weight, fontsize=9, va="top", transform=tx.transAxes)
-            y -= step
+        small = weight == "small"
+        for part in (textwrap.wrap(text, 62 if small else 46) or [""]):
+            tx.text(0.0, y, part, color=color, fontweight="normal" if small else weight, fontsize=7 if small else 9,
+                    va="top", transform=tx.transAxes)
+            y -= step * (0.75 if small else 1.0)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -77,7 +77,7 @@ def test_plot_cli_writes_png(tmp_path):
     out = wd / "training_curves.png"
     assert f"wrote {out}" in res.stdout and "dev/CIDEr" in res.stdout and "train/loss" in res.stdout
     with Image.open(out) as im:
-        assert im.format == "PNG" and im.size == (1210, 462)  # figsize (11, 4.2) at 110 dpi
+        assert im.format == "PNG" and 1100 < im.size[0] < 1300 and 400 < im.size[1] < 600  # (11, 4.2) in at 110 dpi
 
 
 @pytest.mark.parametrize("setup,needle", [

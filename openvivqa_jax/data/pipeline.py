@@ -379,9 +379,9 @@ class Preprocessor:
         ``for_decoding`` and ``data.decode_dictionary`` set, also ``allowed_vocab`` ``(V + N,)`` bool."""
         N, P = self.num_ocr, self.max_pieces
         out: dict[str, np.ndarray] = {}
-        if self.vision_kind == "cnn":
+        if self.vision_kind in ("cnn", "vit"):
             if rec.image_bytes is None:
-                raise DatasetError(f"question {rec.question_id!r}: no image for vision kind 'cnn'")
+                raise DatasetError(f"question {rec.question_id!r}: no image for vision kind {self.vision_kind!r}")
             out["image"] = self._image(rec.image_id, bytes(rec.image_bytes))
         else:
             R, D = self.num_regions, self.region_dim

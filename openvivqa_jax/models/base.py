@@ -56,8 +56,8 @@ class MemoryDecoderGenerator(GeneratorModel):
                             deterministic=deterministic, rngs=rngs)
 
     def prepare_decode(self, enc):
-        """Per-example decoding constants: cross-attention K/V of the memory, computed once."""
-        return {"cross_kv": self.decoder.precompute(enc["memory"]), "memory_mask": enc["memory_mask"],
+        """Per-example decoding constants: cross-attention K/V of the memory (head-major), computed once."""
+        return {"cross_kv": self.decoder.precompute_heads(enc["memory"]), "memory_mask": enc["memory_mask"],
                 "ocr_feats": enc["ocr_feats"], "ocr_mask": enc["ocr_mask"]}
 
     def init_cache(self, batch_size: int, max_len: int):

@@ -113,6 +113,11 @@ class AnswerDecoder(nnx.Module):
         """Cross-attention keys/values of the memory, once per layer (reused at every step)."""
         return [layer.cross_attn.project_kv(memory) for layer in self.layers]
 
+    def precompute_heads(self, memory: jax.Array) -> list[tuple[jax.Array, jax.Array]]:
+        """:meth:`precompute` in the head-major layout of cached decoding, ``(batch, H, head_dim, mem_len)``
+        each (:meth:`~openvivqa_jax.models.layers.MultiHeadAttention.project_kv_heads`), for :meth:`step`."""
+        return [layer.cross_attn.project_kv_heads(memory) for layer in self.layers]
+
     def __call__(self, ids, memory, memory_mask, ocr_feats, ocr_mask, *, deterministic=True, rngs=None,
                  return_attention: bool = False):
         """Teacher-forced logits.
@@ -144,11 +149,11 @@ class AnswerDecoder(nnx.Module):
         return (logits, weights) if return_attention else logits
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any = jnp.float32) -> list[dict[str, jax.Array]]:
-        """Zero self-attention caches: per layer ``{"k","v"}`` of ``(batch, max_len, H, head_dim)``."""
+        """Zero self-attention caches: per layer ``{"k","v"}`` of ``(batch, H, head_dim, max_len)`` (head-major)."""
         out = []
         for layer in self.layers:
             a = layer.self_attn
-            shape = (batch_size, max_len, a.num_heads, a.head_dim)
+            shape = (batch_size, a.num_heads, a.head_dim, max_len)
             out.append({"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)})
         return out
 
@@ -159,7 +164,7 @@ class AnswerDecoder(nnx.Module):
           ids_t: ``(batch,)`` extended ids input at step ``t``.
           t: int32 scalar.
           cache: from :meth:`init_cache` (updated copy returned).
-          cross_kv: from :meth:`precompute`.
+          cross_kv: from :meth:`precompute_heads`.
           memory_mask: ``(batch, mem_len)``; ``ocr_feats``, ``ocr_mask`` as in :meth:`__call__`.
 
         Returns:

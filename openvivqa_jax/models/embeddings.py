@@ -24,7 +24,7 @@ from flax import nnx
 from openvivqa_jax.models.layers import SmallCNN, _ln, box_overlap_weights, dense, grid_boxes, masked_mean
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
-__all__ = ["VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput"]
+__all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput"]
 
 
 class VisionOutput(dict):
@@ -178,3 +178,10 @@ class OcrEmbedding(nnx.Module):
             parts.append(self.extra_proj[key.replace("/", "_")](batch[key]))
         x = self.feat_norm(sum(parts)) + self.box_norm(self.box_proj(batch["ocr_boxes"].astype(jnp.float32)))
         return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
+def vision_encoder(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisionEncoder:
+    """The :class:`VisionEncoder` described by ``cfg.vision`` (``kind``: cnn, vit or region, and its fields)."""
+    v = cfg.vision
+    return VisionEncoder(kind=v.kind, d_model=cfg.d_model, cnn_channels=tuple(v.get("cnn_channels", (32, 64, 128))),
+                         region_dim=v.get("region_dim", 2048), dropout=cfg.dropout, rngs=rngs, dtype=dtype,
+                         vision_cfg=v)

@@ -42,18 +42,13 @@ from flax import nnx
 
 from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.decoder import AnswerDecoder
-from openvivqa_jax.models.embeddings import VisionEncoder
+from openvivqa_jax.models.embeddings import vision_encoder
 from openvivqa_jax.models.layers import NEG_INF, _ln, dense
 
 __all__ = ["FST", "LstmQuestionEncoder", "StackedAttention", "stacked_fusion",
-           "glimpse_vectors", "vision_encoder", "vocab_only_ocr"]
+           "glimpse_vectors", "vocab_only_ocr"]
 
 
-def vision_encoder(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisionEncoder:
-    """The :class:`VisionEncoder` described by ``cfg.vision`` (``kind``, ``cnn_channels``, ``region_dim``)."""
-    v = cfg.vision
-    return VisionEncoder(kind=v.kind, d_model=cfg.d_model, cnn_channels=tuple(v.get("cnn_channels", (32, 64, 128))),
-                         region_dim=v.get("region_dim", 2048), dropout=cfg.dropout, rngs=rngs, dtype=dtype)
 
 
 class LstmQuestionEncoder(nnx.Module):

@@ -107,6 +107,44 @@ class MultiHeadAttention(nnx.Module):
         k, v = self.project_kv(kv_in)
         return self.attend(q_in, k, v, mask, deterministic=deterministic, rngs=rngs)
 
+    def project_kv_heads(self, kv: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Keys and values of ``kv`` ``(batch, kv_len, d)`` head-major: ``(batch, H, head_dim, kv_len)`` each.
+
+        The layout of the decoding caches (:meth:`attend_heads`): XLA's CPU dot reads it as is, whereas
+        ``(batch, kv_len, H, head_dim)`` keys/values were transposed inside the decoding loop at every
+        step (a quarter of paper-size MLPAG beam-search time; benchmarks/decode.py).
+        """
+        k, v = self.project_kv(kv)
+        return jnp.transpose(k, (0, 2, 3, 1)), jnp.transpose(v, (0, 2, 3, 1))
+
+    def attend_heads(self, q_in: jax.Array, segments, mask: jax.Array | None) -> jax.Array:
+        """Attention (no dropout: decoding) of ``q_in`` ``(batch, q_len, d)`` over head-major keys/values.
+
+        Args:
+          q_in: queries before projection.
+          segments: ``[(k, v), ...]``, each ``(batch, H, head_dim, n_i)`` (:meth:`project_kv_heads`), taken
+            as one key axis of length ``sum n_i`` in order (M4C: the prefix, then the decoder cache),
+            without concatenating the keys/values themselves.
+          mask: bool, broadcastable to ``(batch, H, q_len, sum n_i)``; ``None`` attends everywhere.
+
+        Returns:
+          ``(batch, q_len, d)``, equal to :meth:`attend` over the concatenated keys/values.
+        """
+        q = self._split(self.query(q_in))
+        scale = jnp.sqrt(self.head_dim).astype(q.dtype)
+        logits = jnp.concatenate([jnp.einsum("bqhd,bhdk->bhqk", q, k) for k, _ in segments], -1) / scale
+        logits = logits.astype(jnp.float32)
+        if mask is not None:
+            logits = jnp.where(mask, logits, NEG_INF)
+        probs = jax.nn.softmax(logits, axis=-1).astype(segments[0][1].dtype)
+        ctx, start = None, 0
+        for k, v in segments:
+            n = k.shape[-1]
+            part = jnp.einsum("bhqk,bhdk->bqhd", probs[..., start:start + n], v)
+            ctx = part if ctx is None else ctx + part
+            start += n
+        return self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
+
 
 class FeedForward(nnx.Module):
     """Position-wise FFN: ``wo(dropout(relu(wi(x))))``, ``d -> ffn_dim -> d``."""
@@ -223,21 +261,23 @@ class DecoderLayer(nnx.Module):
         Args:
           x: ``(batch, 1, d)`` input at step ``t``.
           t: int32 scalar step index.
-          cache: ``{"k", "v"}`` each ``(batch, max_len, H, head_dim)``.
-          cross_kv, cross_mask: as in :meth:`__call__`.
+          cache: ``{"k", "v"}`` each ``(batch, H, head_dim, max_len)`` (head-major,
+            :meth:`MultiHeadAttention.project_kv_heads`).
+          cross_kv: ``(k, v)`` from :meth:`cross_attn.project_kv_heads` of the memory, each
+            ``(batch, H, head_dim, mem_len)``; cross_mask: as in :meth:`__call__`.
 
         Returns:
           ``(y, cache)`` with ``y`` ``(batch, 1, d)`` and the cache updated at position ``t``.
         """
         xn = self.norm_self(x)
-        k_t, v_t = self.self_attn.project_kv(xn)
-        k = jax.lax.dynamic_update_slice_in_dim(cache["k"], k_t.astype(cache["k"].dtype), t, axis=1)
-        v = jax.lax.dynamic_update_slice_in_dim(cache["v"], v_t.astype(cache["v"].dtype), t, axis=1)
-        max_len = k.shape[1]
+        k_t, v_t = self.self_attn.project_kv_heads(xn)
+        k = jax.lax.dynamic_update_slice_in_dim(cache["k"], k_t.astype(cache["k"].dtype), t, axis=3)
+        v = jax.lax.dynamic_update_slice_in_dim(cache["v"], v_t.astype(cache["v"].dtype), t, axis=3)
+        max_len = k.shape[3]
         mask = (jnp.arange(max_len) <= t)[None, None, None, :]
-        h = self.self_attn.attend(xn, k, v, mask)
+        h = self.self_attn.attend_heads(xn, [(k, v)], mask)
         x = x + h
-        x = x + self.cross_attn.attend(self.norm_cross(x), *cross_kv, cross_mask)
+        x = x + self.cross_attn.attend_heads(self.norm_cross(x), [cross_kv], cross_mask)
         x = x + self.ffn(self.norm_ffn(x))
         return x, {"k": k, "v": v}
 

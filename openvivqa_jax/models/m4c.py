@@ -179,12 +179,13 @@ class M4C(GeneratorModel):
 
     # ------------------------------------------------------------------ cached decoding
     def prepare_decode(self, enc):
-        """Runs the prefix once: per MMT layer its prefix keys/values ``(batch, P, H, head_dim)``, and the
-        OCR outputs ``(batch, N, d)`` for the pointer."""
+        """Runs the prefix once: per MMT layer its prefix keys/values, head-major ``(batch, H, head_dim, P)``
+        (:meth:`~openvivqa_jax.models.layers.MultiHeadAttention.project_kv_heads`), and the OCR outputs
+        ``(batch, N, d)`` for the pointer."""
         x, pm = enc["prefix"], enc["prefix_mask"]
         kvs = []
         for blk in self.mmt_layers:
-            kvs.append(blk.attn.project_kv(blk.norm_q(x)))
+            kvs.append(blk.attn.project_kv_heads(blk.norm_q(x)))
             x = blk(x, pm)
         N = self.num_ocr
         ocr_out = self.mmt_norm(x)[:, x.shape[1] - N:]
@@ -192,10 +193,10 @@ class M4C(GeneratorModel):
                 "ocr_mask": enc["ocr_mask"]}
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any = jnp.float32):
-        """Per MMT layer ``{"k", "v"}`` of ``(batch, max_len, H, head_dim)`` zeros (decoder positions)."""
+        """Per MMT layer ``{"k", "v"}`` of ``(batch, H, head_dim, max_len)`` zeros (decoder positions, head-major)."""
         out = []
         for blk in self.mmt_layers:
-            shape = (batch_size, max_len, blk.attn.num_heads, blk.attn.head_dim)
+            shape = (batch_size, blk.attn.num_heads, blk.attn.head_dim, max_len)
             out.append({"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)})
         return out
 
@@ -203,21 +204,22 @@ class M4C(GeneratorModel):
         """One decoder position ``t`` through the MMT: ``(logits (batch, V + N), cache)``.
 
         Decoder position ``t`` attends to the valid prefix (its cached keys/values) and to the cached
-        decoder positions ``<= t``, exactly the rows of :func:`prefix_lm_mask`.
+        decoder positions ``<= t``, exactly the rows of :func:`prefix_lm_mask`. The prefix and the decoder
+        keys/values stay two head-major segments (``MultiHeadAttention.attend_heads``): concatenating
+        ``(batch, P + T, H, head_dim)`` keys/values and transposing them for the dot at every step and layer
+        cost more than the step's matmuls in beam search (benchmarks/decode.py).
         """
         x = self.embed_previous(ids_t[:, None], jnp.reshape(t, (1,)), dec["ocr_in"])
         pm = dec["prefix_mask"]
         new_cache = []
         for blk, (pk, pv), c in zip(self.mmt_layers, dec["prefix_kv"], cache):
             xn = blk.norm_q(x)
-            k_t, v_t = blk.attn.project_kv(xn)
-            ck = jax.lax.dynamic_update_slice_in_dim(c["k"], k_t.astype(c["k"].dtype), t, axis=1)
-            cv = jax.lax.dynamic_update_slice_in_dim(c["v"], v_t.astype(c["v"].dtype), t, axis=1)
-            steps = jnp.broadcast_to(jnp.arange(ck.shape[1]) <= t, (pm.shape[0], ck.shape[1]))
+            k_t, v_t = blk.attn.project_kv_heads(xn)
+            ck = jax.lax.dynamic_update_slice_in_dim(c["k"], k_t.astype(c["k"].dtype), t, axis=3)
+            cv = jax.lax.dynamic_update_slice_in_dim(c["v"], v_t.astype(c["v"].dtype), t, axis=3)
+            steps = jnp.broadcast_to(jnp.arange(ck.shape[3]) <= t, (pm.shape[0], ck.shape[3]))
             mask = jnp.concatenate([pm, steps], 1)[:, None, None, :]
-            k = jnp.concatenate([pk, ck.astype(pk.dtype)], 1)
-            v = jnp.concatenate([pv, cv.astype(pv.dtype)], 1)
-            x = x + blk.attn.attend(xn, k, v, mask)
+            x = x + blk.attn.attend_heads(xn, [(pk, pv), (ck.astype(pk.dtype), cv.astype(pv.dtype))], mask)
             x = x + blk.ffn(blk.norm_ffn(x))
             new_cache.append({"k": ck, "v": cv})
         logits = self.output_logits(self.mmt_norm(x), dec["ocr_out"], dec["ocr_mask"])

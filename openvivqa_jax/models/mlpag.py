@@ -24,7 +24,7 @@ from flax import nnx
 
 from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.decoder import AnswerDecoder
-from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, VisionEncoder
+from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, vision_encoder
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock
 
 __all__ = ["MLPAG", "fuse_sum"]
@@ -78,9 +78,7 @@ class MLPAG(MemoryDecoderGenerator):
         self.fusion = cfg.get("fusion", "sum")
         if self.fusion not in ("sum", "concat"):
             raise ValueError(f"MLPAG fusion must be 'sum' (eq. 9) or 'concat', got {self.fusion!r}")
-        v = cfg.vision
-        self.vision = VisionEncoder(kind=v.kind, d_model=d, cnn_channels=tuple(v.get("cnn_channels", (32, 64, 128))),
-                                    region_dim=v.get("region_dim", 2048), dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+        self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
         self.question = QuestionEmbedding(vocab_size=vocab_size, d_model=d, max_len=cfg.max_question_len,
                                           dropout=cfg.dropout, rngs=rngs, dtype=dtype)
         self.ocr = OcrEmbedding(vocab_size=vocab_size, d_model=d, phoc_dim=cfg.phoc_dim,

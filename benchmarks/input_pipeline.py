@@ -1,0 +1,179 @@
+"""Benchmark: batches per second of the grain input pipeline alone, against the train step's consumption rate.
+
+Usage::
+
+    python benchmarks/input_pipeline.py [--configs default,paper] [--batches 60] [--data_dir DIR] [--smoke]
+
+Configs (each measured in a fresh process, peak RSS per config):
+
+* ``default``: ``configs/default.py``, the synthetic ``default`` builder (1500/150/200 rendered images),
+  batch 32, 128 x 96 images, 32 OCR tokens, the config's 2 grain threads and prefetch 8.
+* ``paper``: a stand-in for the paper-size inputs: the same synthetic data through
+  ``configs/openvivqa/mlpag.py`` (variant ``images``) preprocessing: 384 x 288 images, 50 OCR tokens of up
+  to 8 pieces with PHOC, question 20, answer 20, SentencePiece vocabulary up to 4,000, batch 64. (The
+  ``benchmark`` variant's pre-extracted region, det/rec and fastText features are not produced by any
+  builder, so the image path stands in.)
+
+What is timed: :func:`openvivqa_jax.data.pipeline.train_iterator` (data source -> seeded shuffle -> record
+decoding, normalization, JPEG decoding and resizing, tokenization, PHOC, answer targets -> fixed-shape numpy
+batches), nothing else running. The tokenizer is trained first on the train split (untimed; or read from
+``--workdir``). ``--warmup`` batches are drawn untimed (thread start-up), then ``--batches`` batches are
+timed: ``batches_per_s`` with the decoded-image cache as a fresh run has it (filling up during the first
+epoch), and ``batches_per_s_warm_cache`` from a fresh iterator after every image of the split is in the
+cache (later epochs; the default job runs about ten).
+
+For ``default`` the train step of the same config and batch is measured too (``benchmarks/train_step.py``,
+its own process, random inputs), and ``pipeline_to_step_ratio`` = pipeline batches/s / train steps/s (the
+issue asks for at least 3). Prints one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+CONFIGS = ("default", "paper")
+
+
+def pipeline_config(name: str, smoke: bool, data_dir: str | None, batch: int | None):
+    """The config whose input pipeline is measured (see the module doc)."""
+    cfg = common.load_config("default")
+    if name == "paper":
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("bench_mlpag_images",
+                                                      os.path.join(common.ROOT, "configs", "openvivqa", "mlpag.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        paper = mod.get_config("images")
+        with cfg.unlocked():
+            cfg.model = paper.model
+            cfg.tokenizer = paper.tokenizer
+            cfg.train.batch_size = paper.train.batch_size
+            for k in ("image_size", "max_ocr_pieces"):
+                cfg.data[k] = paper.data[k]
+    with cfg.unlocked():
+        if smoke:
+            cfg.data.builder_config = "tiny"
+            cfg.data.image_size = (64, 48) if name == "default" else (96, 72)
+            cfg.tokenizer.vocab_size = 400
+            cfg.train.batch_size = 4
+        if data_dir:
+            cfg.data.data_dir = data_dir
+        if batch:
+            cfg.train.batch_size = batch
+    return cfg
+
+
+def worker(args) -> dict:
+    """One pipeline config in this process."""
+    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.models import model_class
+    from openvivqa_jax.train import load_tokenizer
+
+    name = args.worker
+    cfg = pipeline_config(name, args.smoke, args.data_dir, args.batch)
+    b = int(cfg.train.batch_size)
+    t0 = time.perf_counter()
+    builder = pipeline.load_builder(cfg.data)
+    src = pipeline.load_source(builder, cfg.data.train_split)
+    source_name = f"{builder.name}/{cfg.data.train_split}"
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.workdir or tmp
+        records = None
+        if not os.path.exists(os.path.join(workdir, "spm.model")):
+            records = pipeline.read_records(src, source_name)
+        tok = load_tokenizer(cfg, workdir, records)
+    res = {"config": name, "builder": f"{builder.name}/{cfg.data.builder_config}", "split_size": len(src),
+           "batch": b, "image_size": list(cfg.data.image_size), "num_ocr": cfg.model.num_ocr,
+           "vocab_size": tok.vocab_size, "num_threads": cfg.data.num_threads, "prefetch": cfg.data.prefetch,
+           "setup_s": time.perf_counter() - t0}
+    counter = pipeline.SkipCounter()
+    pre = pipeline.Preprocessor(cfg, tok, counter=counter,
+                                allow_copy=getattr(model_class(cfg.model.name), "copies_ocr", False))
+
+    def rate(seed: int) -> tuple[float, dict]:
+        it = pipeline.train_iterator(src, pre, batch_size=b, seed=seed, source_name=source_name,
+                                     num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch)
+        for _ in range(args.warmup):
+            next(it)
+        t = time.perf_counter()
+        for _ in range(args.batches):
+            batch = next(it)
+        return args.batches / (time.perf_counter() - t), batch
+
+    common.log(f"[{name}] pipeline, fresh image cache ...")
+    bps, batch = rate(cfg.seed)
+    res["batches_per_s"] = bps
+    res["examples_per_s"] = bps * b
+    common.log(f"[{name}] {bps:.2f} batches/s; filling the image cache ...")
+    t1 = time.perf_counter()
+    for i in range(len(src)):
+        ex = src[i]
+        if ex.get("image") is not None:
+            pre._image(str(ex["image_id"]), bytes(ex["image"]))  # the cache key the pipeline uses
+    res["cache_fill_s"] = time.perf_counter() - t1
+    bps_warm, _ = rate(cfg.seed + 1)
+    res["batches_per_s_warm_cache"] = bps_warm
+    res["examples_per_s_warm_cache"] = bps_warm * b
+    res["batch_shapes"] = {k: list(v.shape) for k, v in sorted(batch.items())}
+    res["skip_counts"] = dict(counter.counts)
+    res["peak_rss_mb"] = common.peak_rss_mb()
+    common.log(f"[{name}] warm cache {bps_warm:.2f} batches/s")
+    return res
+
+
+def main(argv=None) -> dict:
+    """Parses flags, runs the workers (and the default train step), prints and returns the JSON object."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--configs", "--models", dest="configs", default="default,paper",
+                   help=f"comma-separated subset of {CONFIGS}")
+    p.add_argument("--batch", type=int, default=None, help="batch size (default: the config's)")
+    p.add_argument("--batches", type=int, default=60, help="timed batches")
+    p.add_argument("--warmup", type=int, default=3, help="untimed batches first")
+    p.add_argument("--repeats", type=int, default=5, help="timed train steps (median)")
+    p.add_argument("--data_dir", default=None, help="TFDS data dir (default: the config's, ~/tensorflow_datasets)")
+    p.add_argument("--workdir", default=None, help="read spm.model from here instead of training one")
+    p.add_argument("--no_train_step", action="store_true", help="skip the train-step comparison")
+    p.add_argument("--smoke", action="store_true", help="tiny data and sizes (tests)")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        res = worker(args)
+        common.emit(res)
+        return res
+    names = common.parse_models(args.configs, CONFIGS)
+    result = {"benchmark": "input_pipeline", "machine": common.machine_info(), "smoke": args.smoke, "configs": {}}
+    for name in names:
+        common.log(f"[{name}] ...")
+        wargs = [f"--worker={name}", f"--batches={args.batches}", f"--warmup={args.warmup}"]
+        for flag in ("batch", "data_dir", "workdir"):
+            if getattr(args, flag):
+                wargs.append(f"--{flag}={getattr(args, flag)}")
+        wargs += ["--smoke"] if args.smoke else []
+        r = common.run_worker(os.path.abspath(__file__), wargs)
+        entry = {k: v for k, v in r.items() if k != "config"}
+        if name == "default" and not args.no_train_step:
+            common.log("[default] train step ...")
+            targs = ["--worker=default", f"--repeats={args.repeats}", f"--batch={r['batch']}"]
+            targs += ["--smoke"] if args.smoke else []
+            step = common.run_worker(os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_step.py"), targs)
+            steps_per_s = 1.0 / step["step_s_median"]
+            entry["train_step"] = {"batch": step["batch"], "step_s_median": step["step_s_median"],
+                                   "steps_per_s": steps_per_s, "peak_rss_mb": step["peak_rss_mb"]}
+            entry["pipeline_to_step_ratio"] = entry["batches_per_s"] / steps_per_s
+            entry["pipeline_to_step_ratio_warm_cache"] = entry["batches_per_s_warm_cache"] / steps_per_s
+        result["configs"][name] = entry
+    common.emit(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

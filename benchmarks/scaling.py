@@ -1,0 +1,201 @@
+"""Benchmark: data-parallel step time on 1, 2, 4 and 8 fake CPU devices, and a per-step estimate for the
+paper's MLPAG and M4C on a TPU v5e-8 and on 8 H100s from XLA's FLOP count.
+
+Usage::
+
+    python benchmarks/scaling.py [--devices 1,2,4,8] [--repeats 10] [--models mlpag,m4c]
+                                 [--mfu 0.3] [--global_batch 64] [--smoke]
+
+Part 1, measured (``scaling``): for each device count K a fresh process runs with
+``XLA_FLAGS=--xla_force_host_platform_device_count=K`` and times the trainer's own step
+(:meth:`openvivqa_jax.train.Trainer.train_step_fn` via :func:`benchmarks.common.bench_trainer`: forward, loss,
+gradients, Adam, donated state) at ``configs/default.py``'s shapes (global batch 32, mesh ``(-1, 1)``, i.e. the
+batch split K ways along ``data``) on random inputs (:func:`benchmarks.common.model_inputs`). Reported: the
+compile time and the median of ``--repeats`` steps after one warm-up step. The K fake devices are threads of
+one process on the same CPU cores, so this measures what partitioning costs (per-device overhead,
+all-reduces of the gradients), not a speed-up: the same program on K real chips would divide the per-device
+work by K.
+
+Part 2, estimated (``estimates``): for each paper model (``configs/openvivqa/<name>.py:benchmark``, DESIGN §10
+shapes: batch 64, 50 regions x 1024, 50 OCR tokens with det/rec/fastText features, question 20, answer 20,
+vocabulary 4,000) the training step is lowered and compiled on one CPU device from abstract values only
+(``jax.eval_shape`` of the model, parameters, optimizer state and batch; nothing is initialized or run)
+and XLA's ``cost_analysis()['flops']`` gives the FLOPs of one step (forward, backward, optimizer). Then::
+
+    step_seconds = flops_per_example * global_batch / (chips * peak_bf16_flops_per_chip * MFU)
+
+with the peaks in :data:`ACCELERATORS` (vendor dense bf16 numbers, no sparsity) and ``--mfu`` the assumed
+model-FLOPs utilization. Every assumption is repeated in the JSON.
+
+Prints one JSON object on stdout, progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+#: Dense bfloat16 peak per chip (FLOP/s), from the vendors' data sheets.
+ACCELERATORS = {
+    "tpu_v5e_8": {"chips": 8, "peak_bf16_flops_per_chip": 197e12,
+                  "source": "Cloud TPU v5e: 197 TFLOP/s bf16 per chip (cloud.google.com/tpu/docs/v5e)"},
+    "8x_h100_sxm": {"chips": 8, "peak_bf16_flops_per_chip": 989e12,
+                    "source": "NVIDIA H100 SXM: 989 TFLOP/s dense bf16 Tensor Core (1,979 with sparsity)"},
+}
+
+PAPER = ("mlpag", "m4c")
+
+
+def _measure(k: int, repeats: int, smoke: bool) -> dict:
+    """Worker: times the default config's train step on this process's ``k`` (fake) devices."""
+    if jax.device_count() != k:
+        raise RuntimeError(f"expected {k} devices, found {jax.device_count()} (XLA_FLAGS not applied?)")
+    cfg = common.load_config("default")
+    if smoke:
+        cfg = common.shrink_for_smoke(cfg)
+        cfg.train.batch_size = 8
+    cfg.mesh.shape = (-1, 1)
+    vocab = cfg.tokenizer.vocab_size
+    tr = common.bench_trainer(cfg, vocab)
+    batch = tr.global_batch(common.model_inputs(cfg, vocab, batch=cfg.train.batch_size))
+    step = tr.train_step_fn()
+    t0 = time.perf_counter()
+    with tr.mesh:
+        compiled = step.lower(tr.state, batch).compile()
+    compile_s = time.perf_counter() - t0
+    holder = {"state": tr.state}
+
+    def one():
+        with tr.mesh:
+            holder["state"], m = compiled(holder["state"], batch)
+        return m["loss"]
+
+    secs = common.time_calls(one, repeats, warmup=1)
+    return {"devices": k, "mesh": dict(tr.mesh.shape), "global_batch": cfg.train.batch_size,
+            "per_device_batch": cfg.train.batch_size // k, "compile_s": round(compile_s, 2),
+            "step_s_median": statistics.median(secs), "step_s_min": min(secs),
+            "examples_per_s": cfg.train.batch_size / statistics.median(secs), "num_params": tr.num_params}
+
+
+def _abstract_trainer(cfg, vocab_size: int):
+    """The trainer's step (its ``loss_fn`` and ``train_step_fn``, unchanged) over abstract parameters: the
+    model comes from ``nnx.eval_shape`` (nothing is initialized); ``abstract_state`` holds
+    ``jax.ShapeDtypeStruct`` s on a one-device mesh, for lowering only."""
+    from flax import nnx
+
+    from openvivqa_jax import sharding
+    from openvivqa_jax.models import build_model, model_class
+    from openvivqa_jax.train import Trainer, TrainState, make_optimizer
+
+    class AbstractTrainer(Trainer):
+        def __init__(self):  # replaces Trainer.__init__: no data, tokenizer, workdir or initialization
+            self.cfg = cfg
+            self.mesh = sharding.create_mesh((1, 1), cfg.mesh.axes)
+            self.batch_sharding = sharding.batch_sharding(self.mesh)
+            self.is_generator = model_class(cfg.model.name).is_generator
+            model = nnx.eval_shape(lambda: build_model(cfg.model, vocab_size, seed=cfg.seed))
+            self.graphdef, params = nnx.split(model, nnx.Param)
+            self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
+            self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+            abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), params)
+            repl = sharding.replicated(self.mesh)
+            self.state_sharding = jax.tree.map(lambda _: repl, abstract)
+            self.abstract_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl),
+                                               abstract)
+            self._train_step = None
+            self._decode_fns = {}
+
+    return AbstractTrainer()
+
+
+def _flops(name: str, smoke: bool) -> dict:
+    """Worker: FLOPs of one training step of paper model ``name`` from lowering only."""
+    cfg = common.load_config(name)
+    if smoke:
+        cfg = common.shrink_for_smoke(cfg)
+    batch_size = cfg.train.batch_size
+    vocab = cfg.tokenizer.vocab_size
+    tr = _abstract_trainer(cfg, vocab)
+    spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=tr.batch_sharding)
+            for k, v in common.model_inputs(cfg, vocab, batch=batch_size).items()}
+    t0 = time.perf_counter()
+    with tr.mesh:
+        compiled = tr.train_step_fn().lower(tr.abstract_state, spec).compile()
+    flops = common.cost_flops(compiled)
+    return {"model": name, "config": f"configs/openvivqa/{name}.py:benchmark", "num_params": tr.num_params,
+            "batch": batch_size, "step_flops": flops, "flops_per_example": flops / batch_size if flops else None,
+            "compile_s": round(time.perf_counter() - t0, 2), "dtype": cfg.model.dtype}
+
+
+def _estimates(flops_rows: list[dict], mfu: float, global_batch: int) -> dict:
+    out = {}
+    for row in flops_rows:
+        per = {}
+        for acc, spec in ACCELERATORS.items():
+            rate = spec["chips"] * spec["peak_bf16_flops_per_chip"] * mfu
+            s = row["flops_per_example"] * global_batch / rate
+            per[acc] = {"step_ms": s * 1e3, "examples_per_s": global_batch / s,
+                        "per_chip_batch": global_batch / spec["chips"]}
+        out[row["model"]] = per
+    return out
+
+
+def main(argv=None) -> None:
+    """Command line (module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--devices", default="1,2,4,8")
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--models", default=",".join(PAPER))
+    p.add_argument("--mfu", type=float, default=0.3, help="assumed model-FLOPs utilization")
+    p.add_argument("--global_batch", type=int, default=64, help="global batch of the estimates")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes (tests only)")
+    p.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    p.add_argument("--timeout", type=float, default=1800)
+    a = p.parse_args(argv)
+    if a.worker:
+        kind, arg = a.worker.split(":")
+        res = _measure(int(arg), a.repeats, a.smoke) if kind == "measure" else _flops(arg, a.smoke)
+        common.emit(res)
+        return
+    script = os.path.abspath(__file__)
+    smoke = ["--smoke"] if a.smoke else []
+    rows = []
+    for k in [int(x) for x in a.devices.split(",") if x.strip()]:
+        common.log(f"scaling: {k} device(s)")
+        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={k}"
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        rows.append(common.run_worker(script, ["--worker", f"measure:{k}", "--repeats", str(a.repeats), *smoke],
+                                      timeout=a.timeout))
+    base = rows[0]["step_s_median"] if rows else None
+    for r in rows:
+        r["relative_to_first"] = r["step_s_median"] / base
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    flops = []
+    for name in common.parse_models(a.models, PAPER):
+        common.log(f"flops: {name} (lowering only)")
+        flops.append(common.run_worker(script, ["--worker", f"flops:{name}", *smoke], timeout=a.timeout))
+    common.emit({
+        "benchmark": "scaling",
+        "machine": common.machine_info(),
+        "scaling": {"config": "configs/default.py", "note": "K fake CPU devices share this machine's cores: "
+                    "the step time measures partitioning overhead, not a speed-up", "rows": rows},
+        "flops": flops,
+        "estimates": {"assumptions": {"mfu": a.mfu, "global_batch": a.global_batch, "accelerators": ACCELERATORS,
+                                      "formula": "flops_per_example * global_batch / (chips * peak * mfu)"},
+                      "per_model": _estimates(flops, a.mfu, a.global_batch)},
+    })
+
+
+if __name__ == "__main__":
+    main()
