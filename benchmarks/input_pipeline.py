@@ -116,9 +116,9 @@ def worker(args) -> dict:
     common.log(f"[{name}] {bps:.2f} batches/s; filling the image cache ...")
     t1 = time.perf_counter()
     for i in range(len(src)):
-        ex = src[i]
-        if ex.get("image") is not None:
-            pre._image(str(ex["image_id"]), bytes(ex["image"]))  # the cache key the pipeline uses
+        rec = pipeline.decode_record(src[i], i, source_name)
+        if rec.image_bytes is not None:
+            pre._image(rec.image_id, bytes(rec.image_bytes))  # Preprocessor.features' cached call
     res["cache_fill_s"] = time.perf_counter() - t1
     bps_warm, _ = rate(cfg.seed + 1)
     res["batches_per_s_warm_cache"] = bps_warm

@@ -314,7 +314,9 @@ class Trainer:
                 (loss, m), grads = jax.value_and_grad(self.loss_fn, has_aux=True)(state.params, batch, key)
                 updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
                 params = optax.apply_updates(state.params, updates)
-                m = dict(m, grad_norm=optax.global_norm(grads), learning_rate=self.schedule(state.step))
+                # With grad_accum_steps = K the schedule advances once per K micro-steps (optax.MultiSteps).
+                k = max(1, int(self.cfg.train.get("grad_accum_steps", 1)))
+                m = dict(m, grad_norm=optax.tree.norm(grads), learning_rate=self.schedule(state.step // k))
                 return TrainState(state.step + 1, params, opt_state), m
 
             self._train_step = jax.jit(step, in_shardings=(self.state_sharding, self.batch_sharding),

@@ -1,0 +1,110 @@
+"""The throughput benchmarks (benchmarks/decode.py, train_step.py, input_pipeline.py) at ``--smoke`` sizes:
+each prints one JSON object with the documented keys and self-consistent, physically sane values."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+PY = sys.executable
+
+
+def _run(script: str, *args: str, timeout: int = 600) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([PY, os.path.join(ROOT, "benchmarks", script), "--smoke", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)  # stdout holds exactly one JSON object (progress goes to stderr)
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def _sane_rss(mb) -> bool:
+    return 50 < mb < 16_000  # a JAX process holds at least ~100 MiB; smoke sizes stay far below 16 GiB
+
+
+@pytest.mark.slow
+def test_decode_smoke():
+    out = _run("decode.py", "--models=mlpag", "--repeats=2", "--reference_warmup=0")
+    assert out["benchmark"] == "decode" and out["smoke"] is True and out["beam_size"] == 3
+    assert {"cpu_count", "load_average", "jax", "backend"} <= set(out["machine"])
+    m = out["models"]["mlpag"]
+    for mode in ("greedy", "beam", "reference"):
+        r = m[mode]
+        assert r["batch"] == 2 and r["max_len"] == 5
+        assert 1 <= r["steps"] <= r["max_len"]
+        assert _positive(r["seconds_median"]) and _positive(r["answers_per_s"])
+        assert r["answers_per_s"] == pytest.approx(r["batch"] / r["seconds_median"])
+        assert r["seconds_median"] == pytest.approx(statistics.median(r["seconds_all"]))
+        assert _sane_rss(r["peak_rss_mb"])
+    assert _positive(m["greedy"]["compile_s"]) and _positive(m["beam"]["compile_s"])
+    assert m["speedup_greedy_vs_reference"] == pytest.approx(
+        m["greedy"]["answers_per_s"] / m["reference"]["answers_per_s"])
+    assert m["speedup_beam_vs_reference"] == pytest.approx(
+        m["beam"]["answers_per_s"] / m["reference"]["answers_per_s"])
+    # The full-recompute loop and the cached jitted greedy search emit the same answers (DESIGN §7).
+    assert m["reference_agreement"] == 1.0
+    assert m["peak_rss_mb"] == max(m[k]["peak_rss_mb"] for k in ("greedy", "beam", "reference"))
+
+
+@pytest.mark.slow
+def test_train_step_smoke():
+    out = _run("train_step.py", "--models=mlpag", "--repeats=2", "--matmul_n=256")
+    assert out["benchmark"] == "train_step"
+    r = out["models"]["mlpag"]
+    assert r["batch"] == 2 and r["vocab_size"] == 50
+    assert _positive(r["compile_s"]) and _positive(r["step_s_median"]) and r["loss_finite"]
+    assert r["examples_per_s"] == pytest.approx(r["batch"] / r["step_s_median"])
+    peak = r["matmul_peak"]
+    assert peak["n"] == 256 and peak["flops_per_s"] == pytest.approx(2 * 256 ** 3 / peak["seconds_median"])
+    # Cost analysis counts forward + backward + Adam: far more FLOPs than parameters per example.
+    assert r["flops_per_example"] > r["num_params"]
+    assert r["achieved_flops_per_s"] == pytest.approx(r["flops_per_example"] * r["batch"] / r["step_s_median"])
+    assert r["fraction_of_matmul_peak"] == pytest.approx(r["achieved_flops_per_s"] / peak["flops_per_s"])
+    assert 0 < r["fraction_of_matmul_peak"] < 5
+    assert _sane_rss(r["peak_rss_mb"])
+
+
+@pytest.mark.slow
+def test_train_step_profile_smoke():
+    out = _run("train_step.py", "--models=qumlag", "--repeats=1", "--matmul_n=128", "--profile",
+               "--profile_steps=1")
+    prof = out["models"]["qumlag"]["profile"]
+    assert _positive(prof["thunk_ms_per_step"]) and _positive(prof["wall_ms_per_step"])
+    shares = [c["share"] for c in prof["by_category"].values()]
+    assert sum(shares) == pytest.approx(1.0)
+    assert "matmul (dot)" in prof["by_category"]
+    assert prof["hlo_op_counts"].get("dot", 0) + prof["hlo_op_counts"].get("fusion", 0) > 0
+
+
+@pytest.mark.slow
+def test_input_pipeline_smoke(tmp_path):
+    out = _run("input_pipeline.py", f"--data_dir={tmp_path / 'tfds'}", "--batches=4", "--warmup=1", "--repeats=2",
+               timeout=900)
+    assert out["benchmark"] == "input_pipeline"
+    d, p = out["configs"]["default"], out["configs"]["paper"]
+    assert d["builder"] == "synthetic_openvivqa/tiny" and d["batch"] == 4
+    assert d["batch_shapes"]["image"] == [4, 48, 64, 3]
+    assert p["batch_shapes"]["image"] == [4, 72, 96, 3] and p["num_ocr"] == 50
+    assert p["batch_shapes"]["ocr_phoc"][:2] == [4, 50] and p["batch_shapes"]["decoder_in"] == [4, 20]
+    for r in (d, p):
+        assert _positive(r["batches_per_s"]) and _positive(r["batches_per_s_warm_cache"])
+        assert r["examples_per_s"] == pytest.approx(r["batches_per_s"] * r["batch"])
+        assert _sane_rss(r["peak_rss_mb"])
+    step = d["train_step"]
+    assert step["batch"] == 4 and step["steps_per_s"] == pytest.approx(1 / step["step_s_median"])
+    assert d["pipeline_to_step_ratio"] == pytest.approx(d["batches_per_s"] / step["steps_per_s"])
+    assert "train_step" not in p
