@@ -33,6 +33,7 @@ Prints one JSON object on stdout, progress on stderr.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -46,12 +47,14 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-#: Dense bfloat16 peak per chip (FLOP/s), from the vendors' data sheets.
+#: Dense bfloat16 peak per chip (FLOP/s) and the bandwidth one chip can send into a ring all-reduce
+#: (bytes/s), from the vendors' data sheets.
 ACCELERATORS = {
-    "tpu_v5e_8": {"chips": 8, "peak_bf16_flops_per_chip": 197e12,
-                  "source": "Cloud TPU v5e: 197 TFLOP/s bf16 per chip (cloud.google.com/tpu/docs/v5e)"},
-    "8x_h100_sxm": {"chips": 8, "peak_bf16_flops_per_chip": 989e12,
-                    "source": "NVIDIA H100 SXM: 989 TFLOP/s dense bf16 Tensor Core (1,979 with sparsity)"},
+    "tpu_v5e_8": {"chips": 8, "peak_bf16_flops_per_chip": 197e12, "allreduce_bytes_per_s_per_chip": 200e9,
+                  "source": "Cloud TPU v5e data sheet: 197 TFLOP/s bf16 and 1,600 Gbit/s ICI per chip"},
+    "8x_h100_sxm": {"chips": 8, "peak_bf16_flops_per_chip": 989e12, "allreduce_bytes_per_s_per_chip": 450e9,
+                    "source": "NVIDIA H100 SXM: 989 TFLOP/s dense bf16 (1,979 with sparsity); NVLink 4 "
+                              "900 GB/s bidirectional, i.e. 450 GB/s each way"},
 }
 
 PAPER = ("mlpag", "m4c")
@@ -138,15 +141,21 @@ def _flops(name: str, smoke: bool) -> dict:
             "compile_s": round(time.perf_counter() - t0, 2), "dtype": cfg.model.dtype}
 
 
-def _estimates(flops_rows: list[dict], mfu: float, global_batch: int) -> dict:
+def _estimates(flops_rows: list[dict], mfu: float, global_batch: int, grad_bytes: int = 4) -> dict:
+    """Per model and accelerator: compute time at the assumed MFU, the ring all-reduce of the gradients
+    (``2 (n - 1) / n * grad_bytes * num_params / bandwidth``; float32 gradients of float32 master
+    weights), and the step between full overlap (max) and none (sum)."""
     out = {}
     for row in flops_rows:
         per = {}
         for acc, spec in ACCELERATORS.items():
-            rate = spec["chips"] * spec["peak_bf16_flops_per_chip"] * mfu
-            s = row["flops_per_example"] * global_batch / rate
-            per[acc] = {"step_ms": s * 1e3, "examples_per_s": global_batch / s,
-                        "per_chip_batch": global_batch / spec["chips"]}
+            n = spec["chips"]
+            compute = row["flops_per_example"] * global_batch / (n * spec["peak_bf16_flops_per_chip"] * mfu)
+            comm = 2.0 * (n - 1) / n * grad_bytes * row["num_params"] / spec["allreduce_bytes_per_s_per_chip"]
+            per[acc] = {"compute_ms": compute * 1e3, "allreduce_ms": comm * 1e3,
+                        "step_ms_overlapped": max(compute, comm) * 1e3, "step_ms_serial": (compute + comm) * 1e3,
+                        "examples_per_s_range": [global_batch / (compute + comm), global_batch / max(compute, comm)],
+                        "per_chip_batch": global_batch / n}
         out[row["model"]] = per
     return out
 
@@ -162,6 +171,7 @@ def main(argv=None) -> None:
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests only)")
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--reuse", default="", help="recompute the estimates from this earlier output (no measuring)")
     a = p.parse_args(argv)
     if a.worker:
         kind, arg = a.worker.split(":")
@@ -170,6 +180,12 @@ def main(argv=None) -> None:
         return
     script = os.path.abspath(__file__)
     smoke = ["--smoke"] if a.smoke else []
+    if a.reuse:
+        with open(a.reuse, encoding="utf-8") as f:
+            old = json.load(f)
+        old["estimates"] = _estimate_block(old["flops"], a)
+        common.emit(old)
+        return
     rows = []
     for k in [int(x) for x in a.devices.split(",") if x.strip()]:
         common.log(f"scaling: {k} device(s)")
@@ -191,10 +207,18 @@ def main(argv=None) -> None:
         "scaling": {"config": "configs/default.py", "note": "K fake CPU devices share this machine's cores: "
                     "the step time measures partitioning overhead, not a speed-up", "rows": rows},
         "flops": flops,
-        "estimates": {"assumptions": {"mfu": a.mfu, "global_batch": a.global_batch, "accelerators": ACCELERATORS,
-                                      "formula": "flops_per_example * global_batch / (chips * peak * mfu)"},
-                      "per_model": _estimates(flops, a.mfu, a.global_batch)},
+        "estimates": _estimate_block(flops, a),
     })
+
+
+def _estimate_block(flops: list[dict], a) -> dict:
+    return {"assumptions": {"mfu": a.mfu, "global_batch": a.global_batch, "accelerators": ACCELERATORS,
+                            "gradient_dtype": "float32",
+                            "compute": "flops_per_example * global_batch / (chips * peak_bf16 * mfu)",
+                            "allreduce": "2 (chips - 1) / chips * 4 bytes * num_params / per-chip bandwidth",
+                            "step": "between max(compute, allreduce) (overlapped) and their sum; host "
+                                    "dispatch and input overheads not included"},
+            "per_model": _estimates(flops, a.mfu, a.global_batch)}
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 MODELS = ("default",) + common.PAPER_MODELS
+#: Number of most expensive instructions listed in ``profile.top_ops``.
+TOP_OPS = 15
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s+([\w\-]+)\((.*)$")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
@@ -138,7 +140,7 @@ def profile_steps(compiled, state, batch, steps: int, hlo_text: str) -> tuple[di
         "wall_ms_per_step": wall * 1000.0,
         "thunk_ms_per_step": total / steps,
         "by_category": {c: {"ms_per_step": ms / steps, "share": ms / max(total, 1e-9)} for c, ms in cats.most_common()},
-        "top_ops": [[n, _category(n, instrs, comps), ms / steps] for n, ms in by_op.most_common(15)],
+        "top_ops": [[n, _category(n, instrs, comps), ms / steps] for n, ms in by_op.most_common(TOP_OPS)],
         "hlo_op_counts": dict(collections.Counter(op for op, _ in instrs.values()).most_common(12)),
     }, state
 

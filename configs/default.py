@@ -122,5 +122,6 @@ def get_config() -> ml_collections.ConfigDict:
     c.distributed.num_processes = placeholder(int)
     c.distributed.process_id = placeholder(int)
     c.distributed.local_device_ids = placeholder(str)
+    c.distributed.initialization_timeout = 300  # seconds to wait for all processes
     c.distributed.cpu_collectives = ""  # e.g. 'gloo' for multi-process CPU runs
     return c
