@@ -47,7 +47,7 @@ MODELS = ("mlpag", "m4c", "qumlag", "fst")
 MODES = ("greedy", "beam", "reference")
 
 
-def _setup(name: str, smoke: bool, batch: int | None):
+def _setup(name: str, smoke: bool, batch: int | None, dtype: str | None = None):
     from flax import nnx
 
     from openvivqa_jax.models import build_model
@@ -55,6 +55,8 @@ def _setup(name: str, smoke: bool, batch: int | None):
     cfg = common.load_config(name)
     if smoke:
         cfg = common.shrink_for_smoke(cfg)
+    if dtype:
+        cfg.model.dtype = dtype
     b = batch or cfg.train.batch_size
     vocab = int(cfg.tokenizer.vocab_size)
     model = build_model(cfg.model, vocab, seed=cfg.seed)
@@ -98,10 +100,10 @@ def worker(args) -> dict:
     """One model, one mode, in this process."""
     name, mode = args.worker.split(":")
     t0 = time.perf_counter()
-    cfg, model, inputs, b, vocab, nnx = _setup(name, args.smoke, args.batch)
+    cfg, model, inputs, b, vocab, nnx = _setup(name, args.smoke, args.batch, args.dtype)
     max_len = int(cfg.model.max_answer_len)
     res = {"model": name, "mode": mode, "batch": b, "max_len": max_len, "vocab_size": vocab,
-           "setup_s": time.perf_counter() - t0}
+           "dtype": cfg.model.dtype, "setup_s": time.perf_counter() - t0}
     if mode == "reference":
         t1 = time.perf_counter()
         for _ in range(args.reference_warmup):
@@ -125,6 +127,7 @@ def worker(args) -> dict:
         t1 = time.perf_counter()
         compiled = fn.lower(params, inputs).compile()
         res["compile_s"] = time.perf_counter() - t1
+        res["peak_rss_after_compile_mb"] = common.peak_rss_mb()
         out = {}
 
         def call():
@@ -156,6 +159,8 @@ def main(argv=None) -> dict:
     p.add_argument("--reference_repeats", type=int, default=1, help="timed full-recompute loops (median)")
     p.add_argument("--reference_warmup", type=int, default=1, help="untimed full-recompute loops first")
     p.add_argument("--no_reference", action="store_true", help="skip the full-recompute reference loop")
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
+                   help="compute dtype (model.dtype; parameters stay float32); default: the config's, float32")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ids_out", default=None, help=argparse.SUPPRESS)
@@ -181,6 +186,8 @@ def main(argv=None) -> dict:
                          f"--ids_out={os.path.join(tmp, f'{name}_{mode}.npy')}"]
                 if args.batch:
                     wargs.append(f"--batch={args.batch}")
+                if args.dtype:
+                    wargs.append(f"--dtype={args.dtype}")
                 if args.smoke:
                     wargs.append("--smoke")
                 r = common.run_worker(script, wargs)

@@ -18,7 +18,8 @@ Reported per model:
 * ``flops_per_example``: XLA's cost analysis of the compiled step (``cost_analysis()['flops']``) / batch;
 * ``achieved_flops_per_s`` and ``fraction_of_matmul_peak``: against the median FLOP/s of a 2048 x 2048
   float32 ``jnp.dot`` measured in the same process right after the steps (:func:`common.matmul_peak`);
-* ``peak_rss_mb`` of the process; ``num_params``.
+* ``peak_rss_mb`` of the process (``peak_rss_after_compile_mb``: the peak before the first step, i.e. the
+  model, the train state, the inputs and XLA's compilation); ``num_params``.
 
 With ``--profile`` the steps also run under ``jax.profiler.trace``; the CPU thunks of the trace are matched
 to the instructions of the compiled HLO and their time summed by op type (``profile`` in the JSON).
@@ -151,18 +152,21 @@ def worker(args) -> dict:
     cfg = common.load_config(name)
     if args.smoke:
         cfg = common.shrink_for_smoke(cfg)
+    if args.dtype:
+        cfg.model.dtype = args.dtype
     b = args.batch or int(cfg.train.batch_size)
     vocab = int(cfg.tokenizer.vocab_size)
     t0 = time.perf_counter()
     tr = common.bench_trainer(cfg, vocab)
     batch = tr.global_batch(common.model_inputs(cfg, vocab, b))
-    res = {"model": name, "batch": b, "vocab_size": vocab, "num_params": tr.num_params,
+    res = {"model": name, "batch": b, "vocab_size": vocab, "dtype": cfg.model.dtype, "num_params": tr.num_params,
            "setup_s": time.perf_counter() - t0}
     step = tr.train_step_fn()
     t1 = time.perf_counter()
     with tr.mesh:
         compiled = step.lower(tr.state, batch).compile()
     res["compile_s"] = time.perf_counter() - t1
+    res["peak_rss_after_compile_mb"] = common.peak_rss_mb()  # model, state, inputs and XLA's compilation
     flops = common.cost_flops(compiled)
     box = {"state": tr.state}
     tr.state = None
@@ -198,6 +202,8 @@ def main(argv=None) -> dict:
     p.add_argument("--matmul_n", type=int, default=2048, help="size of the peak-FLOP/s matmul")
     p.add_argument("--profile", action="store_true", help="also profile the step by op type")
     p.add_argument("--profile_steps", type=int, default=3)
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
+                   help="compute dtype (model.dtype; parameters stay float32); default: the config's, float32")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -213,6 +219,7 @@ def main(argv=None) -> dict:
         wargs = [f"--worker={name}", f"--repeats={args.repeats}", f"--matmul_n={args.matmul_n}",
                  f"--profile_steps={args.profile_steps}"]
         wargs += [f"--batch={args.batch}"] if args.batch else []
+        wargs += [f"--dtype={args.dtype}"] if args.dtype else []
         wargs += ["--smoke"] if args.smoke else []
         wargs += ["--profile"] if args.profile else []
         r = common.run_worker(os.path.abspath(__file__), wargs)

@@ -18,7 +18,12 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-__all__ = ["create_mesh", "path_str", "spec_for", "param_shardings", "batch_sharding", "replicated"]
+__all__ = ["mesh_context", "create_mesh", "path_str", "spec_for", "param_shardings", "batch_sharding", "replicated"]
+
+
+def mesh_context(mesh: Mesh):
+    """Context manager making ``mesh`` current: ``jax.set_mesh`` where it exists, else the mesh itself."""
+    return jax.set_mesh(mesh) if hasattr(jax, "set_mesh") else mesh
 
 
 def create_mesh(shape: Sequence[int], axes: Sequence[str] = ("data", "model"), devices=None) -> Mesh:

@@ -263,7 +263,7 @@ class Trainer:
         self.abstract_state = jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, self.state_sharding)
         init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), out_shardings=self.state_sharding)
-        with self.mesh:
+        with sharding.mesh_context(self.mesh):
             self.state = init_fn(params)
         self._train_step = None
         self._decode_fns: dict[tuple, Any] = {}
@@ -357,7 +357,7 @@ class Trainer:
         preds: dict[int, str] = {}
         for local in pipeline.eval_batches(src, pre, batch_size=self._local_eval_batch(), source_name=split):
             batch = pipeline.to_global(local, self.batch_sharding)
-            with self.mesh:
+            with sharding.mesh_context(self.mesh):
                 ids, _ = fn(params, batch)
             ids, index, valid = _gather(ids), _gather(batch["index"]), _gather(batch["valid"])
             for row, i, v in zip(ids, index, valid):
@@ -513,7 +513,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     stopped_early = False
     for step in range(start + 1, t.num_train_steps + 1):
         batch = pipeline.to_global(next(it), tr.batch_sharding)
-        with tr.mesh:
+        with sharding.mesh_context(tr.mesh):
             tr.state, m = step_fn(tr.state, batch)
         for h in hooks:
             h(step)

@@ -75,7 +75,7 @@ def random_batch(cfg, vocab_size: int, batch: int = 2, seed: int = 0) -> dict:
         target_ocr=np.zeros((batch, L, N), bool),
         target_mask=np.ones((batch, L), bool),
     )
-    if m.vision.kind == "cnn":
+    if m.vision.kind in ("cnn", "vit"):
         out["image"] = rng.integers(0, 256, (batch, h, w, 3), dtype=np.uint8)
     else:
         R, D = m.vision.num_regions, m.vision.region_dim

@@ -173,7 +173,7 @@ def test_real_openvivqa_sample_with_tesseract(tmp_path):
                     "--config.model.d_model=32", "--config.model.num_heads=2", "--config.model.ffn_dim=64",
                     "--config.model.num_fusion_layers=1", "--config.model.num_decoder_layers=1",
                     "--config.model.vision.cnn_channels=(8, 16, 32)", "--config.data.image_size=(96, 72)",
-                    "--config.tokenizer.vocab_size=300", "--config.train.batch_size=4",
+                    "--config.tokenizer.vocab_size=400", "--config.train.batch_size=4",
                     "--config.train.num_train_steps=4", "--config.train.eval_every_steps=4",
                     "--config.train.checkpoint_every_steps=4", "--config.eval.batch_size=4",
                     config="configs/openvivqa/mlpag.py")

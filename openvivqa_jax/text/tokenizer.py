@@ -39,7 +39,8 @@ def train_sentencepiece(
         built its vocabulary from the test split, a defect not to repeat).
       model_path: destination file (``<workdir>/spm.model``); parent folders are created.
       vocab_size: upper bound on the number of pieces (specials and the 256 byte pieces included).
-        Small corpora get fewer pieces (``hard_vocab_limit=False``).
+        Small corpora get fewer pieces (``hard_vocab_limit=False``); a bound below what the corpus's
+        distinct characters need is raised to that minimum, with a warning.
       max_sentences: cap on the sentences read.
 
     Returns:
@@ -56,6 +57,13 @@ def train_sentencepiece(
     corpus = [s for s in sentences if s.strip()]
     if not corpus:
         raise ValueError("train_sentencepiece: no non-empty sentence in the train split")
+    # With character_coverage=1.0 every distinct character is a piece besides the 256 byte pieces and
+    # the specials; SentencePiece refuses a smaller vocabulary, so raise the bound (logged, not silent).
+    required = len(set("".join(corpus)) - {" "}) + _NUM_BYTE_PIECES + _NUM_SPECIAL + 1
+    if vocab_size < required:
+        logging.warning("tokenizer.vocab_size=%d is below the %d pieces this corpus needs (%d distinct characters "
+                        "+ 256 bytes + specials); using %d", vocab_size, required, required - 261, required)
+        vocab_size = required
     os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
     proto = io.BytesIO()
     spm.SentencePieceTrainer.train(
