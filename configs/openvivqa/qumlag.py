@@ -31,18 +31,7 @@ def _base(variant: str) -> ml_collections.ConfigDict:
     spec = importlib.util.spec_from_file_location("configs_openvivqa_mlpag", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    c = mod.get_config("images" if variant == "images" else "features")
-    if variant == "benchmark":
-        c.train.batch_size = 64
-        c.tokenizer.vocab_size = 4000
-        c.model.max_question_len = 20
-        c.model.max_answer_len = 20
-        c.model.num_ocr = 50
-        c.model.vision.num_regions = 50
-        c.model.vision.region_dim = 1024
-        # Extra per-token OCR features (batch keys; the input pipeline must provide them).
-        c.model.ocr_extra_features = ml_collections.ConfigDict({"ocr_det": 256, "ocr_rec": 256, "ocr_fasttext": 300})
-    return c
+    return mod.get_config(variant)
 
 
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
