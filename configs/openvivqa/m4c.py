@@ -25,14 +25,9 @@ VARIANTS = ("images", "features", "benchmark")
 
 
 def _base(variant: str) -> ml_collections.ConfigDict:
-    """The data/train/eval settings shared by the paper-size configs: configs/openvivqa/mlpag.py's
-    ``images`` or ``features`` variant; ``benchmark`` is ``features`` at DESIGN §10's shapes (batch 64,
-    question 20, answer 20, 50 regions of 1024-d with boxes, 50 OCR tokens with det 256, rec 256 and
-    fastText 300 features, vocabulary 4,000)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlpag.py")
-    spec = importlib.util.spec_from_file_location("configs_openvivqa_mlpag", path)
+    """configs/openvivqa/mlpag.py's ``variant``: the data, training and evaluation settings all paper-size
+    configs share (it validates ``variant``)."""
+    spec = importlib.util.spec_from_file_location("configs_openvivqa_mlpag", os.path.join(os.path.dirname(__file__), "mlpag.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.get_config(variant)
