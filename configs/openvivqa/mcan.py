@@ -27,7 +27,8 @@ VARIANTS = ("images", "features", "benchmark")
 def _base(variant: str) -> ml_collections.ConfigDict:
     """configs/openvivqa/mlpag.py's ``variant``: the data, training and evaluation settings all paper-size
     configs share (it validates ``variant``)."""
-    spec = importlib.util.spec_from_file_location("configs_openvivqa_mlpag", os.path.join(os.path.dirname(__file__), "mlpag.py"))
+    path = os.path.join(os.path.dirname(__file__), "mlpag.py")
+    spec = importlib.util.spec_from_file_location("configs_openvivqa_mlpag", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.get_config(variant)
