@@ -26,9 +26,15 @@ INSTALL_REQUIRES = [
     "absl-py>=2.0",
 ]
 
+# The `tfds` command line (`tfds build tfds_builders/<name> --manual_dir=...`) imports apache_beam and
+# mlcroissant at start-up (tensorflow-datasets 4.9), even for builders that use neither.
+TFDS_CLI = ["apache-beam>=2.60", "mlcroissant>=1.0"]
+
 EXTRAS_REQUIRE = {
-    # pycocoevalcap is the reference the metrics are checked against; it is used by tests only.
-    "test": ["pytest>=8.0", "pytest-xdist>=3.5", "pycocoevalcap==1.2", "nbformat", "nbclient", "ipykernel"],
+    "tfds-cli": TFDS_CLI,
+    # pycocoevalcap is the reference the metrics are checked against; it is used by tests only. The tests
+    # also run the `tfds` command line.
+    "test": ["pytest>=8.0", "pytest-xdist>=3.5", "pycocoevalcap==1.2", "nbformat", "nbclient", "ipykernel", *TFDS_CLI],
 }
 
 setup(

@@ -53,8 +53,32 @@ def _init_distributed(cfg) -> None:
                  jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
+def _input_errors() -> tuple[type[Exception], ...]:
+    """Errors caused by the user's files or settings: reported in one line, without a traceback."""
+    from openvivqa_jax.data.ocr import OcrFileError, OcrUnavailableError
+    from openvivqa_jax.data.pipeline import DatasetError
+    from openvivqa_jax.models.vit import CheckpointError
+    from tfds_builders.readers import DatasetInputError
+
+    return (DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError, CheckpointError)
+
+
 def main(argv) -> None:
-    """Runs the selected mode."""
+    """Runs the selected mode.
+
+    Input errors (:func:`_input_errors`: a bad dataset file or row, a dataset built in the wrong format, a
+    missing OCR engine, a bad ViT checkpoint) end the run with ``error: <ErrorClass>: <message>`` on stderr
+    and exit status 1; the traceback is logged at ``--verbosity=1``.
+    """
+    try:
+        _main(argv)
+    except _input_errors() as e:
+        logging.debug("traceback of the error below", exc_info=True)
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

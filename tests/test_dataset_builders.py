@@ -6,8 +6,6 @@ import csv
 import json
 import os
 import shutil
-import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -404,42 +402,3 @@ def test_split_from_filename():
     assert readers.split_from_filename(Path("examples_data.json")) is None
     assert readers.split_from_filename(Path("train_test.json")) is None  # ambiguous
     assert readers.split_from_filename(Path("attestation.json")) is None  # keyword must be a whole token
-
-
-# ================================================================================================== CLI
-
-# See tests/test_openvivqa_builder.py: runs `tfds build` (the `build` subcommand alone where the `tfds`
-# script cannot start because apache_beam / mlcroissant are not installed), without the repo on sys.path.
-TFDS_CLI = (
-    "import importlib.util, sys\n"
-    "if sys.path and sys.path[0] in ('', '.'):\n"
-    "    sys.path.pop(0)\n"
-    "from absl import app\n"
-    "if all(importlib.util.find_spec(m) for m in ('apache_beam', 'mlcroissant')):\n"
-    "    from tensorflow_datasets.scripts.cli.main import launch_cli\n"
-    "    sys.argv[0] = 'tfds'\n"
-    "    launch_cli()\n"
-    "else:\n"
-    "    from tensorflow_datasets.scripts.cli import build, cli_utils\n"
-    "    sys.argv = ['tfds build'] + sys.argv[2:]\n"
-    "    parser = cli_utils.make_flags_parser(build.Args, description='tfds build')\n"
-    "    app.run(lambda args: args.execute(), flags_parser=parser)\n"
-)
-
-
-@needs_vivqa_sample
-@pytest.mark.slow
-def test_vivqa_tfds_build_command_line(vivqa_manual, tmp_path):
-    manual, _ = vivqa_manual
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run(
-        [sys.executable, "-c", TFDS_CLI, "build", "tfds_builders/vivqa", "--config", "default",
-         f"--manual_dir={manual}", f"--data_dir={tmp_path}", "--file_format=array_record"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    built = tfds.builder_from_directory(str(tmp_path / "vivqa" / "default" / "1.0.0"))
-    test = read(built, "test")
-    expected = _expected_rows(VIVQA_SAMPLE / "test.csv")
-    assert {k: (v["image_id"], v["question"], v["answers"][0]) for k, v in test.items()} == {
-        k: v[:3] for k, v in expected.items()}

@@ -1,14 +1,8 @@
 """The ST-VQA, TextVQA and ViVQA configs train and evaluate on small files in the published formats; constrained
-(dictionary) decoding; bad rows through `main`; `tfds build` from the command line for ST-VQA, TextVQA and ViQuAD.
+(dictionary) decoding; bad rows through `main` (`tfds build` from the command line: tests/test_tfds_cli.py).
 
 The end-to-end tests run ``python -m openvivqa_jax.main`` in a subprocess with tiny command-line overrides, as a
 user would; datasets without the config's dev split get ``--config.data.eval_split`` overrides.
-
-`tfds build`: the installed ``tfds`` script (tfds 4.9.10) cannot start without apache_beam (its ``convert_format``
-command subclasses ``beam.DoFn`` at import) and mlcroissant; installing mlcroissant alone does not help, and
-apache-beam would downgrade numpy, protobuf, pyarrow and pillow, so neither is installed. The tests run tfds's own
-``build`` command parser and ``execute`` (``TFDS_CLI`` of tests/test_dataset_builders.py) in a subprocess with the
-same arguments; where both packages exist, the real ``tfds`` entry point runs instead.
 """
 
 from __future__ import annotations
@@ -19,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import sentencepiece as spm
@@ -32,7 +24,6 @@ from openvivqa_jax import decoding
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.models import build_model
 from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
-from test_dataset_builders import TFDS_CLI  # the `tfds build` command line (see there why not the `tfds` script)
 
 PY = sys.executable
 EOS = 3
@@ -499,26 +490,3 @@ def test_viquad_is_scored_by_the_evaluate_command_line(tmp_path, capsys):
     assert out["overall"]["F1"] == pytest.approx((1 + 2 / 3) / 2)
     hp = out["human_performance"]["overall"]
     assert (hp["EM"], hp["F1"], hp["num_questions"]) == (0.0, pytest.approx(2 / 3), 1)
-
-
-# ===================================================================================== `tfds build` command line
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name,make,config,splits", [
-    ("st_vqa", make_stvqa, "task1", {"train": 10, "test": 3}),
-    ("textvqa", make_textvqa, "default", {"train": 8, "val": 3, "test": 2}),
-    ("viquad", make_viquad, "default", {"train": 2, "dev": 1}),
-])
-def test_tfds_build_command_line(tmp_path, name, make, config, splits):
-    import tensorflow_datasets as tfds
-
-    manual = make(tmp_path / "manual")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the builder must find the repo itself
-    res = subprocess.run(
-        [PY, "-c", TFDS_CLI, "build", f"tfds_builders/{name}", "--config", config, f"--manual_dir={manual}",
-         f"--data_dir={tmp_path / 'data'}", "--file_format=array_record"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    built = tfds.builder_from_directory(str(tmp_path / "data" / name / config / "1.0.0"))
-    assert {s: built.info.splits[s].num_examples for s in built.info.splits} == splits

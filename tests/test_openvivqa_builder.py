@@ -1,13 +1,11 @@
 """Tests of the OpenViVQA TFDS builder: the real sample folder, both JSON forms, OCR sources, feature files,
-bad input, and `tfds build` from the command line."""
+bad input (`tfds build` from the command line: tests/test_tfds_cli.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 import unicodedata
 from pathlib import Path
@@ -359,45 +357,7 @@ def test_features_config_without_folder_is_a_clear_error(tmp_path):
         build(tmp_path / "m", tmp_path / "d", config="features")
 
 
-# ------------------------------------------------------------------------------------------------ CLI
-
-
-# `tfds build` from the command line. tfds 4.9.10's `tfds` script imports every subcommand at start-up,
-# and two of them need packages this project does not use (convert_format: apache_beam; build_croissant:
-# mlcroissant). Where those are missing, the subprocess runs the `build` subcommand alone through the same
-# parser and entry code (cli_utils.make_flags_parser(build.Args) + absl app.run). sys.path[0] is dropped so
-# that, as with the `tfds` console script, the repository is importable only through the builder's own
-# fallback.
-TFDS_CLI = (
-    "import importlib.util, sys\n"
-    "if sys.path and sys.path[0] in ('', '.'):\n"
-    "    sys.path.pop(0)\n"
-    "from absl import app\n"
-    "if all(importlib.util.find_spec(m) for m in ('apache_beam', 'mlcroissant')):\n"
-    "    from tensorflow_datasets.scripts.cli.main import launch_cli\n"
-    "    sys.argv[0] = 'tfds'\n"
-    "    launch_cli()\n"
-    "else:\n"
-    "    from tensorflow_datasets.scripts.cli import build, cli_utils\n"
-    "    sys.argv = ['tfds build'] + sys.argv[2:]\n"
-    "    parser = cli_utils.make_flags_parser(build.Args, description='tfds build')\n"
-    "    app.run(lambda args: args.execute(), flags_parser=parser)\n"
-)
-
-
-def run_tfds_build(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """Runs `tfds build <args>` in a subprocess without PYTHONPATH."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, "-c", TFDS_CLI, "build", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
-@needs_sample
-@pytest.mark.slow
-def test_tfds_build_command_line(tmp_path):
-    result = run_tfds_build(["tfds_builders/openvivqa", "--config", "default", f"--manual_dir={SAMPLE}",
-                             f"--data_dir={tmp_path}", "--file_format=array_record"], cwd=REPO)
-    assert result.returncode == 0, result.stderr[-3000:]
-    built = tfds.builder_from_directory(str(tmp_path / "openvivqa" / "default" / "1.0.0"))
-    examples = read(built.as_data_source()["train"])
-    assert {k: (v["image_id"], v["question"], v["answers"][0]) for k, v in examples.items()} == SAMPLE_EXPECTED
+def test_split_from_filename_needs_one_whole_keyword():
+    assert readers.split_from_filename(Path("train_test.json")) is None  # ambiguous
+    assert readers.split_from_filename(Path("attestation.json")) is None  # keyword must be a whole token
+    assert readers.split_from_filename(Path("dev_data.json")) == "dev"

@@ -145,7 +145,8 @@ def load_builder(data_cfg, prepare: bool = True):
       prepare: run ``download_and_prepare`` (idempotent; no network is used by our builders).
 
     Raises:
-      DatasetError: if the builder package does not exist, or a JSON builder config is malformed.
+      DatasetError: if the builder package does not exist, a JSON builder config is malformed, or the
+        dataset was prepared in data_dir as tfrecord (`tfds build` without --file_format=array_record).
       tfds_builders.readers.DatasetInputError: bad source files (names the file and the record),
         raised by the builder and passed on unchanged.
     """
@@ -171,7 +172,16 @@ def load_builder(data_cfg, prepare: bool = True):
         full = name
     else:
         full = f"{name}/{bc}" if bc else name
-    builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
+    try:
+        builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
+    except ValueError as e:
+        if "File format is already set" not in str(e):
+            raise
+        # Prepared by `tfds build` without --file_format (its default is tfrecord).
+        raise DatasetError(
+            f"{full} in {data_dir} was built as tfrecord files; this pipeline reads array_record (random access, "
+            f"no TensorFlow at read time). Rebuild it with `tfds build tfds_builders/{name} ... "
+            "--file_format=array_record` (or choose another data.data_dir)") from e
     if prepare:
         manual = data_cfg.get("manual_dir")
         dl = tfds.download.DownloadConfig(manual_dir=os.path.expanduser(manual) if manual else None)
