@@ -18,7 +18,7 @@ import pytest
 from flax import nnx
 
 from conftest import load_config
-from openvivqa_jax import train
+from openvivqa_jax import sharding, train
 from openvivqa_jax.data import pipeline
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def trained(tmp_path_factory):
     it = pipeline.train_iterator(tr.source("train"), tr.pre, batch_size=16, seed=0, num_threads=1)
     step = tr.train_step_fn()
     for _ in range(cfg.train.num_train_steps):
-        with tr.mesh:
+        with sharding.mesh_context(tr.mesh):
             tr.state, m = step(tr.state, pipeline.to_global(next(it), tr.batch_sharding))
     return tr
 

@@ -22,6 +22,8 @@ from unittest import mock
 import numpy as np
 import pytest
 
+from openvivqa_jax import sharding
+
 from conftest import ROOT, load_config
 
 PY = sys.executable
@@ -303,7 +305,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
     args = json.loads(sys.argv[1])
     sys.path.insert(0, args["root"]); sys.path.insert(0, os.path.join(args["root"], "tests"))
     from conftest import load_config
-    from openvivqa_jax import train
+    from openvivqa_jax import sharding, train
     from openvivqa_jax.data import pipeline
     from openvivqa_jax.sharding import path_str
     out, batch = {}, None
@@ -318,7 +320,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
         step = tr.train_step_fn()
         losses = []
         for _ in range(3):
-            with tr.mesh:
+            with sharding.mesh_context(tr.mesh):
                 tr.state, m = step(tr.state, pipeline.to_global(batch, tr.batch_sharding))
             losses.append(float(m["loss"]))
         spec = lambda x: [a if a is None or isinstance(a, str) else list(a) for a in x.sharding.spec]
@@ -418,7 +420,7 @@ def test_bfloat16_compute_trains_with_float32_master_weights(tmp_path, data_dir)
     step = bf16.train_step_fn()
     losses = []
     for _ in range(8):
-        with bf16.mesh:
+        with sharding.mesh_context(bf16.mesh):
             bf16.state, m = step(bf16.state, pipeline.to_global(local, bf16.batch_sharding))
         losses.append(float(m["loss"]))
     assert np.isfinite(losses).all() and losses[-1] < 0.9 * losses[0], losses
@@ -452,10 +454,10 @@ def test_grad_accumulation_over_two_half_batches_equals_one_full_batch(tmp_path,
     init = jax.tree.map(lambda x: np.array(x, copy=True), full.state.params)
     np.testing.assert_array_equal(jax.tree.leaves(init)[0], np.asarray(jax.tree.leaves(acc.state.params)[0]))
 
-    with full.mesh:
+    with sharding.mesh_context(full.mesh):
         full.state, mf = full.train_step_fn()(full.state, pipeline.to_global(b, full.batch_sharding))
     step = acc.train_step_fn()
-    with acc.mesh:
+    with sharding.mesh_context(acc.mesh):
         acc.state, m1 = step(acc.state, pipeline.to_global(halves[0], acc.batch_sharding))
         after_first = jax.tree.map(lambda x: np.array(x, copy=True), acc.state.params)
         acc.state, m2 = step(acc.state, pipeline.to_global(halves[1], acc.batch_sharding))

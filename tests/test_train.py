@@ -114,7 +114,7 @@ _DEVICE_SCRIPT = textwrap.dedent("""
     import jax, numpy as np
     sys.path.insert(0, {root!r}); sys.path.insert(0, os.path.join({root!r}, "tests"))
     from conftest import load_config
-    from openvivqa_jax import train
+    from openvivqa_jax import sharding, train
     from openvivqa_jax.data import pipeline
     out = {{}}
     batch = None
@@ -129,7 +129,7 @@ _DEVICE_SCRIPT = textwrap.dedent("""
         step = tr.train_step_fn()
         losses = []
         for _ in range(3):
-            with tr.mesh:
+            with sharding.mesh_context(tr.mesh):
                 tr.state, m = step(tr.state, pipeline.to_global(batch, tr.batch_sharding))
             losses.append(float(m["loss"]))
         specs = {{}}

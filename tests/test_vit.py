@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from openvivqa_jax import sharding
+
 from conftest import tiny_model_config
 
 WIDTH, HEADS, MLP, DEPTH, PATCH = 16, 2, 24, 2, 8
@@ -276,7 +278,7 @@ def test_trainer_step_with_frozen_backbone(tmp_path):
     batch = {k: np.asarray(v) for k, v in batch.items()}
     before = {path_str(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(tr.state.params)}
     step = tr.train_step_fn()
-    with tr.mesh:
+    with sharding.mesh_context(tr.mesh):
         tr.state, m = step(tr.state, pipeline.to_global(batch, tr.batch_sharding))
     after = {path_str(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(tr.state.params)}
     assert np.isfinite(float(m["loss"]))
