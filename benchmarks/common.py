@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 
 __all__ = ["PAPER_MODELS", "load_config", "model_inputs", "shrink_for_smoke", "peak_rss_mb", "matmul_peak",
            "time_calls", "log", "emit", "machine_info", "run_worker", "parse_models", "bench_trainer",
-           "cost_flops"]
+           "cost_flops", "set_field"]
 
 #: The paper-size generators of DESIGN §10 (``configs/openvivqa/<name>.py:benchmark``).
 PAPER_MODELS = ("mlpag", "m4c", "qumlag", "fst")
@@ -68,6 +68,30 @@ def load_config(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.get_config(*args)
+
+
+def set_field(cfg, item: str) -> None:
+    """Applies one ``FIELD=VALUE`` override to ``cfg`` (``model.dropout=0.0``); VALUE is read as a Python
+    literal, else kept as a string.
+
+    Raises:
+      ValueError: if ``item`` has no ``=`` or FIELD does not exist in the config.
+    """
+    import ast
+
+    field, sep, value = item.partition("=")
+    if not sep:
+        raise ValueError(f"--set {item!r}: expected FIELD=VALUE")
+    *parents, leaf = field.strip().split(".")
+    node = cfg
+    for name in parents:
+        node = node[name]
+    if leaf not in node:
+        raise ValueError(f"--set {item!r}: the config has no field {field!r}")
+    try:
+        node[leaf] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        node[leaf] = value
 
 
 def shrink_for_smoke(cfg):
@@ -238,7 +262,7 @@ def bench_trainer(cfg, vocab_size: int):
             self.state_sharding = TrainState(repl, p_shard, o_shard)
             init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)),
                               out_shardings=self.state_sharding)
-            with self.mesh:
+            with sharding.mesh_context(self.mesh):
                 self.state = init_fn(params)
             self._train_step = None
             self._decode_fns = {}

@@ -47,6 +47,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from openvivqa_jax import sharding  # noqa: E402
+
 #: Dense bfloat16 peak per chip (FLOP/s) and the bandwidth one chip can send into a ring all-reduce
 #: (bytes/s), from the vendors' data sheets.
 ACCELERATORS = {
@@ -74,13 +76,13 @@ def _measure(k: int, repeats: int, smoke: bool) -> dict:
     batch = tr.global_batch(common.model_inputs(cfg, vocab, batch=cfg.train.batch_size))
     step = tr.train_step_fn()
     t0 = time.perf_counter()
-    with tr.mesh:
+    with sharding.mesh_context(tr.mesh):
         compiled = step.lower(tr.state, batch).compile()
     compile_s = time.perf_counter() - t0
     holder = {"state": tr.state}
 
     def one():
-        with tr.mesh:
+        with sharding.mesh_context(tr.mesh):
             holder["state"], m = compiled(holder["state"], batch)
         return m["loss"]
 
@@ -97,7 +99,6 @@ def _abstract_trainer(cfg, vocab_size: int):
     ``jax.ShapeDtypeStruct`` s on a one-device mesh, for lowering only."""
     from flax import nnx
 
-    from openvivqa_jax import sharding
     from openvivqa_jax.models import build_model, model_class
     from openvivqa_jax.train import Trainer, TrainState, make_optimizer
 
@@ -133,7 +134,7 @@ def _flops(name: str, smoke: bool) -> dict:
     spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=tr.batch_sharding)
             for k, v in common.model_inputs(cfg, vocab, batch=batch_size).items()}
     t0 = time.perf_counter()
-    with tr.mesh:
+    with sharding.mesh_context(tr.mesh):
         compiled = tr.train_step_fn().lower(tr.abstract_state, spec).compile()
     flops = common.cost_flops(compiled)
     return {"model": name, "config": f"configs/openvivqa/{name}.py:benchmark", "num_params": tr.num_params,

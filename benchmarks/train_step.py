@@ -46,6 +46,8 @@ import common  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from openvivqa_jax import sharding  # noqa: E402
+
 MODELS = ("default",) + common.PAPER_MODELS
 #: Number of most expensive instructions listed in ``profile.top_ops``.
 TOP_OPS = 15
@@ -154,6 +156,8 @@ def worker(args) -> dict:
         cfg = common.shrink_for_smoke(cfg)
     if args.dtype:
         cfg.model.dtype = args.dtype
+    for item in args.set:
+        common.set_field(cfg, item)
     b = args.batch or int(cfg.train.batch_size)
     vocab = int(cfg.tokenizer.vocab_size)
     t0 = time.perf_counter()
@@ -163,7 +167,7 @@ def worker(args) -> dict:
            "setup_s": time.perf_counter() - t0}
     step = tr.train_step_fn()
     t1 = time.perf_counter()
-    with tr.mesh:
+    with sharding.mesh_context(tr.mesh):
         compiled = step.lower(tr.state, batch).compile()
     res["compile_s"] = time.perf_counter() - t1
     res["peak_rss_after_compile_mb"] = common.peak_rss_mb()  # model, state, inputs and XLA's compilation
@@ -204,6 +208,8 @@ def main(argv=None) -> dict:
     p.add_argument("--profile_steps", type=int, default=3)
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
                    help="compute dtype (model.dtype; parameters stay float32); default: the config's, float32")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a config field, e.g. --set model.dropout=0.0 (repeatable; VALUE as a Python literal)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -213,7 +219,7 @@ def main(argv=None) -> dict:
         return res
     models = common.parse_models(args.models, MODELS)
     result = {"benchmark": "train_step", "machine": common.machine_info(), "smoke": args.smoke,
-              "repeats": args.repeats, "models": {}}
+              "repeats": args.repeats, "overrides": args.set, "models": {}}
     for name in models:
         common.log(f"[{name}] ...")
         wargs = [f"--worker={name}", f"--repeats={args.repeats}", f"--matmul_n={args.matmul_n}",
@@ -222,6 +228,7 @@ def main(argv=None) -> dict:
         wargs += [f"--dtype={args.dtype}"] if args.dtype else []
         wargs += ["--smoke"] if args.smoke else []
         wargs += ["--profile"] if args.profile else []
+        wargs += [f"--set={item}" for item in args.set]
         r = common.run_worker(os.path.abspath(__file__), wargs)
         result["models"][name] = {k: v for k, v in r.items() if k != "model"}
     common.emit(result)

@@ -108,3 +108,18 @@ def test_input_pipeline_smoke(tmp_path):
     assert step["batch"] == 4 and step["steps_per_s"] == pytest.approx(1 / step["step_s_median"])
     assert d["pipeline_to_step_ratio"] == pytest.approx(d["batches_per_s"] / step["steps_per_s"])
     assert "train_step" not in p
+
+
+def test_set_field_overrides_one_config_field():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import common
+
+    cfg = common.load_config("mlpag")
+    assert cfg.model.dropout == 0.1
+    common.set_field(cfg, "model.dropout=0.0")
+    common.set_field(cfg, "train.optimizer=adamw")  # not a Python literal: kept as a string
+    assert (cfg.model.dropout, cfg.train.optimizer) == (0.0, "adamw")
+    with pytest.raises(ValueError, match="no field 'model.bogus'"):
+        common.set_field(cfg, "model.bogus=1")
+    with pytest.raises(ValueError, match="expected FIELD=VALUE"):
+        common.set_field(cfg, "model.dropout")
