@@ -305,12 +305,21 @@ class Trainer:
                                     prefer_copy=self.cfg.train.loss == "softmax_prefer_copy")
 
     def train_step_fn(self):
-        """The jitted ``(state, batch) -> (state, metrics)`` with donated state (compiled once)."""
+        """The jitted ``(state, batch) -> (state, metrics)`` with donated state (compiled once).
+
+        Dropout masks come from ``fold_in(key(seed, impl=train.dropout_prng), step)``.
+
+        Raises:
+          ValueError: for an unknown ``train.dropout_prng``.
+        """
         if self._train_step is None:
             seed = self.cfg.seed
+            impl = self.cfg.train.get("dropout_prng") or "threefry2x32"
+            if impl not in ("threefry2x32", "rbg", "unsafe_rbg"):
+                raise ValueError(f"train.dropout_prng must be 'threefry2x32', 'rbg' or 'unsafe_rbg', got {impl!r}")
 
             def step(state: TrainState, batch):
-                key = jax.random.fold_in(jax.random.key(seed), state.step)
+                key = jax.random.fold_in(jax.random.key(seed, impl=impl), state.step)
                 (loss, m), grads = jax.value_and_grad(self.loss_fn, has_aux=True)(state.params, batch, key)
                 updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
                 params = optax.apply_updates(state.params, updates)

@@ -622,3 +622,26 @@ def test_slurm_script_prepares_once_per_node_then_srun_trains(tmp_path):
                           f"--config.data.data_dir={data}", "--config.train.batch_size=16"]
     bad = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+@pytest.mark.slow
+def test_dropout_prng_changes_only_the_dropout_masks(data_dir, tmp_path):
+    """``train.dropout_prng``: rbg draws other dropout masks than threefry for the same seed and batch (other
+    losses); with dropout off both give the same loss, so nothing else depends on it; unknown names fail."""
+    from openvivqa_jax.data import pipeline
+
+    losses = {}
+    batch = None
+    for impl in ("threefry2x32", "rbg"):
+        for rate in (0.1, 0.0):
+            tr = _trainer(data_dir, tmp_path / f"{impl}_{rate}", model__dropout=rate, train__dropout_prng=impl)
+            batch = _batch(tr) if batch is None else batch
+            with sharding.mesh_context(tr.mesh):
+                _, m = tr.train_step_fn()(tr.state, pipeline.to_global(batch, tr.batch_sharding))
+            losses[impl, rate] = float(m["loss"])
+    assert losses["threefry2x32", 0.0] == losses["rbg", 0.0]
+    assert losses["threefry2x32", 0.1] != losses["rbg", 0.1]
+    assert all(np.isfinite(v) for v in losses.values())
+    bad = _trainer(data_dir, tmp_path / "bad", train__dropout_prng="philox")
+    with pytest.raises(ValueError, match="train.dropout_prng must be 'threefry2x32', 'rbg' or 'unsafe_rbg', got 'philox'"):
+        bad.train_step_fn()
