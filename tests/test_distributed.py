@@ -643,5 +643,5 @@ def test_dropout_prng_changes_only_the_dropout_masks(data_dir, tmp_path):
     assert losses["threefry2x32", 0.1] != losses["rbg", 0.1]
     assert all(np.isfinite(v) for v in losses.values())
     bad = _trainer(data_dir, tmp_path / "bad", train__dropout_prng="philox")
-    with pytest.raises(ValueError, match="train.dropout_prng must be 'threefry2x32', 'rbg' or 'unsafe_rbg', got 'philox'"):
+    with pytest.raises(ValueError, match="dropout_prng must be 'threefry2x32', 'rbg' or 'unsafe_rbg', got 'philox'"):
         bad.train_step_fn()
