@@ -9,7 +9,7 @@
 #       configs/openvivqa/mlpag.py /mnt/shared/runs/mlpag --config.data.manual_dir=/mnt/shared/openvivqa
 #
 # Steps (first argument):
-#   setup    copy this repository to ~/openvivqa_jax on every worker and `pip install -e .` with jax[tpu]
+#   setup    copy this repository's sources to ~/openvivqa_jax on every worker and `pip install -e .` with jax[tpu]
 #   prepare  build the TFDS dataset of CONFIG on every worker (into DATA_DIR, default a local disk),
 #            before any training process starts, so no two processes build the same files at once
 #   train    python -m openvivqa_jax.main on every worker (--worker=all), distributed.initialize=True
@@ -21,7 +21,8 @@
 #
 # Environment: TPU_NAME, ZONE (required); PROJECT (optional); DATA_DIR (default ~/tensorflow_datasets
 # on each worker); REMOTE_DIR (default openvivqa_jax, relative to the workers' home); TPU_PIP (default
-# "jax[tpu]"); DRY_RUN=1 prints the gcloud commands instead of running them.
+# "jax[tpu]"); DRY_RUN=1 prints the gcloud commands instead of running them; TARBALL=<file.tar.gz> keeps
+# the source archive that setup copies (git's tracked and non-ignored files: no .git, venvs or runs).
 #
 # Sharding: the mesh is config.mesh.shape over ('data', 'model'); (-1, 1) (the default) is pure data
 # parallelism over all chips, e.g. --config.mesh.shape='(-1,4)' puts heads/MLP/vocabulary on 4 chips,
@@ -59,13 +60,22 @@ quoted() {  # the arguments, each quoted for the remote shell
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 do_setup() {
-  # Copy the working tree (not .git, not run folders) to every worker, then install.
+  # Copy the source tree to every worker, then install. In a git checkout: the tracked files and the
+  # untracked ones git does not ignore (so no .git, virtual environments, run folders or caches);
+  # otherwise the whole folder minus those.
   local tarball
-  tarball=$(mktemp -t openvivqa_jax.XXXXXX.tar.gz)
-  tar -C "$ROOT" --exclude=.git --exclude=runs --exclude='*.pyc' --exclude=.ci-venv -czf "$tarball" .
+  tarball=${TARBALL:-$(mktemp -t openvivqa_jax.XXXXXX.tar.gz)}
+  if git -C "$ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
+      | (cd "$ROOT" && xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh) \
+      | tar -C "$ROOT" --null -T - -czf "$tarball"
+  else
+    tar -C "$ROOT" --exclude=.git --exclude=runs --exclude='*.pyc' --exclude=__pycache__ --exclude=.venv \
+      --exclude=venv --exclude=.ci-venv --exclude='*.egg-info' -czf "$tarball" .
+  fi
   run gcloud compute tpus tpu-vm scp "$tarball" "$TPU_NAME:openvivqa_jax.tar.gz" --zone "$ZONE" \
     "${PROJECT_ARGS[@]}" --worker=all
-  rm -f "$tarball"
+  [ -n "${TARBALL:-}" ] || rm -f "$tarball"
   on_all "set -e; mkdir -p ~/$REMOTE_DIR && tar -C ~/$REMOTE_DIR -xzf ~/openvivqa_jax.tar.gz && \
 cd ~/$REMOTE_DIR && python3 -m pip install -q -U pip && python3 -m pip install -q '$TPU_PIP' && \
 python3 -m pip install -q -e . && python3 -c 'import jax; print(jax.process_count(), jax.device_count())'"

@@ -552,11 +552,24 @@ def test_jax_distributed_initialize_reads_slurm_environment(tmp_path):
 def test_tpu_pod_script_runs_one_command_on_all_workers(tmp_path):
     script = os.path.join(ROOT, "launch", "tpu_pod.sh")
     subprocess.run(["bash", "-n", script], check=True)
-    env = dict(os.environ, TPU_NAME="vqa-pod", ZONE="us-west4-a", DRY_RUN="1")
+    tarball = tmp_path / "src.tar.gz"
+    env = dict(os.environ, TPU_NAME="vqa-pod", ZONE="us-west4-a", DRY_RUN="1", TARBALL=str(tarball))
     out = subprocess.run(["bash", script, "all", "configs/openvivqa/mlpag.py", "/mnt/shared/runs/mlpag",
                           "--config.mesh.shape=(-1,4)", "--config.data.manual_dir=/mnt/shared/openvivqa"],
                          env=env, capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
     assert len(out) == 4  # scp, install, prepare, train
+    # The archive that setup copies holds the sources and nothing git ignores (virtual environments such
+    # as the quick start's .venv or CI's .ci-venv, run folders, caches), nor .git.
+    import tarfile
+
+    with tarfile.open(tarball) as tf:
+        names = {n.removeprefix("./") for n in tf.getnames()}
+    tracked = subprocess.run(["git", "-C", ROOT, "ls-files"], capture_output=True, text=True).stdout.split()
+    assert {"setup.py", "openvivqa_jax/train.py", "launch/tpu_pod.sh"} <= names
+    assert {t for t in tracked if os.path.exists(os.path.join(ROOT, t))} <= names
+    top = {n.split("/")[0] for n in names}
+    assert not top & {".git", ".venv", "venv", ".ci-venv", "runs", ".pytest_cache"}, top
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert out[0].startswith("gcloud compute tpus tpu-vm scp ") and "--worker=all" in out[0]
     ssh = out[1:]
     assert all(x.startswith("gcloud compute tpus tpu-vm ssh vqa-pod --zone us-west4-a --worker=all --command ")
