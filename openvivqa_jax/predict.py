@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "load_image", "check_workdir",
-           "load_workdir_config", "merge_ocr_passes", "read_questions_file", "word_provenance",
+           "load_workdir_config", "merge_ocr_passes", "image_folders", "read_questions_file", "word_provenance",
            "attention_layout", "Predictor", "build_parser", "run"]
 
 #: Largest image accepted (pixels, width x height), checked from the header before decoding; about the
@@ -342,13 +342,24 @@ def _ocr_for(table, image_keys: Sequence[str], path: str) -> list[dict]:
                        f"the file has {len(table)} images, e.g. {sorted(table)[:3]})")
 
 
-def read_questions_file(path: str, image_dir: str) -> list[dict]:
+def image_folders(questions_path: str, image_dir: str | None) -> list[str]:
+    """Where batch mode looks for the images of a questions file: ``image_dir`` when given, else the
+    file's folder, its ``images/`` and ``<file stem>/`` subfolders (as the OpenViVQA builder does)."""
+    if image_dir:
+        return [image_dir]
+    folder = os.path.dirname(os.path.abspath(questions_path))
+    stem = os.path.splitext(os.path.basename(questions_path))[0]
+    return [folder, os.path.join(folder, "images"), os.path.join(folder, stem)]
+
+
+def read_questions_file(path: str, image_dir: str | list[str]) -> list[dict]:
     """Reads a questions file in the public release's format (or the older list form).
 
     Args:
       path: ``{"images": {id: filename}, "annotations": {qid: {image_id, question, answer?}}}`` or
         ``{"images": [{id, filename}], "annotations": [{id, image_id, question, ...}]}``.
-      image_dir: folder of the image files.
+      image_dir: folder of the image files, or folders searched in order (an image found in none gets
+        the first folder's path, which then fails with "file not found").
 
     Returns:
       ``[{question_id, image_id, question, image_path}]`` in file order (answers are not needed).
@@ -386,6 +397,14 @@ def read_questions_file(path: str, image_dir: str) -> list[dict]:
             items.append((str(a["id"]), a))
     else:
         raise PredictError(f"questions file {path}: 'annotations' must be an object or a list")
+    dirs = [image_dir] if isinstance(image_dir, str) else list(image_dir)
+
+    def locate(name: str) -> str:
+        for d in dirs:
+            if os.path.isfile(os.path.join(d, name)):
+                return os.path.join(d, name)
+        return os.path.join(dirs[0], name)
+
     out = []
     for qid, a in items:
         if not isinstance(a, dict) or "question" not in a or "image_id" not in a:
@@ -396,7 +415,7 @@ def read_questions_file(path: str, image_dir: str) -> list[dict]:
                                "not in 'images'")
         out.append({"question_id": qid, "image_id": image_id,
                     "question": _clean_question(a["question"], f"questions file {path}: question {qid!r}"),
-                    "image_path": os.path.join(image_dir, str(images[image_id]))})
+                    "image_path": locate(str(images[image_id]))})
     if not out:
         raise PredictError(f"questions file {path}: no question")
     return out
@@ -681,7 +700,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", help="image file (single question)")
     p.add_argument("--question", help="question text (single question)")
     p.add_argument("--questions", help="batch: questions JSON in the public release's layout")
-    p.add_argument("--image_dir", help="batch: folder of the images named in --questions (default: its folder)")
+    p.add_argument("--image_dir", help="batch: folder of the images named in --questions (default: its folder, "
+                   "then its images/ and <file stem>/ subfolders)")
     p.add_argument("--output", help="batch: submission file {question_id: answer} (default: submission.json)")
     p.add_argument("--ocr", default="tesseract", help="'tesseract' (default), 'none', or a JSON file of OCR tokens")
     p.add_argument("--ocr_passes", default=",".join(DEFAULT_OCR_PASSES),
@@ -759,10 +779,9 @@ def _run(args) -> int:
         records = [{"question_id": "0", "image_id": os.path.basename(args.image), "question": question,
                     "image_path": args.image}]
     else:
-        image_dir = args.image_dir or os.path.dirname(os.path.abspath(args.questions))
-        if not os.path.isdir(image_dir):
-            raise PredictError(f"--image_dir {image_dir}: not a folder")
-        records = read_questions_file(args.questions, image_dir)
+        if args.image_dir and not os.path.isdir(args.image_dir):
+            raise PredictError(f"--image_dir {args.image_dir}: not a folder")
+        records = read_questions_file(args.questions, image_folders(args.questions, args.image_dir))
     ocr_cfg = _ocr_settings(args)
     # Every image is checked before the model is loaded, so bad input fails fast.
     images: dict[str, Any] = {}

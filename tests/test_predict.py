@@ -149,6 +149,23 @@ def test_read_questions_file_both_layouts(tmp_path):
     assert read_questions_file(str(p), "d")[0]["image_path"] == os.path.join("d", "a.jpg")
 
 
+def test_batch_images_found_next_to_the_file_or_in_images(tmp_path):
+    from openvivqa_jax.predict import image_folders, read_questions_file
+
+    p = tmp_path / "test_data.json"
+    p.write_text(json.dumps({"images": {"1": "a.jpg", "2": "b.jpg", "3": "c.jpg", "4": "d.jpg"}, "annotations": {
+        str(i): {"image_id": i, "question": "gì?"} for i in (1, 2, 3, 4)}}))
+    for rel in ("a.jpg", "images/b.jpg", "test_data/c.jpg", "images/a.jpg"):  # a.jpg twice: the first wins
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_bytes(b"x")
+    dirs = image_folders(str(p), None)
+    assert dirs == [str(tmp_path), str(tmp_path / "images"), str(tmp_path / "test_data")]
+    paths = {r["question_id"]: r["image_path"] for r in read_questions_file(str(p), dirs)}
+    assert paths == {"1": str(tmp_path / "a.jpg"), "2": str(tmp_path / "images" / "b.jpg"),
+                     "3": str(tmp_path / "test_data" / "c.jpg"), "4": str(tmp_path / "d.jpg")}  # 4: not found
+    assert image_folders(str(p), "/elsewhere") == ["/elsewhere"]
+
+
 def test_merge_ocr_passes_dedups_and_orders():
     from openvivqa_jax.predict import merge_ocr_passes
 
@@ -315,8 +332,9 @@ def test_real_openvivqa_examples_batch(tmp_path, trained):
     with open(qfile, encoding="utf-8") as f:
         raw = json.load(f)
     sub, pics = tmp_path / "submission.json", tmp_path / "pics"
-    res = _predict("--workdir", trained, "--questions", qfile, "--image_dir", os.path.join(EXAMPLES, "images"),
-                   "--output", sub, "--plot_dir", pics, "--batch_size", 4)
+    # No --image_dir: the release layout (JSON next to images/) is found as it is published.
+    res = _predict("--workdir", trained, "--questions", qfile, "--output", sub, "--plot_dir", pics,
+                   "--batch_size", 4)
     assert res.returncode == 0, res.stderr[-3000:]
     answers = json.loads(sub.read_text(encoding="utf-8"))
     assert sorted(answers) == sorted(raw["annotations"])  # every question, ids as in the file
