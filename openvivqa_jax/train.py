@@ -391,12 +391,30 @@ class Trainer:
 
     def evaluate(self, split: str, params=None, write: bool = True, mask_ocr: bool = False, tag: str | None = None,
                  **decode_kw) -> tuple[dict, list]:
-        """Decodes and scores ``split``; writes ``eval/<tag>_metrics.json`` and ``_predictions.json``."""
+        """Decodes and scores ``split``; writes ``eval/<tag>_metrics.json`` and ``_predictions.json``.
+
+        The metrics carry ``decoding``: how the predictions were made (``method`` greedy/beam/argmax,
+        ``beam_size``, ``alpha``, ``ocr_masked``, the parameters' training ``step``), so files rewritten by a
+        later ``--mode evaluate`` with other decoding settings say so.
+        """
         preds = self.predict_split(split, params, mask_ocr=mask_ocr, max_examples=self.cfg.eval.max_eval_examples,
                                    **decode_kw)
         out_dir = os.path.join(self.workdir, "eval")
-        metrics = evaluation.evaluate_split(preds, out_dir if (write and jax.process_index() == 0) else None,
-                                            tag or split, metrics=tuple(self.cfg.eval.metrics))
+        writes = write and jax.process_index() == 0
+        metrics = evaluation.evaluate_split(preds, out_dir if writes else None, tag or split,
+                                            metrics=tuple(self.cfg.eval.metrics))
+        e = self.cfg.eval
+        if self.is_generator:
+            method = decode_kw.get("method") or e.decoding
+            decoding = {"method": method, "beam_size": (decode_kw.get("beam_size") or e.beam_size)
+                        if method == "beam" else 1, "alpha": e.alpha if decode_kw.get("alpha") is None
+                        else decode_kw["alpha"]}
+        else:
+            decoding = {"method": "argmax"}
+        metrics["decoding"] = dict(decoding, ocr_masked=bool(mask_ocr),
+                                   step=int(jax.device_get(self.state.step)) if self.state is not None else None)
+        if writes:
+            _rewrite_metrics(self, tag or split, metrics)
         return metrics, preds
 
     # ----------------------------------------------------------------- checkpoints

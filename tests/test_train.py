@@ -107,6 +107,17 @@ def test_workdir_contents_and_predictions(tmp_path, data_dir):
     assert len(preds) == len(src)
     assert [p["question_id"] for p in preds] == [src[i]["question_id"].decode() for i in range(len(src))]
     assert set(preds[0]) >= {"question_id", "question", "prediction", "references", "qa_type"}
+    # Each metrics file says how its predictions were made; a later --mode evaluate with other decoding
+    # settings rewrites the files and says so (configs/tiny.py: beam 2, alpha 0; best checkpoint: step 10).
+    def decoding(tag):
+        return json.loads((wd / "eval" / f"{tag}_metrics.json").read_text())["decoding"]
+
+    assert decoding("test") == {"method": "beam", "beam_size": 2, "alpha": 0.0, "ocr_masked": False, "step": 10}
+    assert decoding("test_no_ocr")["ocr_masked"] is True
+    subprocess.run(_main_cmd(wd, data_dir, "--mode=evaluate", "--config.eval.decoding=greedy",
+                             "--config.eval.ocr_ablation=False"), cwd=ROOT, env=_env(), check=True,
+                   capture_output=True, text=True)
+    assert decoding("test") == {"method": "greedy", "beam_size": 1, "alpha": 0.0, "ocr_masked": False, "step": 10}
 
 
 _DEVICE_SCRIPT = textwrap.dedent("""
