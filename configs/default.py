@@ -59,6 +59,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.ocr_extra_features = ml_collections.ConfigDict()
     c.model.fusion = "sum"
     c.model.dtype = "float32"
+    # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
+    # less training memory for one more forward pass of each block. Used by M4C.
+    c.model.remat = False
     c.model.vision = ml_collections.ConfigDict()
     c.model.vision.kind = "cnn"
     c.model.vision.cnn_channels = (32, 64, 96, 128)

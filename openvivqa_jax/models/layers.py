@@ -28,10 +28,25 @@ __all__ = [
     "box_overlap_weights",
     "masked_mean",
     "dense",
+    "call_block",
 ]
 
 #: Large negative logit used for masked positions (finite so that fully masked rows stay NaN-free).
 NEG_INF = -1e9
+
+
+def call_block(block, *args, remat: bool = False, deterministic: bool = True, rngs=None, **kwargs):
+    """``block(*args, deterministic=..., rngs=..., **kwargs)``; with ``remat`` under ``nnx.remat``
+    (``jax.checkpoint``): the block's activations are not kept for the backward pass but recomputed
+    there, trading one more forward pass of the block for its activation memory. Outputs and gradients
+    are the same either way (dropout draws the same masks in the recomputation)."""
+    if not remat:
+        return block(*args, deterministic=deterministic, rngs=rngs, **kwargs)
+
+    def run(block, args, kwargs, rngs):
+        return block(*args, deterministic=deterministic, rngs=rngs, **kwargs)
+
+    return nnx.remat(run)(block, args, kwargs, rngs)
 
 
 def dense(din: int, dout: int, rngs: nnx.Rngs, dtype: Any = jnp.float32, use_bias: bool = True) -> nnx.Linear:

@@ -44,7 +44,7 @@ from openvivqa_jax.models.base import GeneratorModel
 from openvivqa_jax.models.decoder import AnswerDecoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding
 from openvivqa_jax.models.fst import vision_encoder
-from openvivqa_jax.models.layers import EncoderBlock, _ln, dense
+from openvivqa_jax.models.layers import EncoderBlock, _ln, call_block, dense
 
 __all__ = ["M4C", "prefix_lm_mask"]
 
@@ -89,6 +89,7 @@ class M4C(GeneratorModel):
         self.vocab_size = vocab_size
         self.num_ocr = cfg.num_ocr
         self.d_model = d
+        self.remat = bool(cfg.get("remat", False))
         blk = dict(d_model=d, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim, dropout=cfg.dropout, rngs=rngs,
                    dtype=dtype)
         self.question = QuestionEmbedding(vocab_size=vocab_size, d_model=d, max_len=cfg.max_question_len,
@@ -120,7 +121,7 @@ class M4C(GeneratorModel):
         q_mask = batch["question_mask"].astype(bool)
         q = self.question(batch["question"], **kw)
         for blk in self.text_layers:
-            q = blk(q, q_mask, **kw)
+            q = call_block(blk, q, q_mask, remat=self.remat, **kw)
         q = self.text_norm(q)
         vis = self.vision(batch, **kw)
         ocr = self.ocr(batch, vis, **kw)
@@ -168,7 +169,7 @@ class M4C(GeneratorModel):
         mask = prefix_lm_mask(enc["prefix_mask"], L)
         key_mask = jnp.concatenate([enc["prefix_mask"], jnp.ones(decoder_in.shape, bool)], 1)
         for blk in self.mmt_layers:
-            x = blk(x, key_mask, attn_mask=mask, **kw)
+            x = call_block(blk, x, key_mask, attn_mask=mask, remat=self.remat, **kw)
         return self.mmt_norm(x)
 
     def decode_train(self, enc, decoder_in, *, deterministic=True, rngs=None):
