@@ -19,7 +19,6 @@ Every benchmark prints one JSON object on stdout and its progress on stderr.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import platform
@@ -64,10 +63,9 @@ def load_config(name: str):
         path, args = os.path.join(ROOT, "configs", "openvivqa", f"{name}.py"), ("benchmark",)
     else:
         raise ValueError(f"unknown benchmark model {name!r}; expected 'default' or one of {PAPER_MODELS}")
-    spec = importlib.util.spec_from_file_location(f"bench_cfg_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(*args)
+    from openvivqa_jax.config_files import load_config as load_config_file
+
+    return load_config_file(path, *args)
 
 
 def set_field(cfg, item: str) -> None:
@@ -233,12 +231,9 @@ def bench_trainer(cfg, vocab_size: int):
       cfg: an experiment config (``configs/*.py``), generator models only.
       vocab_size: ``V``.
     """
-    import optax
-    from flax import nnx
-
     from openvivqa_jax import sharding
     from openvivqa_jax.models import build_model, model_class
-    from openvivqa_jax.train import Trainer, TrainState, freeze_params, frozen_param_regex, make_optimizer
+    from openvivqa_jax.train import Trainer
 
     class BenchTrainer(Trainer):
         def __init__(self):  # replaces Trainer.__init__'s data/tokenizer/checkpoint parts
@@ -246,26 +241,7 @@ def bench_trainer(cfg, vocab_size: int):
             self.mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
             self.batch_sharding = sharding.batch_sharding(self.mesh)
             self.is_generator = model_class(cfg.model.name).is_generator
-            model = build_model(cfg.model, vocab_size, seed=cfg.seed)
-            self.graphdef, params = nnx.split(model, nnx.Param)
-            del model
-            self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
-            self.tx = freeze_params(self.tx, params, frozen_param_regex(cfg))
-            self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
-            abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), params)
-            p_shard = sharding.param_shardings(abstract.params, self.mesh, tuple(cfg.get("sharding_rules", ())),
-                                               fsdp=cfg.get("fsdp", False))
-            repl = sharding.replicated(self.mesh)
-            masked = lambda v: isinstance(v, optax.MaskedNode)  # noqa: E731
-            o_shard = optax.tree_map_params(self.tx, lambda v, s: v if masked(v) else s, abstract.opt_state,
-                                            p_shard, transform_non_params=lambda _: repl, is_leaf=masked)
-            self.state_sharding = TrainState(repl, p_shard, o_shard)
-            init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)),
-                              out_shardings=self.state_sharding)
-            with sharding.mesh_context(self.mesh):
-                self.state = init_fn(params)
-            self._train_step = None
-            self._decode_fns = {}
+            self.setup_model_state(build_model(cfg.model, vocab_size, seed=cfg.seed))
 
         def global_batch(self, batch: dict) -> dict:
             """Numpy batch -> global arrays on this trainer's mesh (as the train loop does)."""

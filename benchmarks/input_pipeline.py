@@ -46,13 +46,9 @@ def pipeline_config(name: str, smoke: bool, data_dir: str | None, batch: int | N
     """The config whose input pipeline is measured (see the module doc)."""
     cfg = common.load_config("default")
     if name == "paper":
-        import importlib.util
+        from openvivqa_jax.config_files import load_config
 
-        spec = importlib.util.spec_from_file_location("bench_mlpag_images",
-                                                      os.path.join(common.ROOT, "configs", "openvivqa", "mlpag.py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        paper = mod.get_config("images")
+        paper = load_config(os.path.join(common.ROOT, "configs", "openvivqa", "mlpag.py"), "images")
         with cfg.unlocked():
             cfg.model = paper.model
             cfg.tokenizer = paper.tokenizer

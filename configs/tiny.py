@@ -1,18 +1,13 @@
 """Tiny experiment for tests and smoke runs: MLPAG on the ``tiny`` synthetic set (seconds on a CPU)."""
 
-import importlib.util
-import os
-
 import ml_collections
+
+from openvivqa_jax.config_files import load_config
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the tiny config (the default config shrunk)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default.py")
-    spec = importlib.util.spec_from_file_location("configs_default", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    c = mod.get_config()
+    c = load_config("default.py", relative_to=__file__)
     c.data.builder_config = "tiny"
     c.data.image_size = (64, 48)
     c.data.num_threads = 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
@@ -16,13 +15,24 @@ if ROOT not in sys.path:
 SHARED = os.environ.get("OPENVIVQA_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
 
 
+def subprocess_env(devices: int | None = None, extra: dict | None = None) -> dict:
+    """Environment for a test's subprocess: this checkout on PYTHONPATH, TensorFlow's C++ logs quiet, the
+    parent's XLA_FLAGS dropped (``devices``: that many fake CPU devices instead), then ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env.pop("XLA_FLAGS", None)
+    if devices:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env.update(extra or {})
+    return env
+
+
 def load_config(path: str):
     """Loads ``get_config()`` from a config file path relative to the repo root."""
-    full = os.path.join(ROOT, path)
-    spec = importlib.util.spec_from_file_location("cfg_" + os.path.basename(path)[:-3], full)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
+    from openvivqa_jax.config_files import load_config as load_config_file
+
+    return load_config_file(os.path.join(ROOT, path))
 
 
 #: Tiny sizes for model-specific fields (applied when the model's config has the field).

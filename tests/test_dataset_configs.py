@@ -19,7 +19,7 @@ import sentencepiece as spm
 from flax import nnx
 from PIL import Image
 
-from conftest import ROOT, load_config, random_batch, tiny_model_config
+from conftest import ROOT, load_config, random_batch, subprocess_env, tiny_model_config
 from openvivqa_jax import decoding
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.models import build_model
@@ -145,13 +145,10 @@ def make_viquad(m: Path) -> Path:
 
 def _config(path: str):
     """``get_config(variant)`` for ``path[:variant]``."""
-    import importlib.util
+    from openvivqa_jax.config_files import load_config
 
     path, _, variant = path.partition(":")
-    spec = importlib.util.spec_from_file_location("cfg_test_" + path.replace("/", "_")[:-3], os.path.join(ROOT, path))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(variant) if variant else mod.get_config()
+    return load_config(os.path.join(ROOT, path), *([variant] if variant else []))
 
 
 @pytest.mark.parametrize("path", ["configs/stvqa/m4c.py:task1", "configs/stvqa/m4c.py:task2",
@@ -335,14 +332,6 @@ def test_dictionary_errors(tokenizer, tmp_path):
 # ================================================================================================ main, end to end
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env.pop("XLA_FLAGS", None)
-    return env
-
-
 TINY = ["--config.model.d_model=32", "--config.model.num_heads=2", "--config.model.ffn_dim=64",
         "--config.model.vision.cnn_channels=(8, 16)", "--config.data.image_size=(32, 24)",
         "--config.tokenizer.vocab_size=300", "--config.train.batch_size=2", "--config.train.num_train_steps=2",
@@ -357,7 +346,7 @@ TINY_SAAA = ["--config.model.word_dim=16", "--config.model.lstm_dim=24", "--conf
 def run_main(config: str, workdir: Path, manual_dir: Path, data_dir: Path, *overrides: str):
     cmd = [PY, "-m", "openvivqa_jax.main", f"--config={config}", f"--workdir={workdir}",
            f"--config.data.manual_dir={manual_dir}", f"--config.data.data_dir={data_dir}", *TINY, *overrides]
-    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
 
 
 def _read(workdir: Path, split: str):

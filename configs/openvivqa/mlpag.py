@@ -14,29 +14,20 @@ Variants (``--config configs/openvivqa/mlpag.py:<variant>``):
   det 256 / rec 256 / fastText 300 features, question 20, answer 20, vocabulary 4,000, batch 64).
 """
 
-import importlib.util
-import os
-
 import ml_collections
+
+from openvivqa_jax.config_files import load_config
 
 
 #: ``--config configs/openvivqa/mlpag.py:<variant>``.
 VARIANTS = ("images", "features", "benchmark")
 
 
-def _default():
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "default.py")
-    spec = importlib.util.spec_from_file_location("configs_default", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
-
-
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     """Returns the paper-size MLPAG config; ``variant`` is ``images``, ``features`` or ``benchmark``."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; expected 'images', 'features' or 'benchmark'")
-    c = _default()
+    c = load_config("../default.py", relative_to=__file__)
     c.data.builder = "openvivqa"
     c.data.builder_config = "default" if variant == "images" else "features"
     # c.data.manual_dir is required: --config.data.manual_dir=<folder with the release JSON + images>

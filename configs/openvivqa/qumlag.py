@@ -11,23 +11,12 @@ setting), ``benchmark`` (``features`` at DESIGN §10's benchmark shapes). Data, 
 evaluation settings are configs/openvivqa/mlpag.py's, so the models compare on equal terms.
 """
 
-import importlib.util
-import os
-
 import ml_collections
+
+from openvivqa_jax.config_files import load_config
 
 #: ``--config configs/openvivqa/qumlag.py:<variant>``.
 VARIANTS = ("images", "features", "benchmark")
-
-
-def _base(variant: str) -> ml_collections.ConfigDict:
-    """configs/openvivqa/mlpag.py's ``variant``: the data, training and evaluation settings all paper-size
-    configs share (it validates ``variant``)."""
-    path = os.path.join(os.path.dirname(__file__), "mlpag.py")
-    spec = importlib.util.spec_from_file_location("configs_openvivqa_mlpag", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(variant)
 
 
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
@@ -36,7 +25,7 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     Raises:
       ValueError: for an unknown variant.
     """
-    c = _base(variant)
+    c = load_config("mlpag.py", variant, relative_to=__file__)
     m = c.model
     m.name = "qumlag"
     m.d_model = 512

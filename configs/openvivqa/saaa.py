@@ -15,23 +15,12 @@ Classifier: ``model.num_answers`` is ``K``, the top-K training answers
 has fewer distinct answers). Predictions are decoded to text and scored by the same evaluator.
 """
 
-import importlib.util
-import os
-
 import ml_collections
+
+from openvivqa_jax.config_files import load_config
 
 #: ``--config configs/openvivqa/saaa.py:<variant>``.
 VARIANTS = ("images", "features", "benchmark")
-
-
-def _base(variant: str) -> ml_collections.ConfigDict:
-    """configs/openvivqa/mlpag.py's ``variant``: the data, training and evaluation settings all paper-size
-    configs share (it validates ``variant``)."""
-    path = os.path.join(os.path.dirname(__file__), "mlpag.py")
-    spec = importlib.util.spec_from_file_location("configs_openvivqa_mlpag", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(variant)
 
 
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
@@ -40,7 +29,7 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     Raises:
       ValueError: for an unknown variant.
     """
-    c = _base(variant)
+    c = load_config("mlpag.py", variant, relative_to=__file__)
     m = c.model
     m.name = "saaa"
     m.d_model = 512

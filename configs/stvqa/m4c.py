@@ -33,24 +33,14 @@ trained from scratch), 50 OCR tokens with M4C's 604-d PHOC. The visual stream is
 checkpoint by it) plus BLEU, ROUGE-L and CIDEr.
 """
 
-import importlib.util
-import os
-
 import ml_collections
 from ml_collections.config_dict import placeholder
+
+from openvivqa_jax.config_files import load_config
 
 #: ``--config configs/stvqa/m4c.py:<variant>``.
 VARIANTS = ("task1", "task2", "task3")
 _DICTIONARY = {"task1": "per_image", "task2": "global", "task3": "none"}
-
-
-def _load(relpath: str, *args) -> ml_collections.ConfigDict:
-    """``get_config(*args)`` of ``configs/<relpath>``, loaded from its file path."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), relpath)
-    spec = importlib.util.spec_from_file_location("configs_" + relpath.replace("/", "_")[:-3], path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(*args)
 
 
 def get_config(variant: str = "task3") -> ml_collections.ConfigDict:
@@ -61,7 +51,7 @@ def get_config(variant: str = "task3") -> ml_collections.ConfigDict:
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
-    c = _load("openvivqa/m4c.py", "images")
+    c = load_config("../openvivqa/m4c.py", "images", relative_to=__file__)
 
     d = c.data
     d.builder = "st_vqa"
@@ -77,16 +67,10 @@ def get_config(variant: str = "task3") -> ml_collections.ConfigDict:
 
     c.tokenizer.vocab_size = 4000
 
+    # The model and training recipe are configs/openvivqa/m4c.py's (M4C's own); ST-VQA changes these:
     m = c.model
-    m.name = "m4c"
-    m.d_model = 768
-    m.num_heads = 12
-    m.ffn_dim = 3072
-    m.dropout = 0.1
     m.num_text_layers = 3
-    m.num_mmt_layers = 4
     m.max_question_len = 20
-    m.max_answer_len = 12  # M4C's 12 decoding steps
     m.num_ocr = 50
     m.phoc_alphabet = "m4c"  # English scene text: M4C's 604-d PHOC
     m.phoc_dim = 604
@@ -94,18 +78,6 @@ def get_config(variant: str = "task3") -> ml_collections.ConfigDict:
     m.vision.kind = "cnn"
 
     t = c.train
-    t.batch_size = 128
-    t.optimizer = "adam"
-    t.b1, t.b2 = 0.9, 0.999
-    t.schedule = "m4c"
-    t.learning_rate = 1e-4
-    t.warmup_steps = 1_000
-    t.warmup_factor = 0.2
-    t.decay_steps = (14_000, 19_000)
-    t.decay_factor = 0.1
-    t.num_train_steps = 24_000
-    t.grad_clip_norm = 0.25
-    t.loss = "bce"
     t.eval_every_steps = 2_000
     t.checkpoint_every_steps = 1_000
     t.patience = 0

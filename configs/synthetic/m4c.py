@@ -5,24 +5,14 @@ with the prefix-LM mask, tied previous-output embeddings and the dynamic pointer
 multi-label BCE loss.
 """
 
-import importlib.util
-import os
-
 import ml_collections
 
-
-def _default() -> ml_collections.ConfigDict:
-    """configs/default.py, loaded from its file path."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "default.py")
-    spec = importlib.util.spec_from_file_location("configs_default", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
+from openvivqa_jax.config_files import load_config
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic M4C config."""
-    c = _default()
+    c = load_config("../default.py", relative_to=__file__)
     m = c.model
     m.name = "m4c"
     m.num_text_layers = 1  # question encoder blocks

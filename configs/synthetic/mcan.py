@@ -4,24 +4,14 @@ configs/default.py with the model swapped: SA/SGA co-attention, attentional redu
 the top ``num_answers`` training answers trained with sigmoid BCE on soft scores.
 """
 
-import importlib.util
-import os
-
 import ml_collections
 
-
-def _default() -> ml_collections.ConfigDict:
-    """configs/default.py, loaded from its file path."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "default.py")
-    spec = importlib.util.spec_from_file_location("configs_default", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
+from openvivqa_jax.config_files import load_config
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic MCAN config."""
-    c = _default()
+    c = load_config("../default.py", relative_to=__file__)
     m = c.model
     m.name = "mcan"
     m.word_dim = m.d_model

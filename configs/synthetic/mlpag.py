@@ -3,23 +3,13 @@
 Run: ``python -m openvivqa_jax.main --config configs/synthetic/mlpag.py --workdir runs/syn_mlpag``.
 """
 
-import importlib.util
-import os
-
 import ml_collections
 
-
-def _default() -> ml_collections.ConfigDict:
-    """configs/default.py, loaded from its file path."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "default.py")
-    spec = importlib.util.spec_from_file_location("configs_default", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
+from openvivqa_jax.config_files import load_config
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic MLPAG config (identical to configs/default.py)."""
-    c = _default()
+    c = load_config("../default.py", relative_to=__file__)
     c.model.name = "mlpag"
     return c

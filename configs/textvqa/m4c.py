@@ -20,24 +20,14 @@ trained from scratch). The visual stream is a CNN over the image (the builder ke
 R-CNN features). Metrics: VQA accuracy (the official leave-one-out rule) plus ANLS, BLEU, ROUGE-L, CIDEr.
 """
 
-import importlib.util
-import os
-
 import ml_collections
 
-
-def _load(relpath: str, *args) -> ml_collections.ConfigDict:
-    """``get_config(*args)`` of ``configs/<relpath>``, loaded from its file path."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), relpath)
-    spec = importlib.util.spec_from_file_location("configs_" + relpath.replace("/", "_")[:-3], path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(*args)
+from openvivqa_jax.config_files import load_config
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the TextVQA M4C config (configs/stvqa/m4c.py's model and recipe, TextVQA's data and metric)."""
-    c = _load("stvqa/m4c.py", "task3")
+    c = load_config("../stvqa/m4c.py", "task3", relative_to=__file__)
     d = c.data
     d.builder = "textvqa"
     d.builder_config = "default"

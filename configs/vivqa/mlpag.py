@@ -19,22 +19,12 @@ are configs/openvivqa/mlpag.py's ``images`` variant (the paper's sizes; grid fea
 COCO image).
 """
 
-import importlib.util
-import os
-
 import ml_collections
+
+from openvivqa_jax.config_files import load_config
 
 #: The metrics computed at every evaluation (names of :mod:`openvivqa_jax.evaluation`).
 VIVQA_METRICS = ("EM", "F1", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")
-
-
-def _load(relpath: str, *args) -> ml_collections.ConfigDict:
-    """``get_config(*args)`` of ``configs/<relpath>``, loaded from its file path."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), relpath)
-    spec = importlib.util.spec_from_file_location("configs_" + relpath.replace("/", "_")[:-3], path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(*args)
 
 
 def vivqa_data(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -54,7 +44,7 @@ def vivqa_data(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the ViVQA MLPAG config."""
-    c = vivqa_data(_load("openvivqa/mlpag.py", "images"))
+    c = vivqa_data(load_config("../openvivqa/mlpag.py", "images", relative_to=__file__))
     c.model.name = "mlpag"
     c.model.max_answer_len = 10  # ViVQA answers are 1-4 words
     return c

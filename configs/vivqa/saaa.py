@@ -13,21 +13,12 @@ training answers). Classification suits ViVQA: its answers are short and repeat 
 names), so a closed answer list covers most test answers.
 """
 
-import importlib.util
-import os
-
 import ml_collections
 
-
-def _load_module(relpath: str):
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), relpath)
-    spec = importlib.util.spec_from_file_location("configs_" + relpath.replace("/", "_")[:-3], path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from openvivqa_jax.config_files import config_module, load_config
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the ViVQA SAAA config."""
-    c = _load_module("openvivqa/saaa.py").get_config("images")
-    return _load_module("vivqa/mlpag.py").vivqa_data(c)
+    c = load_config("../openvivqa/saaa.py", "images", relative_to=__file__)
+    return config_module("mlpag.py", relative_to=__file__).vivqa_data(c)

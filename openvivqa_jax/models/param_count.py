@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib.util
 import inspect
 import os
 import sys
@@ -25,6 +24,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from openvivqa_jax.config_files import config_module
 from openvivqa_jax.models import build_model
 
 __all__ = ["count_params", "layer_summary", "config_rows", "format_table", "main"]
@@ -56,13 +56,6 @@ def layer_summary(m) -> str:
     return "?"
 
 
-def _load(path: str):
-    spec = importlib.util.spec_from_file_location("param_count_" + os.path.basename(path)[:-3], path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _configs(mod):
     """``[(variant or None, config)]`` of a config module."""
     variants = getattr(mod, "VARIANTS", None)
@@ -89,7 +82,7 @@ def config_rows(config_dir: str) -> list[dict]:
         raise FileNotFoundError(f"no *.py config in {config_dir}")
     rows = []
     for path in paths:
-        for variant, cfg in _configs(_load(path)):
+        for variant, cfg in _configs(config_module(path)):
             m = cfg.model
             rows.append(dict(model=m.name, config=path + (f":{variant}" if variant else ""),
                              parameters=count_params(m, cfg.tokenizer.vocab_size), d_model=m.d_model,
