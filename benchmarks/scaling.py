@@ -44,8 +44,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 
 from openvivqa_jax import sharding  # noqa: E402
 
@@ -100,7 +98,7 @@ def _abstract_trainer(cfg, vocab_size: int):
     from flax import nnx
 
     from openvivqa_jax.models import build_model, model_class
-    from openvivqa_jax.train import Trainer, TrainState, make_optimizer
+    from openvivqa_jax.train import Trainer
 
     class AbstractTrainer(Trainer):
         def __init__(self):  # replaces Trainer.__init__: no data, tokenizer, workdir or initialization
@@ -108,17 +106,8 @@ def _abstract_trainer(cfg, vocab_size: int):
             self.mesh = sharding.create_mesh((1, 1), cfg.mesh.axes)
             self.batch_sharding = sharding.batch_sharding(self.mesh)
             self.is_generator = model_class(cfg.model.name).is_generator
-            model = nnx.eval_shape(lambda: build_model(cfg.model, vocab_size, seed=cfg.seed))
-            self.graphdef, params = nnx.split(model, nnx.Param)
-            self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
-            self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
-            abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), params)
-            repl = sharding.replicated(self.mesh)
-            self.state_sharding = jax.tree.map(lambda _: repl, abstract)
-            self.abstract_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl),
-                                               abstract)
-            self._train_step = None
-            self._decode_fns = {}
+            self.setup_model_state(nnx.eval_shape(lambda: build_model(cfg.model, vocab_size, seed=cfg.seed)),
+                                   initialize=False)
 
     return AbstractTrainer()
 

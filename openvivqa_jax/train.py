@@ -247,8 +247,28 @@ class Trainer:
                                  allow_copy=kw["allow_copy"])
         self.pre = pipeline.Preprocessor(cfg, self.tokenizer, **kw)
         self.pre_no_ocr = pipeline.Preprocessor(cfg, self.tokenizer, mask_ocr=True, **kw)
-        self.graphdef, params = nnx.split(model, nnx.Param)
+        self.setup_model_state(model)
         del model
+        self.jsonl = _JsonlWriter(os.path.join(self.workdir, "metrics.jsonl"))
+
+    # ----------------------------------------------------------------- data
+    @property
+    def builder(self):
+        """The TFDS builder, built on first use (predicting from a workdir does not need the dataset)."""
+        if self._builder is None:
+            self._builder = pipeline.load_builder(self.cfg.data)
+        return self._builder
+
+    def setup_model_state(self, model, initialize: bool = True) -> None:
+        """Splits ``model`` into graph and parameters and builds the optimizer (frozen parameters masked),
+        the train-state shardings (regex rules / FSDP over ``self.mesh``; frozen parameters have no
+        optimizer state), ``abstract_state`` and, with ``initialize``, the sharded initial ``state``.
+
+        Needs ``self.cfg`` and ``self.mesh``. ``model`` may be abstract (``nnx.eval_shape``) when
+        ``initialize`` is False; ``state`` is then None.
+        """
+        cfg = self.cfg
+        self.graphdef, params = nnx.split(model, nnx.Param)
         self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
         self.tx = freeze_params(self.tx, params, frozen_param_regex(cfg))
         self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
@@ -262,20 +282,14 @@ class Trainer:
         self.state_sharding = TrainState(repl, p_shard, o_shard)
         self.abstract_state = jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, self.state_sharding)
-        init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), out_shardings=self.state_sharding)
-        with sharding.mesh_context(self.mesh):
-            self.state = init_fn(params)
+        self.state = None
+        if initialize:
+            init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)),
+                              out_shardings=self.state_sharding)
+            with sharding.mesh_context(self.mesh):
+                self.state = init_fn(params)
         self._train_step = None
         self._decode_fns: dict[tuple, Any] = {}
-        self.jsonl = _JsonlWriter(os.path.join(self.workdir, "metrics.jsonl"))
-
-    # ----------------------------------------------------------------- data
-    @property
-    def builder(self):
-        """The TFDS builder, built on first use (predicting from a workdir does not need the dataset)."""
-        if self._builder is None:
-            self._builder = pipeline.load_builder(self.cfg.data)
-        return self._builder
 
     def source(self, split: str):
         """The data source of ``split`` (cached)."""
