@@ -178,6 +178,21 @@ def _tuplify(x):
     return x
 
 
+def _read_json(path: str, label: str = "") -> Any:
+    """The parsed JSON file at ``path``.
+
+    Raises:
+      PredictError: unreadable or invalid JSON, naming ``label + path`` and the line and column.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise PredictError(f"{label}{path}: cannot read ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise PredictError(f"{label}{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+
+
 def load_workdir_config(workdir: str):
     """``<workdir>/config.json`` as an ``ml_collections.ConfigDict`` (JSON lists become tuples again).
 
@@ -187,13 +202,7 @@ def load_workdir_config(workdir: str):
     import ml_collections
 
     path = os.path.join(workdir, "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except OSError as e:
-        raise PredictError(f"{path}: cannot read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise PredictError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    raw = _read_json(path, "")
     if not isinstance(raw, dict) or "model" not in raw:
         raise PredictError(f"{path}: not a run config (no 'model' section)")
     return ml_collections.ConfigDict(_tuplify(raw))
@@ -317,13 +326,7 @@ def _load_ocr_file(path: str) -> dict[str, list[dict]] | list[dict]:
     plain token list."""
     from openvivqa_jax.data import ocr as ocr_lib
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except OSError as e:
-        raise PredictError(f"OCR file {path}: cannot read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise PredictError(f"OCR file {path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    raw = _read_json(path, "OCR file ")
     try:
         if isinstance(raw, list):
             return ocr_lib.validate_tokens(raw, source=path, image_id="(all)")
@@ -368,13 +371,7 @@ def read_questions_file(path: str, image_dir: str | list[str]) -> list[dict]:
       PredictError: unreadable / invalid JSON, an unknown layout, a record without question or with an
         image id missing from ``images`` (names the file and the question id).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except OSError as e:
-        raise PredictError(f"questions file {path}: cannot read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise PredictError(f"questions file {path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    raw = _read_json(path, "questions file ")
     if not isinstance(raw, dict) or "images" not in raw or "annotations" not in raw:
         raise PredictError(f"questions file {path}: expected an object with 'images' and 'annotations' (the "
                            "OpenViVQA public release layout)")
