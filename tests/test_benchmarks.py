@@ -12,17 +12,14 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, subprocess_env
 
 PY = sys.executable
 
 
 def _run(script: str, *args: str, timeout: int = 600) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env.pop("XLA_FLAGS", None)
-    proc = subprocess.run([PY, os.path.join(ROOT, "benchmarks", script), "--smoke", *args], cwd=ROOT, env=env,
+    proc = subprocess.run([PY, os.path.join(ROOT, "benchmarks", script), "--smoke", *args], cwd=ROOT,
+                          env=subprocess_env(),
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)  # stdout holds exactly one JSON object (progress goes to stderr)

@@ -24,7 +24,7 @@ import pytest
 
 from openvivqa_jax import sharding
 
-from conftest import ROOT, load_config
+from conftest import ROOT, load_config, subprocess_env
 
 PY = sys.executable
 #: Seconds any one subprocess may run (a hung collective is killed after this).
@@ -32,14 +32,7 @@ DEADLINE_S = 480
 
 
 def _env(devices: int | None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["JAX_PLATFORMS"] = "cpu"
-    env.pop("XLA_FLAGS", None)
-    if devices:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    return env
+    return subprocess_env(devices, {"JAX_PLATFORMS": "cpu"})
 
 
 def _free_port() -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -11,15 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT
+from conftest import ROOT, subprocess_env
 
 PY = sys.executable
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return env
 
 
 def _write_metrics(path, records):
@@ -71,7 +64,7 @@ def test_plot_cli_writes_png(tmp_path):
     wd = tmp_path / "run"
     wd.mkdir()
     _write_metrics(wd / "metrics.jsonl", _records())
-    res = subprocess.run([PY, "-m", "openvivqa_jax.plot", "--workdir", str(wd)], cwd=ROOT, env=_env(),
+    res = subprocess.run([PY, "-m", "openvivqa_jax.plot", "--workdir", str(wd)], cwd=ROOT, env=subprocess_env(),
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     out = wd / "training_curves.png"
@@ -91,7 +84,7 @@ def test_plot_cli_bad_input_one_line_error(tmp_path, setup, needle):
         wd.mkdir()
     if setup == "bad_json":
         (wd / "metrics.jsonl").write_text("{oops\n")
-    res = subprocess.run([PY, "-m", "openvivqa_jax.plot", "--workdir", str(wd)], cwd=ROOT, env=_env(),
+    res = subprocess.run([PY, "-m", "openvivqa_jax.plot", "--workdir", str(wd)], cwd=ROOT, env=subprocess_env(),
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()

@@ -16,22 +16,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT, SHARED
+from conftest import ROOT, SHARED, subprocess_env
 
 PY = sys.executable
 EXAMPLES = os.path.join(SHARED, "data", "openvivqa_examples")
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env.pop("XLA_FLAGS", None)
-    return env
-
-
 def _predict(*args, timeout=300):
-    return subprocess.run([PY, "-m", "openvivqa_jax.predict", *map(str, args)], cwd=ROOT, env=_env(),
+    return subprocess.run([PY, "-m", "openvivqa_jax.predict", *map(str, args)], cwd=ROOT, env=subprocess_env(),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -252,7 +244,7 @@ def trained(tmp_path_factory):
            "--config.train.log_every_steps=250", "--config.train.batch_size=16", "--config.model.d_model=64",
            "--config.model.num_heads=4", "--config.model.ffn_dim=128", "--config.model.num_decoder_layers=2",
            "--config.tokenizer.vocab_size=500", "--config.eval.ocr_ablation=False"]
-    res = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    res = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     return wd
 

@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from conftest import subprocess_env
 from test_dataset_builders import VIVQA_SAMPLE, _expected_rows, _vivqa_images, read
-from test_dataset_configs import STVQA_TEST_DICT, TINY, TINY_M4C, _env, make_stvqa, make_textvqa, make_viquad
+from test_dataset_configs import STVQA_TEST_DICT, TINY, TINY_M4C, make_stvqa, make_textvqa, make_viquad
 from test_openvivqa_builder import SAMPLE, SAMPLE_EXPECTED
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,16 +36,20 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def tfds_build(name: str, manual: Path | None, data_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+def tfds_build(name: str, manual: Path | None, data_dir: Path, *extra: str,
+               file_format: str | None = "array_record") -> subprocess.CompletedProcess:
     """Runs ``tfds build tfds_builders/<name> [--manual_dir=manual] --data_dir=data_dir
-    --file_format=array_record *extra`` with the ``tfds`` script of this environment.
+    [--file_format=file_format] *extra`` with the ``tfds`` script of this environment (None: tfds' default
+    format, tfrecord).
 
     Fails the test with the script's stderr if it exits non-zero, or if the script is not installed.
     """
     script = Path(sys.executable).parent / "tfds"
     if not script.is_file():
         pytest.fail(f"no `tfds` command next to {sys.executable}; install the project with pip install -e '.[test]'")
-    args = [str(script), "build", f"tfds_builders/{name}", f"--data_dir={data_dir}", "--file_format=array_record"]
+    args = [str(script), "build", f"tfds_builders/{name}", f"--data_dir={data_dir}"]
+    if file_format is not None:
+        args.append(f"--file_format={file_format}")
     if manual is not None:
         args.append(f"--manual_dir={manual}")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the builder must find the repo itself
@@ -177,7 +182,7 @@ def test_textvqa(tmp_path):
 def _main(workdir: Path, data_dir: Path, manual_dir: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "openvivqa_jax.main", "--config=configs/textvqa/m4c.py", f"--workdir={workdir}",
            f"--config.data.data_dir={data_dir}", f"--config.data.manual_dir={manual_dir}", *TINY, *TINY_M4C]
-    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=900)
 
 
 def test_main_trains_on_a_tfds_build_data_dir(tmp_path):
@@ -199,11 +204,7 @@ def test_main_names_a_tfrecord_build(tmp_path):
     the trainer stops with one line that says so and how to rebuild."""
     manual = make_textvqa(tmp_path / "manual")
     data = tmp_path / "data"
-    script = Path(sys.executable).parent / "tfds"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    res = subprocess.run([str(script), "build", "tfds_builders/textvqa", f"--manual_dir={manual}",
-                          f"--data_dir={data}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-4000:]
+    tfds_build("textvqa", manual, data, file_format=None)
     assert list((data / "textvqa" / "default" / "1.0.0").glob("*.tfrecord-*"))
     res = _main(tmp_path / "run", data, manual)
     assert res.returncode == 1

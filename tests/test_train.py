@@ -14,18 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, SHARED
+from conftest import ROOT, SHARED, subprocess_env
 
 PY = sys.executable
-
-
-def _env(extra: dict | None = None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env.pop("XLA_FLAGS", None)
-    env.update(extra or {})
-    return env
 
 
 def _main_cmd(workdir, data_dir, *overrides, config="configs/tiny.py"):
@@ -58,10 +49,10 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path, data_dir):
     steps = ["--config.train.num_train_steps=30", "--config.train.checkpoint_every_steps=5",
              "--config.train.eval_every_steps=15", "--config.train.log_every_steps=5"]
     full = tmp_path / "full"
-    subprocess.run(_main_cmd(full, data_dir, *steps), cwd=ROOT, env=_env(), check=True, capture_output=True)
+    subprocess.run(_main_cmd(full, data_dir, *steps), cwd=ROOT, env=subprocess_env(), check=True, capture_output=True)
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(_main_cmd(killed, data_dir, *steps), cwd=ROOT, env=_env(),
+    proc = subprocess.Popen(_main_cmd(killed, data_dir, *steps), cwd=ROOT, env=subprocess_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     ckpt = killed / "checkpoints"
@@ -75,7 +66,7 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path, data_dir):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (killed / "eval" / "test_metrics.json").exists()
-    subprocess.run(_main_cmd(killed, data_dir, *steps), cwd=ROOT, env=_env(), check=True, capture_output=True)
+    subprocess.run(_main_cmd(killed, data_dir, *steps), cwd=ROOT, env=subprocess_env(), check=True, capture_output=True)
 
     a, b = _train_losses(full), _train_losses(killed)
     assert sorted(a) == sorted(b) == [5, 10, 15, 20, 25, 30]
@@ -94,7 +85,7 @@ def test_workdir_contents_and_predictions(tmp_path, data_dir):
     wd = tmp_path / "run"
     out = subprocess.run(_main_cmd(wd, data_dir, "--config.train.num_train_steps=10",
                                    "--config.train.eval_every_steps=10"),
-                         cwd=ROOT, env=_env(), check=True, capture_output=True, text=True)
+                         cwd=ROOT, env=subprocess_env(), check=True, capture_output=True, text=True)
     assert "example answers" in out.stdout and "CIDEr" in out.stdout
     for f in ["config.json", "spm.model", "metrics.jsonl", "eval/test_metrics.json", "eval/test_predictions.json",
               "eval/validation_metrics.json", "eval/test_no_ocr_metrics.json"]:
@@ -115,7 +106,7 @@ def test_workdir_contents_and_predictions(tmp_path, data_dir):
     assert decoding("test") == {"method": "beam", "beam_size": 2, "alpha": 0.0, "ocr_masked": False, "step": 10}
     assert decoding("test_no_ocr")["ocr_masked"] is True
     subprocess.run(_main_cmd(wd, data_dir, "--mode=evaluate", "--config.eval.decoding=greedy",
-                             "--config.eval.ocr_ablation=False"), cwd=ROOT, env=_env(), check=True,
+                             "--config.eval.ocr_ablation=False"), cwd=ROOT, env=subprocess_env(), check=True,
                    capture_output=True, text=True)
     assert decoding("test") == {"method": "greedy", "beam_size": 1, "alpha": 0.0, "ocr_masked": False, "step": 10}
 
@@ -156,7 +147,7 @@ _DEVICE_SCRIPT = textwrap.dedent("""
 def test_same_loss_on_one_and_eight_devices(tmp_path, data_dir):
     script = _DEVICE_SCRIPT.format(root=ROOT, data_dir=data_dir, workdir=str(tmp_path))
     res = subprocess.run([PY, "-c", script], cwd=ROOT, capture_output=True, text=True,
-                         env=_env({"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}))
+                         env=subprocess_env(8))
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     one, eight = out["(1, 1)"], out["(4, 2)"]
@@ -188,7 +179,7 @@ def test_real_openvivqa_sample_with_tesseract(tmp_path):
                     "--config.train.num_train_steps=4", "--config.train.eval_every_steps=4",
                     "--config.train.checkpoint_every_steps=4", "--config.eval.batch_size=4",
                     config="configs/openvivqa/mlpag.py")
-    res = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     preds = json.loads((wd / "eval" / "train_predictions.json").read_text())
     with open(os.path.join(sample, "examples_data.json"), encoding="utf-8") as f:
