@@ -59,8 +59,8 @@ def tfds_build(name: str, manual: Path | None, data_dir: Path, *extra: str,
 
 
 def built(data_dir: Path, name: str, config: str):
-    """The prepared builder of ``name/config/1.0.0`` under data_dir (fails if the config was not built)."""
-    path = data_dir / name / config / "1.0.0"
+    """The prepared builder of ``name/config/1.1.0`` under data_dir (fails if the config was not built)."""
+    path = data_dir / name / config / "1.1.0"
     assert path.is_dir(), f"{path} not built; built: {sorted(p.name for p in (data_dir / name).iterdir())}"
     return tfds.builder_from_directory(str(path))
 
@@ -205,7 +205,7 @@ def test_main_names_a_tfrecord_build(tmp_path):
     manual = make_textvqa(tmp_path / "manual")
     data = tmp_path / "data"
     tfds_build("textvqa", manual, data, file_format=None)
-    assert list((data / "textvqa" / "default" / "1.0.0").glob("*.tfrecord-*"))
+    assert list((data / "textvqa" / "default" / "1.1.0").glob("*.tfrecord-*"))
     res = _main(tmp_path / "run", data, manual)
     assert res.returncode == 1
     last = res.stderr.strip().splitlines()[-1]

@@ -12,6 +12,8 @@ feature         type                                                          no
 ``answers``     ``Sequence(Text)``                                            all references, normalized;
                                                                                                                                                             empty when a split has none
 ``qa_type``     ``int32``                                                     1 text QA, 0 non-text, -1 unknown
+``language``    ``Text``                                                      ISO 639-1 code of the question
+                                                                              and answers: ``vi``, ``en``, ``ja``
 ``ocr``         ``Sequence({text: Text, box: float32[4], score: float32})``   box xyxy in [0, 1] of the image
 ==============  ============================================================  ===========================
 
@@ -24,11 +26,15 @@ from __future__ import annotations
 import numpy as np
 import tensorflow_datasets as tfds
 
-__all__ = ["vqa_features", "empty_ocr", "QA_TYPE_TEXT", "QA_TYPE_NON_TEXT", "QA_TYPE_UNKNOWN"]
+__all__ = ["vqa_features", "empty_ocr", "QA_TYPE_TEXT", "QA_TYPE_NON_TEXT", "QA_TYPE_UNKNOWN", "LANGUAGES"]
 
 QA_TYPE_TEXT = 1
 QA_TYPE_NON_TEXT = 0
 QA_TYPE_UNKNOWN = -1
+
+#: The ``language`` values the builders write (ISO 639-1): Vietnamese for OpenViVQA, ViVQA, ViQuAD and the
+#: synthetic set; English for TextVQA and ST-VQA; all three (per record) for EVJVQA.
+LANGUAGES = ("vi", "en", "ja")
 
 
 def vqa_features(with_image: bool = True, region_feature_dim: int | None = None) -> tfds.features.FeaturesDict:
@@ -48,6 +54,7 @@ def vqa_features(with_image: bool = True, region_feature_dim: int | None = None)
             "question": tfds.features.Text(),
             "answers": tfds.features.Sequence(tfds.features.Text()),
             "qa_type": np.int32,
+            "language": tfds.features.Text(),
             "ocr": tfds.features.Sequence({
                     "text": tfds.features.Text(),
                     "box": tfds.features.Tensor(shape=(4,), dtype=np.float32),

@@ -284,8 +284,10 @@ def load_feature_file(
 class Builder(tfds.core.GeneratorBasedBuilder):
     """OpenViVQA from the public release JSON + image folder (module doc). Splits as found in manual_dir."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release: public-release and list JSON forms, tesseract/file/feature OCR."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.1.0": "Adds the language feature (ISO 639-1 code of the question and answers).",
+        "1.0.0": "Initial release: public-release and list JSON forms, tesseract/file/feature OCR."}
     BUILDER_CONFIGS = [
         OpenVivqaConfig(name="default", description="Images + OCR from ocr.json if present, else Tesseract (vie)."),
         OpenVivqaConfig(
@@ -398,6 +400,7 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
                         "question": rec.question,
                         "answers": rec.answers,
                         "qa_type": np.int32(rec.qa_type),
+                        "language": "vi",
                     }
                     if cfg.features_dir:
                         fpath = _find_feature_file(features_dirs, rec)

@@ -99,8 +99,10 @@ def read_global_dictionary(path: Path) -> list[str]:
 class Builder(tfds.core.GeneratorBasedBuilder):
     """ST-VQA from its JSON release and images (module doc). Splits: train, test."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.1.0": "Adds the language feature (ISO 639-1 code of the question and answers).",
+        "1.0.0": "Initial release."}
     BUILDER_CONFIGS = [
         StVqaConfig(name="task1", task=1, description="Strongly contextualised: per-image 100-word dictionaries."),
         StVqaConfig(name="task2", task=2, description="Weakly contextualised: global 30k-word dictionary."),
@@ -224,6 +226,7 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
                     "question": question,
                     "answers": answers,
                     "qa_type": np.int32(common.QA_TYPE_TEXT),
+                    "language": "en",
                     "ocr": readers.ocr_feature(self._ocr.get(file_path, image.pil)),
                     "dictionary": dictionary,
                 }

@@ -1002,7 +1002,8 @@ def generate_split(split: str, cfg: GeneratorConfig) -> Iterator[tuple[str, dict
             totals[f"qa_type_{qa['qa_type']}"] += 1
             qid = f"{image_id}-{q}"
             yield qid, {"image": image, "image_id": image_id, "question_id": qid, "question": qa["question"],
-                        "answers": list(qa["answers"]), "qa_type": np.int32(qa["qa_type"]), "ocr": ocr}
+                        "answers": list(qa["answers"]), "qa_type": np.int32(qa["qa_type"]), "language": "vi",
+                        "ocr": ocr}
     logging.info("synthetic_openvivqa %s: %d images, %d questions (text %d, non-text %d); OCR noise dropped %d "
                  "and corrupted %d tokens; %d objects did not fit the layout and were not drawn.", split, n_images,
                  totals["questions"], totals["qa_type_1"], totals["qa_type_0"], totals["dropped"],

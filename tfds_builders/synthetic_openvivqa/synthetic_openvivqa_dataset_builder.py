@@ -74,8 +74,10 @@ _CLEAN = dict(ocr_drop_prob=0.0, ocr_sub_prob=0.0, ocr_box_jitter=0.0)
 class Builder(tfds.core.GeneratorBasedBuilder):
     """Synthetic OpenViVQA: deterministic street-scene VQA in Vietnamese (no download)."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.1.0": "Adds the language feature (ISO 639-1 code of the question and answers).",
+        "1.0.0": "Initial release."}
     BUILDER_CONFIGS = [
         SyntheticOpenVivqaConfig(
             name="tiny", description="40/10/10 images with light OCR noise, for tests (builds in seconds).",

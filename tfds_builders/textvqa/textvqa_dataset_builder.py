@@ -124,8 +124,10 @@ def read_rosetta(path: Path, stats: dict) -> dict[str, list[dict]]:
 class Builder(tfds.core.GeneratorBasedBuilder):
     """TextVQA 0.5.1 with Rosetta OCR tokens (module doc)."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.1.0": "Adds the language feature (ISO 639-1 code of the question and answers).",
+        "1.0.0": "Initial release."}
     BUILDER_CONFIGS = [TextVqaConfig(name="default", description="Images + Rosetta OCR v0.2 tokens.")]
     DEFAULT_CONFIG_NAME = "default"
     MANUAL_DOWNLOAD_INSTRUCTIONS = """\
@@ -222,6 +224,7 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
                 "question": question,
                 "answers": answers,
                 "qa_type": np.int32(common.QA_TYPE_UNKNOWN),
+                "language": "en",
                 "ocr": readers.ocr_feature(tokens),
             }
         counter.log_summary(kept)

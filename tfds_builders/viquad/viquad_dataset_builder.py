@@ -65,8 +65,10 @@ class ViquadConfig(readers.ReaderConfig):
 class Builder(tfds.core.GeneratorBasedBuilder):
     """UIT-ViQuAD (SQuAD v1.1 format), text only (module doc)."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.1.0": "Adds the language feature (ISO 639-1 code of the question and answers).",
+        "1.0.0": "Initial release."}
     BUILDER_CONFIGS = [ViquadConfig(name="default", description="SQuAD v1.1 JSON, text only.")]
     DEFAULT_CONFIG_NAME = "default"
     MANUAL_DOWNLOAD_INSTRUCTIONS = """\
@@ -154,6 +156,7 @@ Then: tfds build tfds_builders/viquad --manual_dir=<manual_dir> --file_format=ar
                             "question": question,
                             "answers": answers,
                             "qa_type": np.int32(common.QA_TYPE_UNKNOWN),
+                            "language": "vi",
                             "ocr": common.empty_ocr(),
                             "context": context,
                         }

@@ -168,8 +168,10 @@ def parse_csv(path: Path, *, answers_required: bool, policy: readers.ErrorPolicy
 class Builder(tfds.core.GeneratorBasedBuilder):
     """ViVQA from its CSVs and the COCO 2014 images (module doc)."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.1.0": "Adds the language feature (ISO 639-1 code of the question and answers).",
+        "1.0.0": "Initial release."}
     BUILDER_CONFIGS = [
         VivqaConfig(name="default", description="Images; OCR from ocr.json if present, else none."),
         VivqaConfig(name="tesseract", description="Images + Tesseract OCR (vie+eng) at build time.", ocr_engine="tesseract"),
@@ -250,6 +252,7 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
                     "question": row.question,
                     "answers": row.answers,
                     "qa_type": np.int32(common.QA_TYPE_UNKNOWN),
+                    "language": "vi",
                     "question_type": np.int32(row.question_type),
                     "ocr": readers.ocr_feature(tokens),
                 }
