@@ -123,3 +123,50 @@ def test_answer_truncation_flagged(tokenizer):
     enc = vocab.encode("cửa hàng này tên là minh châu", [])
     assert enc.truncated and enc.target_mask.all()
     assert tokenizer.eos_id not in enc.target_vocab
+
+
+# ---- real-world text kinds (issue: look-alikes of đ, the ₫ sign, format characters) -----------------
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("\u00d0\u01af\u1edcNG L\u00ca L\u1ee2I", "đường lê lợi"),  # Ð U+00D0 (eth) for Đ
+    ("\u00f0\u00e0 n\u1eb5ng", "đà nẵng"),  # ð U+00F0
+    ("\u0189I \u0110\u00c2U", "đi đâu"),  # Ɖ U+0189
+    ("\u0256\u1ed3ng", "đồng"),  # ɖ U+0256
+    ("\u00fea\u00f0", "\u00fea\u00f0"),  # Icelandic "það": þ is not Vietnamese, the word is kept
+])
+def test_d_lookalikes(raw, expected):
+    assert normalize_text(raw) == expected
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("100.000\u20ab", "100,000 đồng"),
+    ("100.000 \u20ab", "100,000 đồng"),
+    ("\u20ab 25.000", "25,000 đồng"),
+    ("\u20ab25.000", "25,000 đồng"),
+    ("giá \u20ab 25.000 một ly", "giá 25,000 đồng một ly"),
+    ("VND 1.250.000", "1,250,000 đồng"),
+    ("\u20ab", "\u20ab"),  # a sign without an amount stays
+])
+def test_dong_sign_prefix_and_suffix(raw, expected):
+    assert normalize_text(raw) == expected
+    assert normalize_text(expected) == expected
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("\ufeffcon mèo", "con mèo"),  # BOM
+    ("xe\u200bmáy", "xe máy"),  # zero-width space: a word break
+    ("cà\u200cphê", "càphê"),  # ZWNJ deleted
+    ("cà\u200dphê", "càphê"),  # ZWJ deleted
+    ("phở\u00adbò", "phởbò"),  # soft hyphen deleted
+    ("\u2060biển\u200e hiệu\u202c", "biển hiệu"),  # word joiner, bidi marks
+])
+def test_format_characters(raw, expected):
+    assert normalize_text(raw) == expected
+
+
+def test_format_character_table_matches_unicode_database():
+    from openvivqa_jax.text.normalize import _FORMAT_RE
+
+    expected = {c for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"}
+    assert {c for c in range(0x110000) if _FORMAT_RE.match(chr(c))} == expected
