@@ -169,7 +169,15 @@ class AnswerDecoder(nnx.Module):
 
         Returns:
           ``(logits (batch, V + N) float32, new_cache)``.
+
+        Raises:
+          ValueError: ``ids_t`` is not ``(batch,)`` (one new token per example) or ``t`` is not a scalar.
         """
+        if jnp.ndim(ids_t) != 1:
+            raise ValueError(f"AnswerDecoder.step takes one new id per example, ids_t of shape (batch,); got shape "
+                             f"{jnp.shape(ids_t)}. Use AnswerDecoder.__call__ for teacher forcing over a sequence")
+        if jnp.ndim(t) != 0:
+            raise ValueError(f"AnswerDecoder.step: t must be a scalar step index, got shape {jnp.shape(t)}")
         x = self.embed_inputs(ids_t[:, None], jnp.reshape(t, (1,)), ocr_feats)
         cross_mask = memory_mask[:, None, None, :]
         new_cache = []

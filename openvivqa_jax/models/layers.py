@@ -283,7 +283,23 @@ class DecoderLayer(nnx.Module):
 
         Returns:
           ``(y, cache)`` with ``y`` ``(batch, 1, d)`` and the cache updated at position ``t``.
+
+        Raises:
+          ValueError: ``x`` is not ``(batch, 1, d)`` (the cache holds one position per call, so more new
+            tokens would be attended as if they were one: wrong values, not an error, without this
+            check), ``t`` is not a scalar, or the cache is not ``(batch, H, head_dim, max_len)``. Use
+            :meth:`__call__` with a causal mask for several positions.
         """
+        if getattr(x, "ndim", None) != 3 or x.shape[1] != 1:
+            raise ValueError(f"DecoderLayer.step takes one new token, x of shape (batch, 1, d_model); got shape "
+                             f"{getattr(x, 'shape', None)}. Use DecoderLayer.__call__ with a causal mask for "
+                             "several positions")
+        if jnp.ndim(t) != 0:
+            raise ValueError(f"DecoderLayer.step: t must be a scalar step index, got shape {jnp.shape(t)}")
+        for name in ("k", "v"):
+            if cache[name].ndim != 4 or cache[name].shape[0] != x.shape[0]:
+                raise ValueError(f"DecoderLayer.step: cache[{name!r}] must be (batch={x.shape[0]}, heads, head_dim, "
+                                 f"max_len), got shape {cache[name].shape}")
         xn = self.norm_self(x)
         k_t, v_t = self.self_attn.project_kv_heads(xn)
         k = jax.lax.dynamic_update_slice_in_dim(cache["k"], k_t.astype(cache["k"].dtype), t, axis=3)
