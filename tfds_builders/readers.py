@@ -36,7 +36,10 @@ __all__ = [
     "ReaderConfig",
     "SkipCounter",
     "ErrorPolicy",
+    "JsonObject",
     "read_json",
+    "duplicate_keys",
+    "UnknownFields",
     "split_from_filename",
     "assign_split_files",
     "clean_question",
@@ -126,19 +129,86 @@ class ErrorPolicy:
         self.counter.skip(reason, error)
 
 
+class JsonObject(dict):
+    """A JSON object as :func:`read_json` returns it: a dict that keeps the FIRST value of a repeated key.
+
+    ``json.load`` keeps the last value of a repeated key without a word; in the public-release form of a
+    dataset (``{"annotations": {question_id: {...}}}``) a repeated key is a duplicated question id, so the
+    repeats are kept apart for the caller to report.
+
+    Attributes:
+        duplicates: ``[(key, value)]`` of every repeat after the first, in file order.
+    """
+
+    def __init__(self, pairs: Sequence[tuple[str, Any]] = ()):
+        super().__init__()
+        self.duplicates: list[tuple[str, Any]] = []
+        for key, value in pairs:
+            if key in self:
+                self.duplicates.append((key, value))
+            else:
+                self[key] = value
+
+
+def duplicate_keys(obj: Any) -> list[str]:
+    """The keys repeated in a JSON object read by :func:`read_json` (each repeat once, in file order);
+    ``[]`` for anything else."""
+    return [k for k, _ in getattr(obj, "duplicates", [])]
+
+
 def read_json(path: Path) -> Any:
-    """Reads a UTF-8 JSON file.
+    """Reads a UTF-8 JSON file; objects come back as :class:`JsonObject` (first value of a repeated key
+    kept, repeats in ``.duplicates``), so no repeated key is lost unseen.
 
     Raises:
         DatasetInputError: naming the file and, for a syntax error, the line and column.
     """
     try:
         with Path(path).open(encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=JsonObject)
     except json.JSONDecodeError as e:
         raise DatasetInputError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
     except (OSError, UnicodeDecodeError) as e:
         raise DatasetInputError(f"{path}: cannot read: {e}") from e
+
+
+class UnknownFields:
+    """Counts the fields of source records that a builder does not store, and logs them once per file.
+
+    A field a builder does not know (``explanation``, a new ``difficulty`` column, ...) is not an error, but
+    it is not dropped without a word either: :meth:`check` counts each unknown field name per file, and
+    :meth:`log_summary` logs one warning per file with the counts.
+
+    Attributes:
+        counts: ``{file: Counter(field -> number of records carrying it)}``.
+    """
+
+    def __init__(self, name: str):
+        """Args: name: shown in the log line, e.g. ``"openvivqa/train"``."""
+        self.name = name
+        self.counts: dict[str, collections.Counter[str]] = {}
+
+    def check(self, record: Mapping[str, Any], known: Iterable[str], *, path: Any) -> list[str]:
+        """Counts the keys of ``record`` outside ``known``; returns them (file order)."""
+        known = set(known)
+        unknown = [k for k in record if k not in known]
+        if unknown:
+            self.counts.setdefault(str(path), collections.Counter()).update(unknown)
+        return unknown
+
+    def totals(self) -> dict[str, int]:
+        """Field -> number of records carrying it, over every file."""
+        out: collections.Counter[str] = collections.Counter()
+        for c in self.counts.values():
+            out.update(c)
+        return dict(out)
+
+    def log_summary(self) -> None:
+        """Logs one warning per file listing the unknown fields and how many records carry each."""
+        for path, c in self.counts.items():
+            logging.warning(
+                "%s: %s: fields not stored by this builder (records carrying each): %s",
+                self.name, path, dict(sorted(c.items())))
 
 
 #: Filename keyword -> split. Tokens are the lowercase alphanumeric runs of the file stem.

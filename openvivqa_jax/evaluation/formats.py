@@ -18,6 +18,11 @@ plain mapping                 ``{qid: [answers]}`` or ``{qid: answer}``         
 evaluator records             ``[{question_id, question, prediction, references, qa_type}]``      as given
 ============================  =================================================================  =========
 
+Records that carry ``language`` (EVJVQA: ``vi``/``en``/``ja``) or ``kind`` keep them in
+:attr:`ReferenceSet.fields`, so scores can be grouped by them. A key repeated in a JSON object (a
+duplicated question id of the public-release form, which ``json.load`` would silently overwrite) is an
+error naming the key and the file.
+
 Predictions (``load_predictions``): ``{qid: answer}`` (also the public release's Codalab
 submission), the evaluator's predictions file (records as above; it also carries references), or a
 list of ``{question_id, answer}`` records (TextVQA/ST-VQA submission style).
@@ -47,6 +52,7 @@ __all__ = [
     "load_predictions",
     "references_from_json",
     "predictions_from_json",
+    "GROUP_FIELDS",
 ]
 
 # Same values as tfds_builders.common (not imported: it pulls in TensorFlow Datasets).
@@ -85,6 +91,8 @@ class ReferenceSet:
       questions: question id -> question text, where the file has it.
       format: the detected format name.
       path: the file.
+      fields: record field -> {question id: value} for the grouping fields of :data:`GROUP_FIELDS`
+        (``language``, ``kind``) where the file's records carry them (EVJVQA's ``language``).
     """
 
     answers: dict[str, list[Any]]
@@ -92,6 +100,7 @@ class ReferenceSet:
     questions: dict[str, str]
     format: str
     path: str = ""
+    fields: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -130,10 +139,29 @@ def parse_qa_type(value: Any, where: str = "") -> int:
     raise InputError(f"{where}: QA type must be 1 (text), 0 (non-text) or -1, got {value!r}")
 
 
+class _RepeatedKeyError(ValueError):
+    """A JSON object repeats a key (``json.load`` would keep the last value without a word)."""
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKeyError(key)
+        out[key] = value
+    return out
+
+
 def _read_json(path: str, what: str) -> Any:
+    """Reads a JSON file; a key repeated in any object (a duplicated question id in the public-release
+    form ``{"annotations": {qid: ...}}`` or a ``{qid: answer}`` file) is an :class:`InputError`."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=_no_repeated_keys)
+    except _RepeatedKeyError as e:
+        raise InputError(
+            f"{what} file {path!r}: key {e.args[0]!r} appears twice in one JSON object (a duplicated question "
+            "or image id); JSON readers keep only the last, so fix the file") from None
     except FileNotFoundError:
         raise InputError(f"cannot read {what} file {path!r}: no such file") from None
     except IsADirectoryError:
@@ -165,7 +193,14 @@ def _answers_list(value: Any, where: str) -> list[Any]:
     raise InputError(f"{where}: answers must be a string or a list of strings, got {type(value).__name__}")
 
 
-def _add(ref: ReferenceSet, qid: Any, answers: list[Any], qa_type: int, question: Any, where: str) -> None:
+#: Record fields kept in :attr:`ReferenceSet.fields` (scores can be grouped by them).
+GROUP_FIELDS = ("language", "kind")
+
+
+def _add(
+    ref: ReferenceSet, qid: Any, answers: list[Any], qa_type: int, question: Any, where: str,
+    rec: Mapping[str, Any] | None = None,
+) -> None:
     if qid is None or isinstance(qid, (dict, list)):
         raise InputError(f"{where}: missing or invalid question id {qid!r}")
     qid = str(qid)
@@ -175,6 +210,13 @@ def _add(ref: ReferenceSet, qid: Any, answers: list[Any], qa_type: int, question
     ref.qa_types[qid] = qa_type
     if isinstance(question, str):
         ref.questions[qid] = question
+    for name in GROUP_FIELDS:
+        value = rec.get(name) if isinstance(rec, Mapping) else None
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(f"{where}: {name} must be a non-empty string, got {value!r}")
+        ref.fields.setdefault(name, {})[qid] = value.strip().lower() if name == "language" else value.strip()
 
 
 def _qa_type_of(rec: Mapping[str, Any], where: str, default: int = QA_TYPE_UNKNOWN) -> int:
@@ -201,7 +243,7 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
                 if "answer" not in rec and "answers" not in rec:
                     raise InputError(f"{where}: no 'answer' field")
                 answers = _answers_list(rec.get("answer", rec.get("answers")), where)
-                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where)
+                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where, rec)
             return ref
         if isinstance(anns, list):  # older list form
             ref = ReferenceSet({}, {}, {}, "openvivqa-list", path)
@@ -214,7 +256,7 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
                 if "answers" not in rec and "answer" not in rec:
                     raise InputError(f"{where}: no 'answers' field")
                 answers = _answers_list(rec.get("answers", rec.get("answer")), where)
-                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where)
+                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where, rec)
             return ref
         raise InputError(f"{path}: 'annotations' must be an object or a list")
     if isinstance(data, dict) and isinstance(data.get("data"), list):
@@ -239,7 +281,7 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
             where = f"{path}: question {rec['question_id']!r} (data[{i}])"
             answers = _answers_list(rec.get("answers"), where)
             # Every TextVQA / ST-VQA question needs the image text to be answered.
-            _add(ref, rec["question_id"], answers, _qa_type_of(rec, where, QA_TYPE_TEXT), rec.get("question"), where)
+            _add(ref, rec["question_id"], answers, _qa_type_of(rec, where, QA_TYPE_TEXT), rec.get("question"), where, rec)
         return ref
     if isinstance(data, list):  # evaluator records
         ref = ReferenceSet({}, {}, {}, "records", path)
@@ -251,7 +293,8 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
             key = next((k for k in ("references", "answers", "answer") if k in rec), None)
             if key is None:
                 raise InputError(f"{where}: no 'references' field")
-            _add(ref, rec["question_id"], _answers_list(rec[key], where), _qa_type_of(rec, where), rec.get("question"), where)
+            _add(ref, rec["question_id"], _answers_list(rec[key], where), _qa_type_of(rec, where), rec.get("question"),
+                 where, rec)
         return ref
     if isinstance(data, dict):  # plain mapping
         ref = ReferenceSet({}, {}, {}, "mapping", path)

@@ -43,12 +43,17 @@ Configs:
 
 Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file and the question id
 (missing/corrupt image, empty question, empty answers where required, unknown image_id, bad QA-type,
-duplicate question id); ``skip_missing_images`` / ``skip_invalid_records`` skip such questions instead,
-counted per reason in ``Builder.skip_counts[split]`` and logged.
+duplicate question id, a question or image id repeated as a JSON key of the dict form);
+``skip_missing_images`` / ``skip_invalid_records`` skip such questions instead (a repeated key: the first
+entry is kept), counted per reason in ``Builder.skip_counts[split]`` and logged. Fields the builder does not
+store are counted per file in ``Builder.unknown_fields[split]`` and logged once. A ``language`` field is
+stored as given (default ``vi``); other values than ``vi`` are logged once per file, pointing to the
+``evjvqa`` builder.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import sys
 from collections.abc import Iterator
@@ -120,6 +125,15 @@ class _Record:
     answers: list
     qa_type: int
     source: Path
+    language: str = "vi"
+
+
+#: Fields of an annotation record the builder reads (others are counted and logged, not stored).
+ANNOTATION_FIELDS = ("id", "question_id", "image_id", "question", "answer", "answers", "QA-type", "qa_type", "language")
+#: Fields of a list-form ``images`` entry the builder reads.
+IMAGE_FIELDS = ("id", "filename", "file_name")
+#: Top-level keys of an annotation file the builder reads.
+TOP_LEVEL_FIELDS = ("images", "annotations")
 
 
 def _parse_qa_type(value: Any, *, path: Path, record: str) -> int:
@@ -135,38 +149,60 @@ def _parse_qa_type(value: Any, *, path: Path, record: str) -> int:
 
 
 def parse_annotation_file(
-    path: Path, *, answers_required: bool, policy: readers.ErrorPolicy
+    path: Path, *, answers_required: bool, policy: readers.ErrorPolicy,
+    unknown: readers.UnknownFields | None = None,
 ) -> list[_Record]:
     """Parses one OpenViVQA annotation file (public-release dict form or older list form).
+
+    A question id (or image id) repeated as a key of the dict form is reported, not silently replaced
+    as ``json.load`` would: an error naming the id and the file, or under ``skip_invalid_records`` the
+    first entry is kept and each repeat is skipped and counted (``duplicate_question_id`` /
+    ``duplicate_image_id``). A ``language`` field is stored as given (``vi`` when absent); values other
+    than ``vi`` are logged once per file with their counts (:func:`warn_other_languages`).
 
     Args:
         path: the JSON file.
         answers_required: a question without a non-empty answer is an error.
         policy: raises record errors, or counts and skips them (``skip_invalid_records``).
+        unknown: counts fields outside :data:`ANNOTATION_FIELDS` / :data:`IMAGE_FIELDS` /
+            :data:`TOP_LEVEL_FIELDS` (logged by the caller); None = not counted.
 
     Returns:
         The questions in file order (question, answers normalized).
 
     Raises:
-        DatasetInputError: bad JSON or top-level structure (always), or a bad record (unless skipped).
+        DatasetInputError: bad JSON or top-level structure (always), or a bad record or repeated id
+            (unless skipped).
     """
+    unknown = unknown if unknown is not None else readers.UnknownFields("openvivqa")
     data = readers.read_json(path)
     if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
         raise readers.DatasetInputError(
             f"{path}: expected an object with 'images' and 'annotations' (OpenViVQA format), got "
             f"{type(data).__name__}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}"
         )
+    unknown.check(data, TOP_LEVEL_FIELDS, path=path)
     images_raw, anns_raw = data["images"], data["annotations"]
     images: dict[str, str] = {}
     if isinstance(images_raw, dict):
+        for k in readers.duplicate_keys(images_raw):
+            policy.handle("duplicate_image_id", readers.record_error(
+                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); the first entry is kept"))
         items = [(k, v) for k, v in images_raw.items()]
     elif isinstance(images_raw, list):
         items = []
+        listed: set[str] = set()
         for i, entry in enumerate(images_raw):
             if not isinstance(entry, dict) or "id" not in entry or not isinstance(
                 entry.get("filename", entry.get("file_name")), str
             ):
                 raise readers.record_error(path, f"images[{i}]", f"expected {{id, filename}}, got {entry!r}")
+            unknown.check(entry, IMAGE_FIELDS, path=path)
+            if str(entry["id"]) in listed:
+                policy.handle("duplicate_image_id", readers.record_error(
+                    path, f"images[{i}] (image {entry['id']!r})", "image id listed twice in 'images'; the first entry is kept"))
+                continue
+            listed.add(str(entry["id"]))
             items.append((entry["id"], entry.get("filename", entry.get("file_name"))))
     else:
         raise readers.DatasetInputError(f"{path}: 'images' must be an object or a list, got {type(images_raw).__name__}")
@@ -176,6 +212,10 @@ def parse_annotation_file(
         images[str(k)] = v
 
     if isinstance(anns_raw, dict):
+        for k in readers.duplicate_keys(anns_raw):
+            policy.handle("duplicate_question_id", readers.record_error(
+                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); the first "
+                "entry is kept"))
         anns = list(anns_raw.items())
     elif isinstance(anns_raw, list):
         anns = []
@@ -191,12 +231,16 @@ def parse_annotation_file(
             f"{path}: 'annotations' must be an object or a list, got {type(anns_raw).__name__}")
 
     out = []
+    languages: collections.Counter[str] = collections.Counter()
     for qid, a in anns:
         qid = str(qid)
         record = f"question {qid}"
         try:
             if not isinstance(a, dict):
                 raise readers.record_error(path, record, f"expected an object, got {a!r}")
+            if readers.duplicate_keys(a):
+                raise readers.record_error(path, record, f"fields repeated in the record: {readers.duplicate_keys(a)}")
+            unknown.check(a, ANNOTATION_FIELDS, path=path)
             if "image_id" not in a:
                 raise readers.record_error(path, record, "no 'image_id'")
             image_id = str(a["image_id"])
@@ -206,11 +250,42 @@ def parse_annotation_file(
             raw_answers = a.get("answers", a.get("answer"))
             answers = readers.clean_answers(raw_answers, path=path, record=record, required=answers_required)
             qa_type = _parse_qa_type(a.get("QA-type", a.get("qa_type")), path=path, record=record)
+            language = a.get("language", "vi")
+            if not isinstance(language, str) or not language.strip():
+                raise readers.record_error(path, record, f"language {language!r} is not a non-empty string")
+            language = language.strip().lower()
         except readers.DatasetInputError as e:
             policy.handle("invalid_record", e)
             continue
-        out.append(_Record(qid, image_id, images[image_id], question, answers, qa_type, Path(path)))
+        languages[language] += 1
+        out.append(_Record(qid, image_id, images[image_id], question, answers, qa_type, Path(path), language))
+    warn_other_languages(path, languages)
     return out
+
+
+def warn_other_languages(path: Path, languages: collections.Counter) -> bool:
+    """Logs one warning when a file's questions carry ``language`` values other than ``vi``.
+
+    OpenViVQA is Vietnamese; a file with English or Japanese questions is an EVJVQA file (same group,
+    same layout), which ``tfds_builders/evjvqa`` builds with its own metrics. The values are stored as
+    given either way.
+
+    Args:
+        path: the annotation file (named in the warning).
+        languages: language value -> number of kept questions.
+
+    Returns:
+        Whether the warning was logged.
+    """
+    other = {k: v for k, v in sorted(languages.items()) if k != "vi"}
+    if not other:
+        return False
+    logging.warning(
+        "%s: %d of %d questions have a language other than 'vi' (%s); OpenViVQA is Vietnamese: this looks like "
+        "an EVJVQA file, build it with `tfds build tfds_builders/evjvqa` (per-language metrics, Japanese "
+        "scored per character). Stored here with their language values.",
+        path, sum(other.values()), sum(languages.values()), other)
+    return True
 
 
 def _find_feature_file(features_dirs: list[Path], rec: _Record) -> Path | None:
@@ -316,9 +391,11 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
 """
 
     def __init__(self, **kwargs):
-        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts`` / ``ocr_stats``."""
+        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts``, ``unknown_fields``
+        (``{split: {file: Counter(field -> records)}}``) and ``ocr_stats``."""
         super().__init__(**kwargs)
         self.skip_counts: dict[str, dict[str, int]] = {}
+        self.unknown_fields: dict[str, dict[str, collections.Counter]] = {}
         self.ocr_stats: dict[str, int] = {}
 
     def _info(self) -> tfds.core.DatasetInfo:
@@ -371,6 +448,8 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
         counter = readers.SkipCounter(f"openvivqa/{split}")
         self.skip_counts[split] = counter.counts
         policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
+        unknown = readers.UnknownFields(f"openvivqa/{split}")
+        self.unknown_fields[split] = unknown.counts
         required = split in cfg.answers_required_splits
         seen: dict[str, Path] = {}
         features_dirs = (
@@ -379,7 +458,7 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
         kept = 0
         for path in files:
             image_dirs = self._image_dirs(split, path, manual_dir)
-            for rec in parse_annotation_file(path, answers_required=required, policy=policy):
+            for rec in parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown):
                 record = f"question {rec.question_id}"
                 if rec.question_id in seen:
                     policy.handle("duplicate_question_id", readers.record_error(
@@ -400,7 +479,7 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
                         "question": rec.question,
                         "answers": rec.answers,
                         "qa_type": np.int32(rec.qa_type),
-                        "language": "vi",
+                        "language": rec.language,
                     }
                     if cfg.features_dir:
                         fpath = _find_feature_file(features_dirs, rec)
@@ -424,5 +503,6 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
                 kept += 1
                 yield rec.question_id, example
         counter.log_summary(kept)
+        unknown.log_summary()
         if self._ocr is not None:
             self._ocr.log_summary(f"openvivqa/{split}")

@@ -1,0 +1,166 @@
+"""Annotation files that lose nothing: repeated JSON keys (duplicated question/image ids of the dict form),
+fields the builders do not store, and the OpenViVQA builder's warning on non-Vietnamese questions."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import tensorflow_datasets as tfds
+from PIL import Image
+
+from openvivqa_jax.evaluation import formats
+from tfds_builders import readers
+from tfds_builders.openvivqa import Builder, OpenVivqaConfig
+
+NO_OCR = OpenVivqaConfig(name="no_ocr", ocr_engine="none")
+SKIP = OpenVivqaConfig(name="no_ocr_skip", ocr_engine="none", skip_invalid_records=True)
+
+
+def _images(manual: Path, names=("a.jpg", "b.jpg")) -> None:
+    (manual / "images").mkdir(parents=True, exist_ok=True)
+    for i, name in enumerate(names):
+        Image.new("RGB", (32, 24), (40 * i, 90, 200)).save(manual / "images" / name, format="JPEG")
+
+
+# Dict form written by hand: json.dumps cannot repeat a key. Question "7" appears twice with different
+# content, as after a bad merge of two annotation files.
+DUP_QUESTION = """{
+ "images": {"1": "a.jpg", "2": "b.jpg"},
+ "annotations": {
+  "7": {"image_id": 1, "question": "cửa tiệm này tên gì?", "answer": "mộc"},
+  "8": {"image_id": 2, "question": "đây là đâu?", "answer": "hà nội"},
+  "7": {"image_id": 2, "question": "màu gì?", "answer": "đỏ"}
+ }
+}"""
+
+DUP_IMAGE = """{
+ "images": {"1": "a.jpg", "1": "b.jpg"},
+ "annotations": {"7": {"image_id": 1, "question": "cửa tiệm này tên gì?", "answer": "mộc"}}
+}"""
+
+
+def _build(manual: Path, data_dir: Path, config=NO_OCR) -> Builder:
+    b = Builder(config=config, data_dir=str(data_dir), file_format="array_record")
+    b.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual)))
+    return b
+
+
+def _read(b: Builder, split: str) -> dict[str, dict]:
+    out = {}
+    for ex in b.as_data_source()[split]:
+        out[ex["question_id"].decode()] = {
+            "question": ex["question"].decode(), "answers": [a.decode() for a in ex["answers"]],
+            "image_id": ex["image_id"].decode(), "language": ex["language"].decode()}
+    return out
+
+
+def test_read_json_keeps_first_value_and_lists_repeats(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text('{"a": {"1": "first", "2": "two", "1": "second", "1": "third"}, "b": [{"k": 1}]}', encoding="utf-8")
+    data = readers.read_json(p)
+    assert data["a"] == {"1": "first", "2": "two"}
+    assert data["a"].duplicates == [("1", "second"), ("1", "third")]
+    assert readers.duplicate_keys(data["a"]) == ["1", "1"]
+    assert readers.duplicate_keys(data) == [] and readers.duplicate_keys(data["b"]) == []
+
+
+def test_repeated_question_id_is_an_error_naming_id_and_file(tmp_path):
+    manual = tmp_path / "manual"
+    _images(manual)
+    (manual / "train_data.json").write_text(DUP_QUESTION, encoding="utf-8")
+    with pytest.raises(readers.DatasetInputError) as e:
+        _build(manual, tmp_path / "data")
+    msg = str(e.value)
+    assert "train_data.json" in msg and "question 7" in msg and "repeated" in msg
+    assert "\n" not in msg
+
+
+def test_repeated_question_id_skipped_and_counted(tmp_path):
+    manual = tmp_path / "manual"
+    _images(manual)
+    (manual / "train_data.json").write_text(DUP_QUESTION, encoding="utf-8")
+    b = _build(manual, tmp_path / "data", SKIP)
+    assert b.skip_counts["train"] == {"duplicate_question_id": 1}
+    got = _read(b, "train")
+    # The first "7" is kept (json.load would have kept the last one, "màu gì?").
+    assert got == {
+        "7": {"question": "cửa tiệm này tên gì ?", "answers": ["mộc"], "image_id": "1", "language": "vi"},
+        "8": {"question": "đây là đâu ?", "answers": ["hà nội"], "image_id": "2", "language": "vi"},
+    }
+
+
+def test_repeated_image_id_error_and_skip(tmp_path):
+    manual = tmp_path / "manual"
+    _images(manual)
+    (manual / "train_data.json").write_text(DUP_IMAGE, encoding="utf-8")
+    with pytest.raises(readers.DatasetInputError, match=r"train_data\.json: image '1': image id repeated"):
+        _build(manual, tmp_path / "data")
+    b = _build(manual, tmp_path / "data2", SKIP)
+    assert b.skip_counts["train"] == {"duplicate_image_id": 1}
+    assert list(_read(b, "train")) == ["7"]
+
+
+def test_unknown_fields_counted_and_logged_once(tmp_path, caplog):
+    manual = tmp_path / "manual"
+    _images(manual)
+    data = {
+        "info": {"version": 2},
+        "images": [{"id": 1, "filename": "a.jpg", "width": 32}, {"id": 2, "filename": "b.jpg", "width": 32}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "question": "q1", "answer": "a1", "explanation": "x"},
+            {"id": 2, "image_id": 2, "question": "q2", "answer": "a2", "explanation": "y", "difficulty": 3},
+            {"id": 3, "image_id": 2, "question": "q3", "answer": "a3"},
+        ],
+    }
+    (manual / "train_data.json").write_text(json.dumps(data), encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        b = _build(manual, tmp_path / "data")
+    path = str(manual / "train_data.json")
+    assert b.unknown_fields["train"] == {path: {"info": 1, "width": 2, "explanation": 2, "difficulty": 1}}
+    lines = [r.getMessage() for r in caplog.records if "fields not stored" in r.getMessage()]
+    assert len(lines) == 1 and "'explanation': 2" in lines[0] and path in lines[0]
+    assert len(_read(b, "train")) == 3
+
+
+def test_openvivqa_warns_once_on_other_languages(tmp_path, caplog):
+    manual = tmp_path / "manual"
+    _images(manual)
+    anns = [
+        {"id": 1, "image_id": 1, "question": "what is sold here?", "answer": "pho", "language": "en"},
+        {"id": 2, "image_id": 1, "question": "ここで何を売っていますか？", "answer": "フォー", "language": "ja"},
+        {"id": 3, "image_id": 2, "question": "ở đây bán gì?", "answer": "phở", "language": "vi"},
+        {"id": 4, "image_id": 2, "question": "what colour?", "answer": "red", "language": "en"},
+    ]
+    (manual / "evjvqa_train.json").write_text(
+        json.dumps({"images": [{"id": 1, "filename": "a.jpg"}, {"id": 2, "filename": "b.jpg"}], "annotations": anns},
+                   ensure_ascii=False), encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        b = _build(manual, tmp_path / "data")
+    lines = [r.getMessage() for r in caplog.records if "other than 'vi'" in r.getMessage()]
+    assert len(lines) == 1
+    assert "3 of 4 questions" in lines[0] and "{'en': 2, 'ja': 1}" in lines[0] and "tfds_builders/evjvqa" in lines[0]
+    assert {k: v["language"] for k, v in _read(b, "train").items()} == {"1": "en", "2": "ja", "3": "vi", "4": "en"}
+
+
+def test_evaluate_reader_refuses_repeated_keys(tmp_path):
+    p = tmp_path / "vlsp2023_dev_data.json"
+    p.write_text(DUP_QUESTION, encoding="utf-8")
+    with pytest.raises(formats.InputError, match=r"key '7' appears twice"):
+        formats.load_references(p)
+    preds = tmp_path / "preds.json"
+    preds.write_text('{"7": "mộc", "8": "hà nội", "7": "đỏ"}', encoding="utf-8")
+    with pytest.raises(formats.InputError, match=r"preds\.json.*key '7' appears twice"):
+        formats.load_predictions(preds)
+
+
+def test_evaluate_reader_keeps_language(tmp_path):
+    p = tmp_path / "evjvqa_public_test.json"
+    p.write_text(json.dumps({
+        "images": [{"id": 1, "filename": "a.jpg"}],
+        "annotations": [{"id": 10, "image_id": 1, "question": "q", "answer": "a", "language": "EN"},
+                        {"id": 11, "image_id": 1, "question": "q", "answer": "ア", "language": "ja"}]}), encoding="utf-8")
+    ref = formats.load_references(p)
+    assert ref.fields == {"language": {"10": "en", "11": "ja"}}
