@@ -37,6 +37,10 @@ def get_config() -> ml_collections.ConfigDict:
 
     c.tokenizer = ml_collections.ConfigDict()
     c.tokenizer.vocab_size = 1000
+    # 'bpe': every frequent syllable becomes one piece. SentencePiece's 'unigram' model leaves syllables that
+    # never end a sentence out of its vocabulary (synthetic train split: 16.6 pieces per question and 21.6% of
+    # questions cut at 20 pieces, against 8.0 and 0% with 'bpe'; openvivqa_jax/text/tokenizer.py).
+    c.tokenizer.model_type = "bpe"
 
     c.model = ml_collections.ConfigDict()
     c.model.name = "mlpag"

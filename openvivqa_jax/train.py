@@ -172,7 +172,8 @@ def load_tokenizer(cfg, workdir: str, train_records=None) -> Tokenizer:
         if r.ocr_texts:
             sents.append(" ".join(r.ocr_texts))
     if jax.process_index() == 0:
-        train_sentencepiece(sents, path, cfg.tokenizer.vocab_size)
+        train_sentencepiece(sents, path, cfg.tokenizer.vocab_size,
+                            model_type=cfg.tokenizer.get("model_type", "bpe"))
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices("spm_trained")

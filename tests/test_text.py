@@ -170,3 +170,30 @@ def test_format_character_table_matches_unicode_database():
 
     expected = {c for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"}
     assert {c for c in range(0x110000) if _FORMAT_RE.match(chr(c))} == expected
+
+
+def _fault_corpus():
+    # 14 frequent words; "màu", "mặc", "phía" never end a sentence and start no longer word; every sentence
+    # ends in a rare token (the shape of the synthetic questions, whose last word varies).
+    return [f"người mặc áo màu trắng nằm ở phía nào của cửa hàng tên gì x{i}" for i in range(300)]
+
+
+def test_syllable_that_never_ends_a_sentence_is_one_piece(tmp_path):
+    tok = train_sentencepiece(_fault_corpus(), str(tmp_path / "bpe.model"), vocab_size=600)
+    for word in ["màu", "mặc", "phía", "người", "cửa", "tên"]:
+        assert len(tok.encode(word)) == 1, (word, [tok.id_to_piece(i) for i in tok.encode(word)])
+    # 14 words, one piece each.
+    assert len(tok.encode("người mặc áo màu trắng nằm ở phía nào của cửa hàng tên gì")) == 14
+    # Byte fallback kept: unseen characters survive a round trip with no unknown piece.
+    for s in ["quỳnh ỷ ữ ñ 😀", "đường"]:
+        ids = tok.encode(s)
+        assert tok.unk_id not in ids and tok.decode(ids) == s
+
+
+def test_unigram_model_shows_the_fault(tmp_path):
+    # The unigram model on the same corpus leaves "màu" out however large the vocabulary (the reason the
+    # default is BPE); kept as model_type="unigram" for older workdirs.
+    tok = train_sentencepiece(_fault_corpus(), str(tmp_path / "uni.model"), vocab_size=600, model_type="unigram")
+    assert len(tok.encode("màu")) > 1
+    with pytest.raises(ValueError, match="model_type"):
+        train_sentencepiece(_fault_corpus(), str(tmp_path / "x.model"), vocab_size=600, model_type="word")

@@ -1,9 +1,19 @@
 """SentencePiece tokenizer: training on the train split only, loading from the workdir.
 
-DESIGN §4: a unigram model trained on the *normalized* train split (questions, answers and OCR
-tokens), with ``byte_fallback=True`` (no unknown pieces, every Vietnamese character survives),
-``character_coverage=1.0`` and the ``identity`` normalization rule (our normalizer has run already).
-Special ids are fixed: pad 0, unk 1, bos 2, eos 3.
+A BPE model (``model_type="bpe"``, the default) trained on the *normalized* train split (questions,
+answers and OCR tokens), with ``byte_fallback=True`` (no unknown pieces: an unseen character becomes
+its UTF-8 byte pieces), ``character_coverage=1.0`` and the ``identity`` normalization rule (our
+normalizer has run already). Special ids are fixed: pad 0, unk 1, bos 2, eos 3.
+
+Why BPE and not SentencePiece's unigram model: the unigram trainer seeds its pieces from a suffix array
+over whole sentences, where a substring is a candidate only if at least two different characters
+follow it somewhere. With whitespace splitting ``▁`` can only start a piece, so a syllable that never
+ends a sentence and never starts a longer word (``màu``, ``mặc``, ``phía`` in "người mặc áo màu trắng
+nằm ở phía nào ?") never becomes a piece, however large ``vocab_size`` is. BPE merges the most frequent
+pairs inside each word, so every frequent syllable ends up whole. Measured on the synthetic train
+split (6,019 questions, vocab 1,000): unigram 16.6 pieces per question, 21.6% of questions cut at 20
+pieces, 46% of the 196 syllables seen 20+ times single pieces; BPE 8.0 pieces, 0% cut, 100% single
+(the README's tokenizer table). ``model_type="unigram"`` remains for reproducing older workdirs.
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ from collections.abc import Iterable, Sequence
 import sentencepiece as spm
 from absl import logging
 
-__all__ = ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "Tokenizer", "train_sentencepiece"]
+__all__ = ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "MODEL_TYPES", "Tokenizer", "train_sentencepiece"]
 
 PAD_ID = 0
 UNK_ID = 1
@@ -24,6 +34,8 @@ BOS_ID = 2
 EOS_ID = 3
 _NUM_BYTE_PIECES = 256
 _NUM_SPECIAL = 4
+#: SentencePiece model types :func:`train_sentencepiece` accepts (config ``tokenizer.model_type``).
+MODEL_TYPES = ("bpe", "unigram")
 
 
 def train_sentencepiece(
@@ -31,8 +43,9 @@ def train_sentencepiece(
     model_path: str,
     vocab_size: int,
     max_sentences: int = 2_000_000,
+    model_type: str = "bpe",
 ) -> "Tokenizer":
-    """Trains a unigram SentencePiece model and writes ``model_path``.
+    """Trains a SentencePiece model (BPE by default; see the module doc) and writes ``model_path``.
 
     Args:
       sentences: normalized strings from the train split only (never dev/test: the reference code
@@ -42,13 +55,17 @@ def train_sentencepiece(
         Small corpora get fewer pieces (``hard_vocab_limit=False``); a bound below what the corpus's
         distinct characters need is raised to that minimum, with a warning.
       max_sentences: cap on the sentences read.
+      model_type: ``"bpe"`` (default) or ``"unigram"`` (see the module doc for why not unigram).
 
     Returns:
       The loaded :class:`Tokenizer`.
 
     Raises:
-      ValueError: if ``sentences`` is empty or ``vocab_size`` cannot hold the byte pieces.
+      ValueError: if ``sentences`` is empty, ``vocab_size`` cannot hold the byte pieces, or
+        ``model_type`` is not one of :data:`MODEL_TYPES`.
     """
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"tokenizer.model_type must be one of {MODEL_TYPES}, got {model_type!r}")
     if vocab_size <= _NUM_BYTE_PIECES + _NUM_SPECIAL:
         raise ValueError(
             f"vocab_size={vocab_size} must exceed {_NUM_BYTE_PIECES + _NUM_SPECIAL} "
@@ -64,12 +81,13 @@ def train_sentencepiece(
         logging.warning("tokenizer.vocab_size=%d is below the %d pieces this corpus needs (%d distinct characters "
                         "+ 256 bytes + specials); using %d", vocab_size, required, required - 261, required)
         vocab_size = required
+    corpus = corpus[:max_sentences]
     os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
     proto = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus[:max_sentences]),
+        sentence_iterator=iter(corpus),
         model_writer=proto,
-        model_type="unigram",
+        model_type=model_type,
         vocab_size=vocab_size,
         hard_vocab_limit=False,
         byte_fallback=True,
@@ -89,7 +107,8 @@ def train_sentencepiece(
         f.write(proto.getvalue())
     os.replace(tmp, model_path)
     tok = Tokenizer(model_path)
-    logging.info("Trained SentencePiece on %d sentences: %d pieces -> %s", len(corpus), tok.vocab_size, model_path)
+    logging.info("Trained SentencePiece (%s) on %d sentences: %d pieces -> %s", model_type, len(corpus),
+                 tok.vocab_size, model_path)
     return tok
 
 
