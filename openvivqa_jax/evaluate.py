@@ -16,7 +16,8 @@ Inputs (see :mod:`openvivqa_jax.evaluation.formats`):
   predictions file carries references.
 
 Output: the :func:`openvivqa_jax.evaluation.score` dict as JSON on stdout (overall, per QA type where
-known, counts and notes), plus ``inputs`` naming the files and detected formats. ``--table`` prints
+known, counts and notes; EVJVQA-F1 and EVJVQA-BLEU by default when the references carry languages other
+than ``vi``, e.g. EVJVQA's ``language`` field), plus ``inputs`` naming the files and detected formats. ``--table`` prints
 the plain-text table to stderr as well.
 
 Exit codes: 0 on success; 2 for unusable input (unreadable file, invalid JSON, unknown layout,
@@ -92,7 +93,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        metrics = evaluator.resolve_metrics(args.metrics, have_vectors=args.vectors is not None)
+        evaluator.resolve_metrics(args.metrics, have_vectors=args.vectors is not None)  # unknown names first
         preds = load_predictions(args.predictions)
         if args.references is not None:
             refs = load_references(args.references)
@@ -102,6 +103,10 @@ def _run(args: argparse.Namespace) -> int:
             raise InputError(
                 f"predictions file {args.predictions!r} has no references; pass --references"
             )
+        languages = refs.fields.get("language", {})
+        metrics = evaluator.resolve_metrics(
+            args.metrics, have_vectors=args.vectors is not None,
+            multilingual=any(v != "vi" for v in languages.values()))
     except (InputError, ValueError) as e:
         _error(e)
         return 2
@@ -132,6 +137,7 @@ def _run(args: argparse.Namespace) -> int:
             vectors=args.vectors,
             max_tokens=args.max_tokens,
             per_question=args.per_question,
+            fields=refs.fields,
         )
     except OSError as e:
         _error(f"cannot read vectors file {args.vectors!r}: {e.strerror or e}")

@@ -14,6 +14,8 @@ METEOR-vi      Meteor 1.5 jar without ``-norm`` (keeps Vietnamese letters whole)
 ANLS           ST-VQA, tau 0.5, RRC boundary rule (0.5 kept), :mod:`.anls`
 VQA-accuracy   official leave-one-out min(n/3, 1) with 10 answers, :mod:`.vqa_accuracy`
 EM, F1         SQuAD v1.1 style, max over references, :mod:`.squad`
+EVJVQA-F1      EVJVQA's ranking metric: token F1 with Japanese cut per character, :mod:`.evjvqa`
+EVJVQA-BLEU    mean of corpus BLEU-1..4 on EVJVQA's tokens, :mod:`.evjvqa`
 WMDRel         1 - WMD/2 over unit word vectors from a user file (only with ``vectors``), :mod:`.wmd`
 =============  ===============================================================================
 
@@ -42,6 +44,7 @@ from absl import logging
 from openvivqa_jax.evaluation import anls as anls_lib
 from openvivqa_jax.evaluation import bleu as bleu_lib
 from openvivqa_jax.evaluation import cider as cider_lib
+from openvivqa_jax.evaluation import evjvqa as evjvqa_lib
 from openvivqa_jax.evaluation import meteor as meteor_lib
 from openvivqa_jax.evaluation import rouge as rouge_lib
 from openvivqa_jax.evaluation import squad as squad_lib
@@ -60,22 +63,30 @@ from openvivqa_jax.evaluation.sanitize import MAX_TOKENS, SanitizeStats, sanitiz
 __all__ = ["ALL_METRICS", "DEFAULT_METRICS", "GROUPS", "resolve_metrics", "score", "evaluate_split", "format_table"]
 
 BLEU_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4")
+EVJVQA_METRICS = ("EVJVQA-F1", "EVJVQA-BLEU")
 #: Every metric name, in report order.
-ALL_METRICS = (*BLEU_METRICS, "ROUGE-L", "CIDEr", "METEOR", "METEOR-vi", "ANLS", "VQA-accuracy", "EM", "F1", "WMDRel")
-#: Metrics computed when none are named (WMDRel is added when a vectors file is given).
-DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m != "WMDRel")
-_ALIASES = {"BLEU": BLEU_METRICS, "METEOR-all": ("METEOR", "METEOR-vi"), "all": ALL_METRICS}
+ALL_METRICS = (*BLEU_METRICS, "ROUGE-L", "CIDEr", "METEOR", "METEOR-vi", "ANLS", "VQA-accuracy", "EM", "F1",
+               *EVJVQA_METRICS, "WMDRel")
+#: Metrics computed when none are named (WMDRel is added when a vectors file is given, the EVJVQA metrics
+#: when the questions carry languages other than Vietnamese).
+DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m != "WMDRel" and m not in EVJVQA_METRICS)
+_ALIASES = {"BLEU": BLEU_METRICS, "METEOR-all": ("METEOR", "METEOR-vi"), "EVJVQA": EVJVQA_METRICS, "all": ALL_METRICS}
 #: Group name -> qa_type value.
 GROUPS = {"text_qa": QA_TYPE_TEXT, "non_text_qa": QA_TYPE_NON_TEXT}
 _MAX_IDS_IN_NOTE = 5
 
 
-def resolve_metrics(metrics: Sequence[str] | str | None, have_vectors: bool = False) -> list[str]:
-    """Expands and checks metric names (case-insensitive; ``BLEU`` = BLEU-1..4, ``all`` = every one).
+def resolve_metrics(
+    metrics: Sequence[str] | str | None, have_vectors: bool = False, multilingual: bool = False
+) -> list[str]:
+    """Expands and checks metric names (case-insensitive; ``BLEU`` = BLEU-1..4, ``EVJVQA`` = EVJVQA-F1 and
+    EVJVQA-BLEU, ``all`` = every one).
 
     Args:
       metrics: names (or one comma-separated string); None for the defaults.
       have_vectors: whether a vectors file was given (adds WMDRel to the defaults).
+      multilingual: whether the questions carry a language other than ``vi`` (adds the EVJVQA metrics
+        to the defaults).
 
     Returns:
       The metric names in report order, without duplicates.
@@ -84,7 +95,8 @@ def resolve_metrics(metrics: Sequence[str] | str | None, have_vectors: bool = Fa
       ValueError: for an unknown name (the message lists the valid ones).
     """
     if metrics is None:
-        wanted = list(DEFAULT_METRICS) + (["WMDRel"] if have_vectors else [])
+        wanted = list(DEFAULT_METRICS) + (["WMDRel"] if have_vectors else []) + (
+            list(EVJVQA_METRICS) if multilingual else [])
     else:
         if isinstance(metrics, str):
             metrics = [metrics]
@@ -94,7 +106,8 @@ def resolve_metrics(metrics: Sequence[str] | str | None, have_vectors: bool = Fa
         wanted = []
         for name in names:
             if name.lower() not in lookup:
-                raise ValueError(f"unknown metric {name!r}; valid: {', '.join(ALL_METRICS)} (or BLEU, METEOR-all, all)")
+                raise ValueError(
+                    f"unknown metric {name!r}; valid: {', '.join(ALL_METRICS)} (or BLEU, METEOR-all, EVJVQA, all)")
             wanted.extend(lookup[name.lower()])
     return [m for m in ALL_METRICS if m in set(wanted)]
 
@@ -135,6 +148,7 @@ def score(
     vectors: str | os.PathLike | wmd_lib.WordVectors | None = None,
     max_tokens: int = MAX_TOKENS,
     per_question: bool = False,
+    fields: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Scores predictions against references with every requested metric.
 
@@ -151,6 +165,8 @@ def score(
       vectors: word2vec text-format file (or loaded :class:`~.wmd.WordVectors`) for WMDRel.
       max_tokens: tokens kept per string (longer strings are capped and counted).
       per_question: also return every question's scores under ``"per_question"``.
+      fields: record field -> {question id: value}; ``fields["language"]`` (ISO 639-1 codes) selects the
+        EVJVQA tokenization (``ja`` per character); a question without one is tokenized on whitespace.
 
     Returns:
       ``{"overall": {metric: value}, "text_qa": {...}, "non_text_qa": {...}, "num_questions":
@@ -164,7 +180,10 @@ def score(
       TypeError: a prediction or reference that is not a string/number (names the question).
       OSError, ValueError: an unreadable or malformed vectors file (names the file).
     """
-    names = resolve_metrics(metrics, have_vectors=vectors is not None)
+    fields = {str(f): {str(k): v for k, v in vals.items()} for f, vals in (fields or {}).items()}
+    lang_map = fields.get("language", {})
+    names = resolve_metrics(
+        metrics, have_vectors=vectors is not None, multilingual=any(v != "vi" for v in lang_map.values()))
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     notes: list[str] = []
@@ -346,6 +365,19 @@ def score(
                     hp[g] = {"EM": float(h_em[sel].mean()), "F1": float(h_f1[sel].mean()), "num_questions": int(sel.size)}
             result["human_performance"] = hp
 
+    # ---- EVJVQA (language-aware tokens) ---------------------------------------------------------------
+    if any(m in names for m in EVJVQA_METRICS):
+        langs = [lang_map.get(qid) for qid in ids]
+        if "EVJVQA-F1" in names:
+            put_mean("EVJVQA-F1", evjvqa_lib.f1_scores(hyps, refs, langs))
+        if "EVJVQA-BLEU" in names:
+            per_group_bleu, sent_bleu = evjvqa_lib.bleu_mean(hyps, refs, langs, groups)
+            per_q["EVJVQA-BLEU"] = sent_bleu
+            for g in groups:
+                result[g]["EVJVQA-BLEU"] = per_group_bleu[g]
+        if not lang_map:
+            notes.append("EVJVQA metrics: no question carries a language; every answer was tokenized on whitespace")
+
     # ---- embedding relevance ---------------------------------------------------------------------------
     if "WMDRel" in names:
         if vectors is None:
@@ -387,7 +419,8 @@ def evaluate_split(
     """Scores a split's predictions and writes ``<split>_metrics.json`` and ``<split>_predictions.json``.
 
     Args:
-      records: one per question: ``{question_id, question, prediction, references: list[str], qa_type}``.
+      records: one per question: ``{question_id, question, prediction, references: list[str], qa_type}``
+        and optionally ``language`` (passed to :func:`score` as ``fields["language"]``).
       out_dir: directory for the two files (created if needed); None scores without writing.
       split: split name used in the file names.
       metrics: metric names (None: the defaults of :func:`score`).
@@ -404,6 +437,7 @@ def evaluate_split(
     preds: dict[str, Any] = {}
     refs: dict[str, Any] = {}
     types: dict[str, Any] = {}
+    fields: dict[str, dict[str, str]] = {}
     clean_records = []
     for i, rec in enumerate(records):
         for key in ("question_id", "prediction", "references"):
@@ -423,24 +457,25 @@ def evaluate_split(
         preds[qid] = _as_text(rec["prediction"], qid, "prediction")
         refs[qid] = [_as_text(r, qid, "reference") for r in raw_refs]
         types[qid] = parse_qa_type(rec.get("qa_type"), f"split {split!r}: question {qid!r}")
-        clean_records.append(
-            {
-                "question_id": qid,
-                "question": _as_text(rec.get("question", ""), qid, "question") or "",
-                "prediction": preds[qid],
-                "references": refs[qid],
-                "qa_type": types[qid],
-            }
-        )
+        clean = {
+            "question_id": qid,
+            "question": _as_text(rec.get("question", ""), qid, "question") or "",
+            "prediction": preds[qid],
+            "references": refs[qid],
+            "qa_type": types[qid],
+        }
+        if rec.get("language") is not None:
+            clean["language"] = fields.setdefault("language", {})[qid] = _as_text(rec["language"], qid, "language")
+        clean_records.append(clean)
     if out_dir is None:  # e.g. non-zero JAX processes: score only
-        result = score(preds, refs, types, metrics, **score_kwargs)
+        result = score(preds, refs, types, metrics, fields=fields, **score_kwargs)
         logging.info("%s metrics:\n%s", split, format_table(result))
         return result
     os.makedirs(out_dir, exist_ok=True)
     pred_path = os.path.join(os.fspath(out_dir), f"{split}_predictions.json")
     with open(pred_path, "w", encoding="utf-8") as f:
         json.dump(clean_records, f, ensure_ascii=False, indent=1)
-    result = score(preds, refs, types, metrics, **score_kwargs)
+    result = score(preds, refs, types, metrics, fields=fields, **score_kwargs)
     metrics_path = os.path.join(os.fspath(out_dir), f"{split}_metrics.json")
     with open(metrics_path, "w", encoding="utf-8") as f:
         json.dump(result, f, ensure_ascii=False, indent=2)
