@@ -1,0 +1,347 @@
+"""TFDS builder for EVJVQA (UIT-EVJVQA, the VLSP 2022 multilingual VQA challenge: about 30K question-answer
+pairs in English, Vietnamese and Japanese on about 5,000 photos taken in Vietnam; Nguyen et al., "VLSP 2022 -
+EVJVQA Challenge: Multilingual Visual Question Answering", 2023), read from the manually downloaded files.
+
+Source format (the public-test layout; the train file has the same one)::
+
+    {"images": [{"id": 1, "filename": "a.jpg", ...}],
+     "annotations": [{"id": 10, "image_id": 1, "question": "...", "answer": "...", "language": "en", ...}]}
+
+``images`` may also be the dict form ``{image_id: filename}``. ``answer``/``answers`` is a string or a list
+of strings. ``language`` is required per record: ``vi``/``en``/``ja`` (also ``vietnamese``, ``english``,
+``japanese``, ``vie``, ``eng``, ``jpn``, ``jp``, any case); it is stored as the ISO 639-1 code in the
+``language`` feature (:func:`tfds_builders.common.vqa_features`). A file without the field can be built
+with the config field ``default_language``.
+
+Splits: every ``manual_dir/*.json`` except the OCR file is mapped to a split by a train/dev/val/test keyword
+in its name (``evjvqa_public_test.json`` -> ``test``); config ``split_files`` chooses explicitly. Answers are
+required in ``answers_required_splits`` (default train and dev); a test file without answers gives ``[]``.
+
+Images are looked up by file name in ``images_dir`` (config) or, in order: ``images/``, ``<split>/``,
+``<split>_images/``, ``<split>-images/``, ``train-images/`` (train), ``public-test-images/`` and
+``public_test_images/`` (test), ``<annotation file stem>/`` and the annotation file's folder.
+
+OCR (config ``ocr_engine``): ``auto`` = ``manual_dir/ocr.json`` (``{image_id: [{text, box, score}]}``) when
+present, else none (config ``default``); ``tesseract`` runs Tesseract (``vie+eng``; add ``jpn`` to
+``ocr_lang`` when the ``tesseract-ocr-jpn`` data is installed) once per image at build time.
+
+Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file and the question id:
+missing or corrupt image, empty question, empty answers where required, unknown image_id, a missing or
+unknown language, a repeated question or image id (also as a repeated JSON key); ``skip_missing_images`` /
+``skip_invalid_records`` skip them instead, counted per reason in ``Builder.skip_counts[split]`` and logged.
+Fields the builder does not store are counted per file (``Builder.unknown_fields[split]``) and logged once;
+the per-language question counts are in ``Builder.language_counts[split]``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow_datasets as tfds
+from absl import logging
+
+try:
+    from tfds_builders import common, readers
+except ImportError:  # loaded by `tfds build tfds_builders/evjvqa` as `evjvqa.evjvqa_dataset_builder`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tfds_builders import common, readers
+
+from openvivqa_jax.data import ocr as ocr_lib
+
+_CITATION = """\
+@article{nguyen2023evjvqa,
+  title={VLSP 2022 -- EVJVQA Challenge: Multilingual Visual Question Answering},
+  author={Nguyen, Ngan Luu-Thuy and Nguyen, Nghia Hieu and Vo, Duong T. D. and Tran, Khanh Quoc and Nguyen, Kiet Van},
+  journal={Journal of Computer Science and Cybernetics},
+  year={2023}
+}
+"""
+
+#: Accepted ``language`` values (lowercased) -> ISO 639-1 code.
+LANGUAGE_ALIASES = {
+    "vi": "vi", "vie": "vi", "vietnamese": "vi", "vn": "vi",
+    "en": "en", "eng": "en", "english": "en",
+    "ja": "ja", "jpn": "ja", "japanese": "ja", "jp": "ja",
+}
+#: Fields of an annotation record the builder reads (others are counted and logged).
+ANNOTATION_FIELDS = ("id", "question_id", "image_id", "question", "answer", "answers", "language")
+#: Fields of a list-form ``images`` entry the builder reads.
+IMAGE_FIELDS = ("id", "filename", "file_name")
+
+
+@dataclasses.dataclass(eq=False)
+class EvjvqaConfig(readers.ReaderConfig):
+    """Config of the EVJVQA builder (module doc).
+
+    Attributes:
+        ocr_engine: ``auto`` (ocr.json if present, else none), ``file``, ``tesseract`` or ``none``.
+        ocr_file: OCR JSON file name relative to manual_dir.
+        ocr_lang: Tesseract language(s) for ``tesseract``.
+        split_files: ``{split: file name or list of names}`` relative to manual_dir; None = by file name.
+        default_split: split of a single annotation file whose name names none.
+        answers_required_splits: splits where a question without answers is an error.
+        images_dir: image folder relative to manual_dir; None = search (module doc).
+        default_language: language of records without a ``language`` field; None = such a record is an error.
+    """
+
+    ocr_engine: str = "auto"
+    ocr_file: str = "ocr.json"
+    ocr_lang: str = "vie+eng"
+    split_files: dict | None = None
+    default_split: str = "train"
+    answers_required_splits: tuple = ("train", "dev")
+    images_dir: str | None = None
+    default_language: str | None = None
+
+
+@dataclasses.dataclass
+class Record:
+    """One question parsed from an EVJVQA annotation file (question and answers normalized)."""
+
+    question_id: str
+    image_id: str
+    filename: str
+    question: str
+    answers: list
+    language: str
+    source: Path
+
+
+def parse_language(value: Any, *, path: Any, record: str, default: str | None = None) -> str:
+    """Maps a ``language`` value to ``vi``, ``en`` or ``ja`` (:data:`LANGUAGE_ALIASES`).
+
+    Raises:
+        DatasetInputError: the value is missing (and no ``default``), not a string, or unknown.
+    """
+    if value is None:
+        if default is None:
+            raise readers.record_error(path, record, "no 'language' field (expected vi, en or ja; or set the "
+                                       "config field default_language)")
+        value = default
+    if not isinstance(value, str) or value.strip().lower() not in LANGUAGE_ALIASES:
+        raise readers.record_error(path, record, f"language {value!r} is not one of vi, en, ja")
+    return LANGUAGE_ALIASES[value.strip().lower()]
+
+
+def parse_annotation_file(
+    path: Path, *, answers_required: bool, policy: readers.ErrorPolicy,
+    unknown: readers.UnknownFields | None = None, default_language: str | None = None,
+) -> list[Record]:
+    """Parses one EVJVQA annotation file (module doc).
+
+    Args:
+        path: the JSON file.
+        answers_required: a question without a non-empty answer is an error.
+        policy: raises record errors, or counts and skips them (``skip_invalid_records``); a repeated
+            image or question id keeps the first entry and skips the others (``duplicate_image_id``,
+            ``duplicate_question_id``).
+        unknown: counts fields outside :data:`ANNOTATION_FIELDS` / :data:`IMAGE_FIELDS`.
+        default_language: language of records without the field (None: an error).
+
+    Returns:
+        The questions in file order.
+
+    Raises:
+        DatasetInputError: bad JSON or top-level structure (always), or a bad record (unless skipped).
+    """
+    unknown = unknown if unknown is not None else readers.UnknownFields("evjvqa")
+    data = readers.read_json(path)
+    if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
+        raise readers.DatasetInputError(
+            f"{path}: expected an object with 'images' and 'annotations' (EVJVQA format), got "
+            f"{type(data).__name__}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}")
+    unknown.check(data, ("images", "annotations"), path=path)
+    images_raw, anns_raw = data["images"], data["annotations"]
+    images: dict[str, str] = {}
+    if isinstance(images_raw, dict):
+        for k in readers.duplicate_keys(images_raw):
+            policy.handle("duplicate_image_id", readers.record_error(
+                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); the first entry is kept"))
+        entries = [(f"image {k!r}", k, v) for k, v in images_raw.items()]
+    elif isinstance(images_raw, list):
+        entries = []
+        for i, e in enumerate(images_raw):
+            if not isinstance(e, dict) or "id" not in e:
+                raise readers.record_error(path, f"images[{i}]", f"expected {{id, filename}}, got {e!r}"[:300])
+            unknown.check(e, IMAGE_FIELDS, path=path)
+            entries.append((f"images[{i}] (image {e['id']!r})", e["id"], e.get("filename", e.get("file_name"))))
+    else:
+        raise readers.DatasetInputError(f"{path}: 'images' must be a list or an object, got {type(images_raw).__name__}")
+    for where, k, name in entries:
+        if not isinstance(name, str) or not name.strip():
+            raise readers.record_error(path, where, f"file name {name!r} is not a non-empty string")
+        if str(k) in images:
+            policy.handle("duplicate_image_id", readers.record_error(
+                path, where, "image id listed twice in 'images'; the first entry is kept"))
+            continue
+        images[str(k)] = name
+
+    if isinstance(anns_raw, dict):
+        for k in readers.duplicate_keys(anns_raw):
+            policy.handle("duplicate_question_id", readers.record_error(
+                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); the first "
+                "entry is kept"))
+        anns = [(str(k), f"question {k}", a) for k, a in anns_raw.items()]
+    elif isinstance(anns_raw, list):
+        anns = []
+        for i, a in enumerate(anns_raw):
+            qid = a.get("id", a.get("question_id")) if isinstance(a, dict) else None
+            if qid is None or isinstance(qid, (dict, list, bool)):
+                policy.handle("invalid_record", readers.record_error(
+                    path, f"annotations[{i}]", f"expected an object with an 'id', got {a!r}"[:300]))
+                continue
+            anns.append((str(qid), f"question {qid}", a))
+    else:
+        raise readers.DatasetInputError(
+            f"{path}: 'annotations' must be a list or an object, got {type(anns_raw).__name__}")
+
+    out: list[Record] = []
+    seen: set[str] = set()
+    for qid, record, a in anns:
+        if qid in seen:
+            policy.handle("duplicate_question_id", readers.record_error(
+                path, record, "question id listed twice in 'annotations'; the first entry is kept"))
+            continue
+        seen.add(qid)
+        try:
+            if not isinstance(a, dict):
+                raise readers.record_error(path, record, f"expected an object, got {a!r}"[:300])
+            if readers.duplicate_keys(a):
+                raise readers.record_error(path, record, f"fields repeated in the record: {readers.duplicate_keys(a)}")
+            unknown.check(a, ANNOTATION_FIELDS, path=path)
+            if a.get("image_id") is None:
+                raise readers.record_error(path, record, "no 'image_id'")
+            image_id = str(a["image_id"])
+            if image_id not in images:
+                raise readers.record_error(path, record, f"image_id {image_id!r} is not listed in 'images'")
+            language = parse_language(a.get("language"), path=path, record=record, default=default_language)
+            question = readers.clean_question(a.get("question"), path=path, record=record)
+            answers = readers.clean_answers(
+                a.get("answers", a.get("answer")), path=path, record=record, required=answers_required)
+        except readers.DatasetInputError as e:
+            policy.handle("invalid_record", e)
+            continue
+        out.append(Record(qid, image_id, images[image_id], question, answers, language, Path(path)))
+    return out
+
+
+class Builder(tfds.core.GeneratorBasedBuilder):
+    """EVJVQA from its JSON files and image folders (module doc); every question carries its language."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "Initial release: list/dict JSON forms, per-record language, OCR file or tesseract."}
+    BUILDER_CONFIGS = [
+        EvjvqaConfig(name="default", description="Images; OCR from ocr.json if present, else none."),
+        EvjvqaConfig(name="tesseract", description="Images + Tesseract OCR (vie+eng) at build time.",
+                     ocr_engine="tesseract"),
+    ]
+    DEFAULT_CONFIG_NAME = "default"
+    MANUAL_DOWNLOAD_INSTRUCTIONS = """\
+Download the UIT-EVJVQA files (VLSP 2022 EVJVQA challenge: https://vlsp.org.vn/vlsp2022/eval/evjvqa; the
+annotation JSON files and the image archives) and place:
+
+  <manual_dir>/evjvqa_train.json               (any *.json; split from a train/dev/val/test keyword in the name,
+  <manual_dir>/evjvqa_public_test.json          a single unnamed file = train, or config split_files)
+  <manual_dir>/train-images/<file name>        (or images/, <split>/, <split>_images/, public-test-images/)
+  <manual_dir>/public-test-images/<file name>
+  <manual_dir>/ocr.json                        optional {image_id: [{text, box: [x0,y0,x1,y1] in 0-1, score}]}
+
+Each annotation carries "language": "vi", "en" or "ja". Then:
+tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --file_format=array_record
+(without --config, `tfds build` also builds the `tesseract` config).
+"""
+
+    def __init__(self, **kwargs):
+        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts``, ``unknown_fields``,
+        ``language_counts`` (``{split: {language: questions kept}}``) and ``ocr_stats``."""
+        super().__init__(**kwargs)
+        self.skip_counts: dict[str, dict[str, int]] = {}
+        self.unknown_fields: dict[str, dict[str, collections.Counter]] = {}
+        self.language_counts: dict[str, dict[str, int]] = {}
+        self.ocr_stats: dict[str, int] = {}
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return self.dataset_info_from_configs(
+            features=common.vqa_features(with_image=True),
+            homepage="https://vlsp.org.vn/vlsp2022/eval/evjvqa",
+            citation=_CITATION,
+        )
+
+    def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+        cfg = self.builder_config
+        manual_dir = Path(dl_manager.manual_dir)
+        if cfg.default_language is not None:
+            parse_language(cfg.default_language, path=f"config {cfg.name}", record="default_language")
+        split_files = readers.assign_split_files(
+            manual_dir, "*.json", split_files=cfg.split_files, exclude={cfg.ocr_file}, default_split=cfg.default_split)
+        self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang)
+        self.ocr_stats = self._ocr.stats
+        logging.info("evjvqa/%s: split files %s", cfg.name, {k: [p.name for p in v] for k, v in split_files.items()})
+        return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
+
+    def _image_dirs(self, split: str, annotation: Path, manual_dir: Path) -> list[Path]:
+        cfg = self.builder_config
+        if cfg.images_dir is not None:
+            return [manual_dir / cfg.images_dir]
+        dirs = [manual_dir / "images", manual_dir / split, manual_dir / f"{split}_images", manual_dir / f"{split}-images"]
+        if split == "train":
+            dirs.append(manual_dir / "train-images")
+        if split == "test":
+            dirs += [manual_dir / "public-test-images", manual_dir / "public_test_images"]
+        dirs += [annotation.parent / annotation.stem, annotation.parent]
+        return dirs
+
+    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
+        cfg = self.builder_config
+        counter = readers.SkipCounter(f"evjvqa/{split}")
+        self.skip_counts[split] = counter.counts
+        policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
+        unknown = readers.UnknownFields(f"evjvqa/{split}")
+        self.unknown_fields[split] = unknown.counts
+        languages: collections.Counter[str] = collections.Counter()
+        self.language_counts[split] = languages
+        required = split in cfg.answers_required_splits
+        seen: dict[str, Path] = {}
+        kept = 0
+        for path in files:
+            image_dirs = self._image_dirs(split, path, manual_dir)
+            for rec in parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown,
+                                             default_language=cfg.default_language):
+                record = f"question {rec.question_id}"
+                if rec.question_id in seen:
+                    policy.handle("duplicate_question_id", readers.record_error(
+                        path, record, f"duplicate question id (also in {seen[rec.question_id]})"))
+                    continue
+                seen[rec.question_id] = path
+                try:
+                    image_path = readers.find_file(rec.filename, image_dirs)
+                    if image_path is None:
+                        raise readers.record_error(
+                            path, record, f"image file {rec.filename!r} (image_id {rec.image_id}) not found in "
+                            f"{[str(d) for d in image_dirs]}", readers.ImageFileError)
+                    image = readers.load_image(image_path, source=path, record=record)
+                except readers.ImageFileError as e:
+                    policy.handle("missing_or_corrupt_image", e)
+                    continue
+                kept += 1
+                languages[rec.language] += 1
+                yield rec.question_id, {
+                    "image": image.encoded,
+                    "image_id": rec.image_id,
+                    "question_id": rec.question_id,
+                    "question": rec.question,
+                    "answers": rec.answers,
+                    "qa_type": np.int32(common.QA_TYPE_UNKNOWN),
+                    "language": rec.language,
+                    "ocr": readers.ocr_feature(self._ocr.get(rec.image_id, image.pil)),
+                }
+        counter.log_summary(kept)
+        unknown.log_summary()
+        logging.info("evjvqa/%s: questions per language %s", split, dict(sorted(languages.items())))
+        self._ocr.log_summary(f"evjvqa/{split}")
