@@ -369,8 +369,8 @@ class Trainer:
     # ----------------------------------------------------------------- eval
     def predict_split(self, split: str, params=None, mask_ocr: bool = False, max_examples: int = 0, **decode_kw):
         """Decodes ``split``; returns prediction records ``{question_id, question, prediction,
-        references, qa_type}`` (plus ``language`` where the dataset has it) in split order (each example
-        exactly once)."""
+        references, qa_type}`` (plus ``language`` and ``kind`` where the dataset has them) in split order
+        (each example exactly once)."""
         params = self.state.params if params is None else params
         src = self.source(split)
         recs = self.records(split)
@@ -398,7 +398,8 @@ class Trainer:
                                f"e.g. {missing[:3]}")
         return [{"question_id": r.question_id, "question": r.question, "prediction": preds[r.index],
                  "references": r.answers, "qa_type": r.qa_type,
-                 **({"language": r.extra["language"]} if "language" in r.extra else {})} for r in recs]
+                 **({"language": r.extra["language"]} if "language" in r.extra else {}),
+                 **({"kind": r.kind} if r.kind else {})} for r in recs]
 
     def _local_eval_batch(self) -> int:
         b = self.cfg.eval.batch_size

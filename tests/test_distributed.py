@@ -581,7 +581,7 @@ def test_tpu_pod_script_runs_one_command_on_all_workers(tmp_path):
     cmd = cmd.replace("python3 -c", f"{shlex.quote(PY)} -c")
     ran = subprocess.run(["bash", "-c", cmd], env=_env(None), capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    assert "synthetic_openvivqa/tiny/1.1.0 {'train': 163, 'validation': 41, 'test': 40}" in ran.stdout
+    assert "synthetic_openvivqa/tiny/1.2.0 {'train': 163, 'validation': 41, 'test': 40}" in ran.stdout
     train_argv = shlex.split(remote[2].split("&&", 1)[1].split("2>&1")[0])
     assert train_argv == ["python3", "-m", "openvivqa_jax.main", "--config=configs/openvivqa/mlpag.py",
                           "--workdir=/mnt/shared/runs/mlpag", "--config.distributed.initialize=True",

@@ -52,6 +52,7 @@ def _read(builder) -> dict[str, list[dict]]:
                 "question": _decode(ex["question"]),
                 "answers": [_decode(a) for a in ex["answers"]],
                 "qa_type": int(ex["qa_type"]),
+                "kind": _decode(ex["kind"]),
                 "ocr_text": [_decode(t) for t in ocr["text"]],
                 "ocr_box": np.asarray(ocr["box"], np.float32).reshape(-1, 4),
                 "ocr_score": np.asarray(ocr["score"], np.float32).reshape(-1),
@@ -197,6 +198,47 @@ def test_guideline_rules(built):
     # Prices are present at all, in the normalized OCR too.
     assert any(" có giá " in r["answers"][0] for r in records)
     assert any(re.fullmatch(r"\d{1,3}(,\d{3})*", t) for r in records for t in r["ocr_text"])
+
+
+def _kind_from_text(question: str, answer: str, qa_type: int) -> str:
+    """The template kind of a QA, read from its wording (the guideline phrasings), not from the generator."""
+    if re.fullmatch(r".* tên là .+", answer):
+        return "name"
+    if " có giá " in answer:
+        return "price"
+    if re.fullmatch(r"(biển|bảng) hiệu màu .+", answer):
+        return "sign_colour"
+    if question.endswith(" bán gì ?"):
+        return "sells"
+    if re.fullmatch(r"cửa hàng .+ nằm ở (bên (trái|phải)|giữa)", answer):
+        return "shop_position"
+    if answer.startswith("số điện thoại là "):
+        return "phone"
+    if answer.startswith("đây là đường "):
+        return "street"
+    if re.fullmatch(r"có \S+ cửa hàng", answer):
+        return "shop_count"
+    if re.fullmatch(r"có \S+ .+", answer):
+        return "count"
+    if qa_type == 0 and re.search(r" ở bên (trái|phải)$", answer):
+        return "position"
+    if qa_type == 0 and " màu " in f" {answer} ":
+        return "colour"
+    raise AssertionError(f"no kind for {question!r} -> {answer!r}")
+
+
+def test_every_qa_has_its_template_kind(built):
+    """The kind feature agrees with each QA's wording; text kinds are text QAs; every kind occurs."""
+    records = _all_records(built["a"]["records"])
+    kinds = {}
+    for r in records:
+        assert r["kind"] == _kind_from_text(r["question"], r["answers"][0], r["qa_type"]), r
+        kinds.setdefault(r["kind"], set()).add(r["qa_type"])
+    text = {"name", "price", "sign_colour", "sells", "shop_position", "phone", "street"}
+    non_text = {"colour", "position", "count", "shop_count"}
+    assert {k for k, t in kinds.items() if t == {1}} == text
+    assert {k for k, t in kinds.items() if t == {0}} == non_text
+    assert set(gen.TEXT_KINDS) == text and set(gen.NON_TEXT_KINDS) == non_text
 
 
 def test_ocr_boxes_and_strings(built):

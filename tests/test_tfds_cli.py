@@ -58,9 +58,9 @@ def tfds_build(name: str, manual: Path | None, data_dir: Path, *extra: str,
     return res
 
 
-def built(data_dir: Path, name: str, config: str):
-    """The prepared builder of ``name/config/1.1.0`` under data_dir (fails if the config was not built)."""
-    path = data_dir / name / config / "1.1.0"
+def built(data_dir: Path, name: str, config: str, version: str = "1.1.0"):
+    """The prepared builder of ``name/config/version`` under data_dir (fails if the config was not built)."""
+    path = data_dir / name / config / version
     assert path.is_dir(), f"{path} not built; built: {sorted(p.name for p in (data_dir / name).iterdir())}"
     return tfds.builder_from_directory(str(path))
 
@@ -239,7 +239,7 @@ def test_synthetic_tiny(tmp_path):
     """The embedded synthetic set needs no manual files; `--config tiny` builds 40/10/10 images."""
     data = tmp_path / "data"
     tfds_build("synthetic_openvivqa", None, data, "--config", "tiny")
-    builder = built(data, "synthetic_openvivqa", "tiny")
+    builder = built(data, "synthetic_openvivqa", "tiny", "1.2.0")
     counts = {s: builder.info.splits[s].num_examples for s in ("train", "validation", "test")}
     images = {s: len({ex["image_id"] for ex in builder.as_data_source()[s]}) for s in ("train", "validation", "test")}
     assert images == {"train": 40, "validation": 10, "test": 10}

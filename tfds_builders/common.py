@@ -18,7 +18,9 @@ feature         type                                                          no
 ==============  ============================================================  ===========================
 
 Builders with pre-extracted region features add ``objects: {features: float16[N, D], boxes: float32[N, 4]}``
-via :func:`vqa_features` with ``region_feature_dim``.
+via :func:`vqa_features` with ``region_feature_dim``. Builders that know each question's template kind (the
+synthetic set: ``name``, ``colour``, ``count``, ...) add ``kind: Text`` with ``with_kind``; readers treat a
+dataset without it as kind ``""``.
 """
 
 from __future__ import annotations
@@ -37,13 +39,15 @@ QA_TYPE_UNKNOWN = -1
 LANGUAGES = ("vi", "en", "ja")
 
 
-def vqa_features(with_image: bool = True, region_feature_dim: int | None = None) -> tfds.features.FeaturesDict:
+def vqa_features(with_image: bool = True, region_feature_dim: int | None = None,
+                 with_kind: bool = False) -> tfds.features.FeaturesDict:
     """Returns the common VQA ``FeaturesDict``.
 
     Args:
         with_image: include the ``image`` feature (False only for feature-only configs).
         region_feature_dim: if given, add ``objects`` with ``features`` of shape ``(num_regions, D)``
             (float16) and ``boxes`` ``(num_regions, 4)`` (float32, xyxy in [0, 1]).
+        with_kind: add ``kind`` (``Text``): the question's template kind, for scores per kind of question.
 
     Returns:
         The feature specification.
@@ -63,6 +67,8 @@ def vqa_features(with_image: bool = True, region_feature_dim: int | None = None)
     }
     if with_image:
         feats["image"] = tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg")
+    if with_kind:
+        feats["kind"] = tfds.features.Text()
     if region_feature_dim is not None:
         feats["objects"] = {
                 "features": tfds.features.Tensor(shape=(None, region_feature_dim), dtype=np.float16),

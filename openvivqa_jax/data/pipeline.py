@@ -91,7 +91,8 @@ class Record:
     Attributes:
       index: position in the split; question_id, image_id, question, answers, qa_type as in the schema;
       ocr_texts: OCR token texts ``(n,)``; ocr_boxes: ``(n, 4)`` float32; image_bytes: encoded image
-      or None; objects: optional ``{features, boxes}`` arrays.
+      or None; objects: optional ``{features, boxes}`` arrays; kind: the question's template kind
+      (the synthetic set's ``kind`` feature; ``""`` for datasets without it).
     """
 
     index: int
@@ -105,6 +106,7 @@ class Record:
     image_bytes: bytes | None = None
     objects: dict | None = None
     extra: dict = dataclasses.field(default_factory=dict)
+    kind: str = ""
 
 
 class SkipCounter:
@@ -239,6 +241,7 @@ def decode_record(ex: dict, index: int, source_name: str = "", counter: SkipCoun
         answers=answers,
         qa_type=int(ex.get("qa_type", -1)), ocr_texts=texts, ocr_boxes=boxes,
         image_bytes=ex.get("image"), objects=objects, extra=extra,
+        kind=_str(ex.get("kind", "")),
     )
 
 

@@ -45,6 +45,7 @@ from openvivqa_jax.evaluation import anls as anls_lib
 from openvivqa_jax.evaluation import bleu as bleu_lib
 from openvivqa_jax.evaluation import cider as cider_lib
 from openvivqa_jax.evaluation import evjvqa as evjvqa_lib
+from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.evaluation import meteor as meteor_lib
 from openvivqa_jax.evaluation import rouge as rouge_lib
 from openvivqa_jax.evaluation import squad as squad_lib
@@ -73,6 +74,8 @@ DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m != "WMDRel" and m not in EVJ
 _ALIASES = {"BLEU": BLEU_METRICS, "METEOR-all": ("METEOR", "METEOR-vi"), "EVJVQA": EVJVQA_METRICS, "all": ALL_METRICS}
 #: Group name -> qa_type value.
 GROUPS = {"text_qa": QA_TYPE_TEXT, "non_text_qa": QA_TYPE_NON_TEXT}
+#: Record fields (besides ``qa_type``) whose values get their own scores under ``by_field`` (:mod:`.grouping`).
+GROUP_BY_FIELDS = ("kind", "language")
 _MAX_IDS_IN_NOTE = 5
 
 
@@ -167,11 +170,15 @@ def score(
       per_question: also return every question's scores under ``"per_question"``.
       fields: record field -> {question id: value}; ``fields["language"]`` (ISO 639-1 codes) selects the
         EVJVQA tokenization (``ja`` per character); a question without one is tokenized on whitespace.
+        Scores per value of ``qa_type`` and of the :data:`GROUP_BY_FIELDS` given here (``kind``,
+        ``language``) are returned under ``by_field`` (:func:`.grouping.field_scores`: question count,
+        exact match, CIDEr and the cheap metrics per value).
 
     Returns:
       ``{"overall": {metric: value}, "text_qa": {...}, "non_text_qa": {...}, "num_questions":
       {"overall": n, "text_qa": n1, "non_text_qa": n0}, "notes": [str], "counts": {str: int},
-      "human_performance": {...}, "metrics": [names], "per_question": {...}}``. A value is None when
+      "human_performance": {...}, "metrics": [names], "by_field": {field: {value: {...}}},
+      "per_question": {...}}``. A value is None when
       the metric is unavailable (the notes say why). ``human_performance`` (ViQuAD protocol) is
       present when EM or F1 is requested and some questions have two or more references.
 
@@ -398,6 +405,15 @@ def score(
                     "direction (distance 0 to itself, sqrt(2) to other words)"
                 )
 
+    # ---- scores per value of qa_type, kind, language ---------------------------------------------------
+    labels: dict[str, list] = {"qa_type": grouping.qa_type_labels(types)}
+    for f in GROUP_BY_FIELDS:
+        if fields.get(f):
+            labels[f] = [fields[f].get(qid) for qid in ids]
+    by_field = grouping.field_scores(hyps, refs, labels, names, per_q)
+    if by_field:
+        result["by_field"] = by_field
+
     # ---- order and finish ------------------------------------------------------------------------------
     for g in groups:
         result[g] = {m: result[g].get(m) for m in names}
@@ -420,7 +436,8 @@ def evaluate_split(
 
     Args:
       records: one per question: ``{question_id, question, prediction, references: list[str], qa_type}``
-        and optionally ``language`` (passed to :func:`score` as ``fields["language"]``).
+        and optionally ``language`` and ``kind`` (passed to :func:`score` as ``fields``; scores per value
+        under ``by_field``).
       out_dir: directory for the two files (created if needed); None scores without writing.
       split: split name used in the file names.
       metrics: metric names (None: the defaults of :func:`score`).
@@ -464,8 +481,9 @@ def evaluate_split(
             "references": refs[qid],
             "qa_type": types[qid],
         }
-        if rec.get("language") is not None:
-            clean["language"] = fields.setdefault("language", {})[qid] = _as_text(rec["language"], qid, "language")
+        for f in GROUP_BY_FIELDS:
+            if rec.get(f) is not None:
+                clean[f] = fields.setdefault(f, {})[qid] = _as_text(rec[f], qid, f)
         clean_records.append(clean)
     if out_dir is None:  # e.g. non-zero JAX processes: score only
         result = score(preds, refs, types, metrics, fields=fields, **score_kwargs)
@@ -484,7 +502,8 @@ def evaluate_split(
 
 
 def format_table(metrics: Mapping[str, Any]) -> str:
-    """Formats a :func:`score` result as a plain-text table (metrics x groups) with the notes.
+    """Formats a :func:`score` result as a plain-text table (metrics x groups), then the tables per field value
+    (``by_field``: questions, exact match, CIDEr; :func:`.grouping.format_field_tables`), then the notes.
 
     Args:
       metrics: the dict returned by :func:`score`.
@@ -507,6 +526,8 @@ def format_table(metrics: Mapping[str, Any]) -> str:
     hp = metrics.get("human_performance")
     if hp and "overall" in hp:
         lines.append(f"human performance (ViQuAD protocol): EM {hp['overall']['EM']:.4f}  F1 {hp['overall']['F1']:.4f}")
+    if metrics.get("by_field"):
+        lines.append(grouping.format_field_tables(metrics["by_field"]))
     for note in metrics.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -17,6 +17,8 @@ viewer, prices as ``#,### đồng``; every string passes through
 :func:`openvivqa_jax.text.normalize.normalize_text`. Text QAs (``qa_type`` 1) ask about scene text (shop name,
 price, what a named shop sells, its signboard colour, side, phone number, the street); non-text QAs (``qa_type``
 0) ask about object colours, counts and sides. Answers are a deterministic function of (scene, question).
+Each QA carries its template ``kind`` (:data:`TEXT_KINDS`, :data:`NON_TEXT_KINDS`), so scores can be reported per
+kind of question.
 
 OCR
 ---
@@ -56,6 +58,8 @@ from openvivqa_jax.text.normalize import normalize_text
 __all__ = [
     "COLORS",
     "COUNT_WORDS",
+    "TEXT_KINDS",
+    "NON_TEXT_KINDS",
     "FONT_PATH",
     "GeneratorConfig",
     "NAME_SYLLABLES",
@@ -100,6 +104,12 @@ COLORS: dict[str, tuple[int, int, int]] = {
 
 #: Quantities in words (guideline: letters, not digits, and not greater than ten).
 COUNT_WORDS = ("một", "hai", "ba", "bốn", "năm", "sáu", "bảy", "tám", "chín", "mười")
+#: Template kinds of the text QAs (``qa_type`` 1): a shop's name, the price on its sign, its signboard's colour,
+#: what it sells (the kind word on the sign), its side of the image, its phone number, the street plate.
+TEXT_KINDS = ("name", "price", "sign_colour", "sells", "shop_position", "phone", "street")
+#: Template kinds of the non-text QAs (``qa_type`` 0): an object's colour, an object's side, how many objects of
+#: a kind, how many shops.
+NON_TEXT_KINDS = ("colour", "position", "count", "shop_count")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -701,8 +711,8 @@ def _side_phrase(side: str) -> str:
     return {"trái": "bên trái", "phải": "bên phải", "giữa": "ở giữa", "này": "này"}[side]
 
 
-def _text_qas(spec: dict, rng: np.random.Generator) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Returns (shop-name QAs, other text QAs) as (question, answer) pairs."""
+def _text_qas(spec: dict, rng: np.random.Generator) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """Returns (shop-name QAs, other text QAs) as (question, answer, kind) triples (kinds: :data:`TEXT_KINDS`)."""
     signs = spec["signs"]
     single = len(signs) == 1
     kinds_count = Counter(s["kind"] for s in signs)
@@ -715,14 +725,14 @@ def _text_qas(spec: dict, rng: np.random.Generator) -> tuple[list[tuple[str, str
             subj = _pick(rng, ["cửa hàng này", kind.place + " này" if kind.place.startswith(("quán", "tiệm"))
                                else "cửa hàng này"])
             q = _pick(rng, [f"{subj} tên gì ?", f"{subj} tên là gì ?", f"tên của {subj} là gì ?"])
-            name_qas.append((q, f"{subj} tên là {name}"))
+            name_qas.append((q, f"{subj} tên là {name}", "name"))
         else:
             subj = f"cửa hàng {_side_phrase(s['side'])}"
             q = _pick(rng, [f"{subj} tên là gì ?", f"{subj} tên gì ?", f"tên của {subj} là gì ?"])
-            name_qas.append((q, f"{subj} tên là {name}"))
+            name_qas.append((q, f"{subj} tên là {name}", "name"))
             if kinds_count[s["kind"]] == 1:
                 q = _pick(rng, [f"{kind.place} tên là gì ?", f"{kind.place} tên gì ?"])
-                name_qas.append((q, f"{kind.place} tên là {name}"))
+                name_qas.append((q, f"{kind.place} tên là {name}", "name"))
         ref = "cửa hàng này" if single else f"cửa hàng {name}"
         # Price.
         if s["price"] is not None:
@@ -736,29 +746,30 @@ def _text_qas(spec: dict, rng: np.random.Generator) -> tuple[list[tuple[str, str
                     (f"giá của {kind.category} ở cửa hàng {name} là bao nhiêu ?", f"{kind.category} có giá {price}"),
                     (f"{kind.item} ở cửa hàng {name} giá bao nhiêu ?", f"{kind.item} có giá {price}"),
                 ])
-            other.append((q, a))
+            other.append((q, a, "price"))
         # Signboard colour by name.
         noun = _pick(rng, ["biển hiệu", "bảng hiệu"])
         q = _pick(rng, [f"{noun} của {ref} màu gì ?", f"{noun} của {ref} có màu gì ?"])
-        other.append((q, f"{noun} màu {s['color']}"))
+        other.append((q, f"{noun} màu {s['color']}", "sign_colour"))
         # What it sells (the kind word is scene text).
-        other.append((f"{ref} bán gì ?", f"{ref} bán {kind.sells}"))
+        other.append((f"{ref} bán gì ?", f"{ref} bán {kind.sells}", "sells"))
         # Side of a named shop.
         if not single:
             q = _pick(rng, [f"cửa hàng {name} ở bên nào ?", f"cửa hàng {name} nằm ở phía nào ?"])
             where = "ở giữa" if s["side"] == "giữa" else f"ở {_side_phrase(s['side'])}"
-            other.append((q, f"cửa hàng {name} nằm {where}"))
+            other.append((q, f"cửa hàng {name} nằm {where}", "shop_position"))
         if s["phone"] is not None:
-            other.append((f"số điện thoại của {ref} là gì ?", f"số điện thoại là {s['phone']}"))
+            other.append((f"số điện thoại của {ref} là gì ?", f"số điện thoại là {s['phone']}", "phone"))
     if spec["street"] is not None:
         q = _pick(rng, ["con đường này tên là gì ?", "đây là đường nào ?"])
-        other.append((q, f"đây là đường {spec['street']['name']}"))
+        other.append((q, f"đây là đường {spec['street']['name']}", "street"))
     return name_qas, other
 
 
-def _object_qas(spec: dict, rng: np.random.Generator) -> list[tuple[str, str]]:
+def _object_qas(spec: dict, rng: np.random.Generator) -> list[tuple[str, str, str]]:
+    """Non-text QAs as (question, answer, kind) triples (kinds: :data:`NON_TEXT_KINDS`)."""
     objs = spec["objects"]
-    qas: list[tuple[str, str]] = []
+    qas: list[tuple[str, str, str]] = []
     by_kind: dict[str, list[dict]] = {}
     for o in objs:
         by_kind.setdefault(o["kind"], []).append(o)
@@ -768,14 +779,15 @@ def _object_qas(spec: dict, rng: np.random.Generator) -> list[tuple[str, str]]:
         if n > 10:
             raise AssertionError(f"synthetic_openvivqa: {n} objects of kind {key} exceed the guideline's ten")
         q = _pick(rng, [f"có bao nhiêu {noun} ?", f"trong ảnh có bao nhiêu {noun} ?", f"có mấy {noun} ?"])
-        qas.append((q, f"có {COUNT_WORDS[n - 1]} {noun}"))
+        qas.append((q, f"có {COUNT_WORDS[n - 1]} {noun}", "count"))
         # Colour of a unique object (of the image, or of its side).
-        def colour_qa(o: dict, where: str) -> tuple[str, str]:
+        def colour_qa(o: dict, where: str) -> tuple[str, str, str]:
             if key == "person":
                 subj = f"người {where}".strip()
-                return (f"{subj} mặc áo màu gì ?", f"{subj} mặc áo màu {o['color']}")
+                return (f"{subj} mặc áo màu gì ?", f"{subj} mặc áo màu {o['color']}", "colour")
             subj = f"{noun} {where}".strip()
-            return (_pick(rng, [f"{subj} có màu gì ?", f"{subj} màu gì ?"]), f"{subj} có màu {o['color']}")
+            return (_pick(rng, [f"{subj} có màu gì ?", f"{subj} màu gì ?"]), f"{subj} có màu {o['color']}",
+                    "colour")
         if n == 1:
             qas.append(colour_qa(group[0], "trong ảnh" if key == "person" else ""))
         else:
@@ -789,10 +801,10 @@ def _object_qas(spec: dict, rng: np.random.Generator) -> list[tuple[str, str]]:
             if col_count[o["color"]] == 1:
                 subj = f"người mặc áo màu {o['color']}" if key == "person" else f"{noun} màu {o['color']}"
                 q = _pick(rng, [f"{subj} ở bên nào ?", f"{subj} nằm ở phía nào ?"])
-                qas.append((q, f"{subj} ở bên {o['side']}"))
+                qas.append((q, f"{subj} ở bên {o['side']}", "position"))
     n_signs = len(spec["signs"])
     q = _pick(rng, ["có bao nhiêu cửa hàng ?", "có mấy cửa hàng trong ảnh ?"])
-    qas.append((q, f"có {COUNT_WORDS[n_signs - 1]} cửa hàng"))
+    qas.append((q, f"có {COUNT_WORDS[n_signs - 1]} cửa hàng", "shop_count"))
     return qas
 
 
@@ -813,12 +825,12 @@ def _make_qas(spec: dict, rng: np.random.Generator, min_qas: int, max_qas: int) 
         chosen_text += rest_text[n_text - 1: n_text - 1 + n - len(chosen_text) - len(chosen_non)]
     qas, seen = [], set()
     for qa_type, group in ((1, chosen_text), (0, chosen_non)):
-        for q, a in group:
+        for q, a, kind in group:
             q, a = normalize_text(q), normalize_text(a)
             if q in seen:
                 continue
             seen.add(q)
-            qas.append({"question": q, "answers": [a], "qa_type": qa_type})
+            qas.append({"question": q, "answers": [a], "qa_type": qa_type, "kind": kind})
     order = rng.permutation(len(qas))
     return [qas[i] for i in order]
 
@@ -927,7 +939,7 @@ def render_scene(rng: np.random.Generator | int, size: tuple[int, int] = (256, 1
         ``signboards`` (list of ``{name, kind, color, price (int VND or None), phone, slogan, side, box}``,
         box xyxy in [0, 1]), ``street`` (name or None), ``objects`` (``{kind, color, side, box}``),
         ``ocr`` (clean ground truth ``{text: list[str] (num_ocr,), box: float32 (num_ocr, 4),
-        score: float32 (num_ocr,)}``) and ``qas`` (``{question, answers, qa_type}``).
+        score: float32 (num_ocr,)}``) and ``qas`` (``{question, answers, qa_type, kind}``).
 
     Raises:
         ValueError: for a bad split, size, ``shop_names`` or ``num_signs``.
@@ -972,7 +984,8 @@ def generate_split(split: str, cfg: GeneratorConfig) -> Iterator[tuple[str, dict
 
     ``example``: ``image`` uint8 ``(height, width, 3)``, ``image_id`` ``"syn-<split>-<image:05d>"``,
     ``question_id`` (also the key) ``"syn-<split>-<image:05d>-<q>"``, ``question``, ``answers`` (one
-    reference), ``qa_type`` (1 text, 0 non-text), ``ocr`` ``{text (num_ocr,), box float32 (num_ocr, 4) xyxy in
+    reference), ``qa_type`` (1 text, 0 non-text), ``language`` (``"vi"``), ``kind`` (the QA's template kind, one
+    of :data:`TEXT_KINDS` + :data:`NON_TEXT_KINDS`), ``ocr`` ``{text (num_ocr,), box float32 (num_ocr, 4) xyxy in
     [0, 1], score float32 (num_ocr,)}`` with the configured noise. Consecutive examples of one image share the
     same ``image`` array object.
 
@@ -1003,7 +1016,7 @@ def generate_split(split: str, cfg: GeneratorConfig) -> Iterator[tuple[str, dict
             qid = f"{image_id}-{q}"
             yield qid, {"image": image, "image_id": image_id, "question_id": qid, "question": qa["question"],
                         "answers": list(qa["answers"]), "qa_type": np.int32(qa["qa_type"]), "language": "vi",
-                        "ocr": ocr}
+                        "kind": qa["kind"], "ocr": ocr}
     logging.info("synthetic_openvivqa %s: %d images, %d questions (text %d, non-text %d); OCR noise dropped %d "
                  "and corrupted %d tokens; %d objects did not fit the layout and were not drawn.", split, n_images,
                  totals["questions"], totals["qa_type_1"], totals["qa_type_0"], totals["dropped"],

@@ -11,7 +11,8 @@ Build: ``tfds build tfds_builders/synthetic_openvivqa --config=tiny --file_forma
 
 Example (one per question, common schema of :mod:`tfds_builders.common`): ``image`` JPEG ``(height, width, 3)``
 uint8, ``image_id`` ``"syn-<split>-<image:05d>"``, ``question_id`` ``"syn-<split>-<image:05d>-<q>"`` (also the
-example key), ``question``, ``answers`` (one reference), ``qa_type`` (1 text QA, 0 non-text QA), ``ocr``
+example key), ``question``, ``answers`` (one reference), ``qa_type`` (1 text QA, 0 non-text QA), ``language``
+(``vi``), ``kind`` (the QA's template kind: :data:`generator.TEXT_KINDS`, :data:`generator.NON_TEXT_KINDS`), ``ocr``
 ``{text (num_ocr,), box float32 (num_ocr, 4) xyxy in [0, 1], score float32 (num_ocr,)}``.
 """
 
@@ -74,8 +75,9 @@ _CLEAN = dict(ocr_drop_prob=0.0, ocr_sub_prob=0.0, ocr_box_jitter=0.0)
 class Builder(tfds.core.GeneratorBasedBuilder):
     """Synthetic OpenViVQA: deterministic street-scene VQA in Vietnamese (no download)."""
 
-    VERSION = tfds.core.Version("1.1.0")
+    VERSION = tfds.core.Version("1.2.0")
     RELEASE_NOTES = {
+        "1.2.0": "Adds the kind feature (each QA's template kind: name, price, colour, position, count, ...).",
         "1.1.0": "Adds the language feature (ISO 639-1 code of the question and answers).",
         "1.0.0": "Initial release."}
     BUILDER_CONFIGS = [
@@ -95,7 +97,7 @@ class Builder(tfds.core.GeneratorBasedBuilder):
     def _info(self) -> tfds.core.DatasetInfo:
         return self.dataset_info_from_configs(
             description=__doc__,
-            features=vqa_features(with_image=True),
+            features=vqa_features(with_image=True, with_kind=True),
             homepage="https://github.com/openvivqa_jax",
         )
 
