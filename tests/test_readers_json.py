@@ -164,3 +164,30 @@ def test_evaluate_reader_keeps_language(tmp_path):
                         {"id": 11, "image_id": 1, "question": "q", "answer": "ア", "language": "ja"}]}), encoding="utf-8")
     ref = formats.load_references(p)
     assert ref.fields == {"language": {"10": "en", "11": "ja"}}
+
+
+@pytest.mark.slow
+def test_tfds_build_command_line_prints_one_line(tmp_path):
+    """The README's `tfds build` command on a file with a repeated question id: one `error:` line, exit 1, no
+    traceback (about 25 s: the tfds script imports TensorFlow and Beam)."""
+    import os
+    import subprocess
+    import sys
+
+    manual = tmp_path / "manual"
+    _images(manual)
+    (manual / "train_data.json").write_text(DUP_QUESTION, encoding="utf-8")
+    script = Path(sys.executable).parent / "tfds"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    res = subprocess.run(
+        [str(script), "build", "tfds_builders/openvivqa", "--config", "default", f"--manual_dir={manual}",
+         f"--data_dir={tmp_path / 'data'}", "--file_format=array_record"],
+        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    errors = [line for line in res.stderr.replace("\r", "\n").splitlines() if "error: " in line]
+    assert len(errors) == 1
+    assert errors[0].strip().endswith(
+        f"error: DatasetInputError: {manual / 'train_data.json'}: question 7: question id repeated in "
+        "'annotations' (a repeated JSON key); skip_invalid_records keeps the first entry")

@@ -16,6 +16,7 @@ import dataclasses
 import io
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ __all__ = [
     "DatasetInputError",
     "ImageFileError",
     "record_error",
+    "cli_input_errors",
+    "install_cli_error_hook",
     "ReaderConfig",
     "SkipCounter",
     "ErrorPolicy",
@@ -59,6 +62,57 @@ class DatasetInputError(ValueError):
 
 class ImageFileError(DatasetInputError):
     """An image (or per-image feature file) is missing or cannot be decoded."""
+
+
+def cli_input_errors() -> tuple[type[Exception], ...]:
+    """Errors caused by the user's files or settings during a build: printed in one line by the ``tfds``
+    command line (:func:`install_cli_error_hook`), like the main job does."""
+    errors: list[type[Exception]] = [DatasetInputError, ocr_lib.OcrFileError, ocr_lib.OcrUnavailableError]
+    try:
+        from openvivqa_jax.data.images import ImageDecodeError
+    except ImportError:  # pragma: no cover - older checkouts without the shared image decoder
+        pass
+    else:
+        errors.append(ImageDecodeError)
+    return tuple(errors)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def install_cli_error_hook() -> bool:
+    """Makes the ``tfds build`` command line report input errors as one ``error: <Class>: <message>`` line.
+
+    ``tfds build`` lets every exception escape ``absl.app.run`` and Python prints a 19-frame traceback before
+    the message. Under the ``tfds`` command line (``tensorflow_datasets.scripts.cli.main`` imported), this
+    wraps ``sys.excepthook``: an error of :func:`cli_input_errors` (also one that Apache Beam re-raised with
+    the original as its cause or context) prints the single line; any other exception keeps its traceback.
+    The exit status stays 1. Installed once; a no-op outside the ``tfds`` command line.
+
+    Returns:
+        Whether the hook is (now) installed.
+    """
+    if "tensorflow_datasets.scripts.cli.main" not in sys.modules:
+        return False
+    if getattr(sys.excepthook, "_openvivqa_cli_hook", False):
+        return True
+    previous = sys.excepthook
+    errors = cli_input_errors()
+
+    def hook(exc_type, exc, tb):
+        seen, e = set(), exc
+        while e is not None and id(e) not in seen:  # Beam wraps worker errors; find ours in the chain
+            if isinstance(e, errors):
+                print(f"error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+                return
+            seen.add(id(e))
+            e = e.__cause__ or e.__context__
+        previous(exc_type, exc, tb)
+
+    hook._openvivqa_cli_hook = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+    return True
 
 
 def record_error(
@@ -491,3 +545,6 @@ def boxes_to_unit(
     if b.max() > 1.0 + 1e-3:
         b = b / np.array([width, height, width, height], np.float64)
     return np.clip(b, 0.0, 1.0).astype(np.float32)
+
+
+install_cli_error_hook()

@@ -162,7 +162,8 @@ def parse_annotation_file(
     if isinstance(images_raw, dict):
         for k in readers.duplicate_keys(images_raw):
             policy.handle("duplicate_image_id", readers.record_error(
-                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); the first entry is kept"))
+                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); "
+                "skip_invalid_records keeps the first entry"))
         entries = [(f"image {k!r}", k, v) for k, v in images_raw.items()]
     elif isinstance(images_raw, list):
         entries = []
@@ -178,15 +179,15 @@ def parse_annotation_file(
             raise readers.record_error(path, where, f"file name {name!r} is not a non-empty string")
         if str(k) in images:
             policy.handle("duplicate_image_id", readers.record_error(
-                path, where, "image id listed twice in 'images'; the first entry is kept"))
+                path, where, "image id listed twice in 'images'; skip_invalid_records keeps the first entry"))
             continue
         images[str(k)] = name
 
     if isinstance(anns_raw, dict):
         for k in readers.duplicate_keys(anns_raw):
             policy.handle("duplicate_question_id", readers.record_error(
-                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); the first "
-                "entry is kept"))
+                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); skip_invalid_records keeps "
+                "the first entry"))
         anns = [(str(k), f"question {k}", a) for k, a in anns_raw.items()]
     elif isinstance(anns_raw, list):
         anns = []
@@ -206,7 +207,7 @@ def parse_annotation_file(
     for qid, record, a in anns:
         if qid in seen:
             policy.handle("duplicate_question_id", readers.record_error(
-                path, record, "question id listed twice in 'annotations'; the first entry is kept"))
+                path, record, "question id listed twice in 'annotations'; skip_invalid_records keeps the first entry"))
             continue
         seen.add(qid)
         try:

@@ -187,7 +187,8 @@ def parse_annotation_file(
     if isinstance(images_raw, dict):
         for k in readers.duplicate_keys(images_raw):
             policy.handle("duplicate_image_id", readers.record_error(
-                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); the first entry is kept"))
+                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); "
+                "skip_invalid_records keeps the first entry"))
         items = [(k, v) for k, v in images_raw.items()]
     elif isinstance(images_raw, list):
         items = []
@@ -200,7 +201,8 @@ def parse_annotation_file(
             unknown.check(entry, IMAGE_FIELDS, path=path)
             if str(entry["id"]) in listed:
                 policy.handle("duplicate_image_id", readers.record_error(
-                    path, f"images[{i}] (image {entry['id']!r})", "image id listed twice in 'images'; the first entry is kept"))
+                    path, f"images[{i}] (image {entry['id']!r})",
+                    "image id listed twice in 'images'; skip_invalid_records keeps the first entry"))
                 continue
             listed.add(str(entry["id"]))
             items.append((entry["id"], entry.get("filename", entry.get("file_name"))))
@@ -214,8 +216,8 @@ def parse_annotation_file(
     if isinstance(anns_raw, dict):
         for k in readers.duplicate_keys(anns_raw):
             policy.handle("duplicate_question_id", readers.record_error(
-                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); the first "
-                "entry is kept"))
+                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); skip_invalid_records keeps "
+                "the first entry"))
         anns = list(anns_raw.items())
     elif isinstance(anns_raw, list):
         anns = []
