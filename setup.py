@@ -54,6 +54,7 @@ setup(
             "openvivqa-evaluate=openvivqa_jax.evaluate:run",
             "openvivqa-predict=openvivqa_jax.predict:run",
             "openvivqa-plot=openvivqa_jax.plot:run",
+            "openvivqa-analyze=openvivqa_jax.analyze:run",
         ]
     },
 )
