@@ -66,6 +66,9 @@ def get_config() -> ml_collections.ConfigDict:
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
     # less training memory for one more forward pass of each block. Used by M4C.
     c.model.remat = False
+    # jax.nn.dot_product_attention implementation of every attention layer: 'xla' (any backend/dtype) or
+    # 'cudnn' (cuDNN's fused kernel; CUDA GPU with model.dtype bfloat16 only).
+    c.model.attention_impl = "xla"
     c.model.vision = ml_collections.ConfigDict()
     c.model.vision.kind = "cnn"
     c.model.vision.cnn_channels = (32, 64, 96, 128)

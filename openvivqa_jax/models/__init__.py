@@ -43,7 +43,8 @@ def build_model(model_cfg, vocab_size: int, seed: int = 0):
 
     Args:
       model_cfg: ``config.model``; ``dtype`` selects the compute dtype (``float32`` or ``bfloat16``;
-        parameters stay float32).
+        parameters stay float32); ``attention_impl`` (default ``"xla"``) the implementation of
+        ``jax.nn.dot_product_attention`` in every attention layer (``"cudnn"``: cuDNN's fused kernel).
       vocab_size: SentencePiece vocabulary size ``V``.
       seed: parameter initialization seed.
 
@@ -51,10 +52,14 @@ def build_model(model_cfg, vocab_size: int, seed: int = 0):
       The NNX module.
 
     Raises:
-      ValueError: for an unknown model name or dtype.
+      ValueError: for an unknown model name or dtype, or an ``attention_impl`` that does not apply
+        (:func:`~openvivqa_jax.models.layers.set_attention_impl`).
     """
+    from openvivqa_jax.models.layers import set_attention_impl
+
     klass = model_class(model_cfg.name)
     dtype_name = model_cfg.get("dtype", "float32")
     if dtype_name not in _DTYPES:
         raise ValueError(f"unknown model dtype {dtype_name!r}; known: {sorted(_DTYPES)}")
-    return klass(model_cfg, vocab_size, rngs=nnx.Rngs(params=seed), dtype=_DTYPES[dtype_name])
+    model = klass(model_cfg, vocab_size, rngs=nnx.Rngs(params=seed), dtype=_DTYPES[dtype_name])
+    return set_attention_impl(model, model_cfg.get("attention_impl", "xla"), _DTYPES[dtype_name])

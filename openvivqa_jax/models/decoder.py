@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from openvivqa_jax.models.layers import NEG_INF, DecoderLayer, _ln, dense
+from openvivqa_jax.models.layers import NEG_INF, DecoderLayer, Dropout, _ln, dense
 
 __all__ = ["AnswerDecoder", "causal_mask"]
 
@@ -65,7 +65,7 @@ class AnswerDecoder(nnx.Module):
             self.ocr_in = dense(d_model, d_model, rngs, dtype)
             self.ptr_query = dense(d_model, d_model, rngs, dtype)
             self.ptr_key = dense(d_model, d_model, rngs, dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def embed_inputs(self, ids: jax.Array, positions: jax.Array, ocr_feats: jax.Array) -> jax.Array:
         """Input embeddings of extended ids.

@@ -15,9 +15,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.extend.random import threefry_2x32
 
 __all__ = [
     "NEG_INF",
+    "ATTENTION_IMPLS",
+    "Dropout",
+    "dropout_bit_width",
+    "set_attention_impl",
     "MultiHeadAttention",
     "FeedForward",
     "EncoderBlock",
@@ -47,6 +52,126 @@ def call_block(block, *args, remat: bool = False, deterministic: bool = True, rn
         return block(*args, deterministic=deterministic, rngs=rngs, **kwargs)
 
     return nnx.remat(run)(block, args, kwargs, rngs)
+
+
+#: Values of ``model.attention_impl``: ``jax.nn.dot_product_attention``'s ``implementation``.
+ATTENTION_IMPLS = ("xla", "cudnn")
+
+
+def set_attention_impl(model: nnx.Module, impl: str, dtype: Any = jnp.float32) -> nnx.Module:
+    """Sets the ``jax.nn.dot_product_attention`` implementation of every :class:`MultiHeadAttention` in
+    ``model`` (``config.model.attention_impl``) and returns ``model``.
+
+    Args:
+      model: any module of the zoo.
+      impl: ``"xla"`` (XLA's own attention, any backend and dtype) or ``"cudnn"`` (cuDNN's fused kernel:
+        a CUDA GPU and bfloat16/float16 compute only).
+      dtype: the model's compute dtype (checked against ``impl``).
+
+    Raises:
+      ValueError: for an unknown ``impl``, or ``"cudnn"`` without a GPU backend or with float32 compute.
+    """
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"model.attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    if impl == "cudnn":
+        if jax.default_backend() != "gpu":
+            raise ValueError(f"model.attention_impl='cudnn' needs a CUDA GPU; the JAX backend is "
+                             f"{jax.default_backend()!r} (use 'xla')")
+        if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+            raise ValueError(f"model.attention_impl='cudnn' takes bfloat16/float16 compute; model.dtype is "
+                             f"{jnp.dtype(dtype).name} (use 'xla')")
+    for _, node in nnx.iter_graph(model):
+        if isinstance(node, MultiHeadAttention):
+            node.implementation = impl
+    return model
+
+
+def dropout_bit_width(rate: float) -> int:
+    """Random bits per element that dropout at ``rate`` draws: the narrowest of 8, 16 and 32 whose
+    threshold ``round(keep * 2**w)`` (``keep = 1 - rate``) puts the realized drop rate within 0.1% of
+    ``rate`` (relative), e.g. 8 for 0.5 or 0.25 (exact), 16 for 0.1 (drop rate 0.1000061)."""
+    keep = 1.0 - rate
+    for w in (8, 16):
+        if abs(_threshold(keep, w) / 2 ** w - keep) <= 1e-3 * min(rate, keep):
+            return w
+    return 32
+
+
+def _threshold(keep: float, width: int) -> int:
+    """``round(keep * 2**width)``, at most ``2**width - 1`` (the largest ``width``-bit integer + 1 is not
+    representable; keeping everything is ``rate == 0``, handled before)."""
+    return min(round(keep * 2 ** width), 2 ** width - 1)
+
+
+class Dropout(nnx.Dropout):
+    """Inverted dropout (Srivastava et al. 2014): keep each element with probability ``keep = 1 - rate``
+    and scale kept elements by ``1 / keep``; the identity when ``deterministic`` or ``rate == 0``.
+
+    Same arguments, key stream and semantics as :class:`flax.nnx.Dropout` (one fresh key per call from
+    ``rngs.dropout``, so masks are independent per element, per call, i.e. per layer, and per step, and
+    fixed by the seed), with cheaper random bits. ``nnx.Dropout`` draws a 32-bit
+    ``jax.random.bernoulli`` per element, and JAX's default partitionable threefry spends one
+    threefry-2x32 block (64 bits) on each 32-bit word. Here each element takes only
+    :func:`dropout_bit_width` bits (16 at rate 0.1, 8 at 0.5), and with a threefry key the words come
+    from counter-mode threefry-2x32 (Salmon et al. 2011: block ``i`` encrypts counters ``(i, i + n/2)``),
+    two words per block: 4x fewer blocks at rate 0.1, 8x at 0.5. An element is kept when its ``w``-bit
+    integer is below ``round(keep * 2**w)``. Other key implementations (``train.dropout_prng`` ``rbg``,
+    ``unsafe_rbg``) draw the words with ``jax.random.bits``.
+    """
+
+    def __call__(self, inputs, *, deterministic: bool | None = None, rngs=None):
+        """``inputs`` of any shape -> same shape and dtype, masked and rescaled (or unchanged).
+
+        Raises:
+          ValueError: when dropout is active and no ``rngs`` is given (as ``nnx.Dropout``).
+        """
+        deterministic = self.deterministic if deterministic is None else deterministic
+        if deterministic is None:
+            raise ValueError("Dropout: pass deterministic=True/False")
+        if self.rate == 0.0 or deterministic:
+            return inputs
+        if self.rate == 1.0:
+            return jnp.zeros_like(inputs)
+        rngs = self.rngs if rngs is None else rngs
+        if rngs is None:
+            raise ValueError("Dropout: deterministic is False but no rngs were given")
+        if isinstance(rngs, nnx.Rngs):
+            key = rngs[self.rng_collection]()
+        elif isinstance(rngs, nnx.RngStream):
+            key = rngs()
+        else:
+            key = rngs
+        shape = list(inputs.shape)
+        for dim in self.broadcast_dims:
+            shape[dim] = 1
+        keep = 1.0 - self.rate
+        mask = _keep_mask(key, tuple(shape), keep, dropout_bit_width(self.rate))
+        mask = jnp.broadcast_to(mask, inputs.shape)
+        return jax.lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
+
+
+def _keep_mask(key: jax.Array, shape: tuple[int, ...], keep: float, width: int) -> jax.Array:
+    """Bool ``shape`` mask, ``True`` with probability ``round(keep * 2**width) / 2**width`` per element,
+    from ``width``-bit integers packed ``32 / width`` to a 32-bit word (see :class:`Dropout`)."""
+    n = 1
+    for s in shape:
+        n *= s
+    per_word = 32 // width
+    words = -(-n // per_word)
+    words += words % 2  # threefry-2x32 takes counters in pairs
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        impl = str(jax.random.key_impl(key))
+        data = jax.random.key_data(key)
+    else:  # a raw uint32[2] key is threefry's
+        impl, data = "threefry2x32", key
+    if impl == "threefry2x32":
+        bits = threefry_2x32(data, jax.lax.iota(jnp.uint32, words))
+    else:
+        bits = jax.random.bits(key, (words,), jnp.uint32)
+    udtype = {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32}[width]
+    if width < 32:
+        bits = jax.lax.bitcast_convert_type(bits, udtype).reshape(-1)
+    return (bits[:n] < jnp.asarray(_threshold(keep, width), udtype)).reshape(shape)
 
 
 def dense(din: int, dout: int, rngs: nnx.Rngs, dtype: Any = jnp.float32, use_bias: bool = True) -> nnx.Linear:
@@ -80,7 +205,8 @@ class MultiHeadAttention(nnx.Module):
         self.key = dense(d_model, d_model, rngs, dtype)
         self.value = dense(d_model, d_model, rngs, dtype)
         self.out = dense(d_model, d_model, rngs, dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
+        self.implementation = "xla"
 
     def _split(self, x: jax.Array) -> jax.Array:
         return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
@@ -106,16 +232,32 @@ class MultiHeadAttention(nnx.Module):
           ``(batch, q_len, d)``, or ``(out, probs (batch, H, q_len, kv_len) float32)`` with ``return_weights``.
         """
         q = self._split(self.query(q_in))
-        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(self.head_dim).astype(q.dtype)
-        logits = logits.astype(jnp.float32)
-        if mask is not None:
-            logits = jnp.where(mask, logits, NEG_INF)
-        weights = jax.nn.softmax(logits, axis=-1)
-        probs = weights.astype(v.dtype)
-        probs = self.dropout(probs, deterministic=deterministic, rngs=rngs)
-        ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        if return_weights or not (deterministic or self.dropout.rate == 0.0):
+            # The probabilities themselves are needed (returned, or dropped out: attention dropout acts on
+            # the softmax output, which dot_product_attention does not expose): the unfused computation.
+            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+            logits = logits * (1.0 / float(self.head_dim) ** 0.5)
+            if mask is not None:
+                logits = jnp.where(mask, logits, NEG_INF)
+            weights = jax.nn.softmax(logits, axis=-1)
+            probs = self.dropout(weights.astype(v.dtype), deterministic=deterministic, rngs=rngs)
+            ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        else:
+            ctx = self._fused(q, k, v, mask)
         out = self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
         return (out, weights) if return_weights else out
+
+    def _fused(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None) -> jax.Array:
+        """``softmax(q k^T / sqrt(head_dim), masked) v`` through :func:`jax.nn.dot_product_attention` with
+        :attr:`implementation`. ``q`` ``(batch, q_len, H, head_dim)``, ``k``/``v`` ``(batch, kv_len, H,
+        head_dim)``, ``mask`` bool broadcastable to ``(batch, H, q_len, kv_len)`` or ``None``; returns
+        ``(batch, q_len, H, head_dim)``. Masked logits get ``dot_product_attention``'s large negative
+        value, so a fully masked row is a uniform average, as with :data:`NEG_INF`."""
+        if mask is not None:
+            mask = jnp.asarray(mask, bool)
+            mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0 / float(self.head_dim) ** 0.5,
+                                            implementation=self.implementation)
 
     def __call__(self, q_in, kv_in, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
         """Attention of ``q_in`` ``(batch, q_len, d)`` over ``kv_in`` ``(batch, kv_len, d)``."""
@@ -146,18 +288,13 @@ class MultiHeadAttention(nnx.Module):
           ``(batch, q_len, d)``, equal to :meth:`attend` over the concatenated keys/values.
         """
         q = self._split(self.query(q_in))
-        scale = jnp.sqrt(self.head_dim).astype(q.dtype)
-        logits = jnp.concatenate([jnp.einsum("bqhd,bhdk->bhqk", q, k) for k, _ in segments], -1) / scale
-        logits = logits.astype(jnp.float32)
-        if mask is not None:
-            logits = jnp.where(mask, logits, NEG_INF)
-        probs = jax.nn.softmax(logits, axis=-1).astype(segments[0][1].dtype)
-        ctx, start = None, 0
-        for k, v in segments:
-            n = k.shape[-1]
-            part = jnp.einsum("bhqk,bhdk->bqhd", probs[..., start:start + n], v)
-            ctx = part if ctx is None else ctx + part
-            start += n
+        # Head-major (batch, H, head_dim, n) -> (batch, n, H, head_dim): XLA folds this transpose into the
+        # dots' operand layout (the head-major cache is the dot's canonical right-hand side).
+        ks = [jnp.transpose(k, (0, 3, 1, 2)) for k, _ in segments]
+        vs = [jnp.transpose(v, (0, 3, 1, 2)) for _, v in segments]
+        k = ks[0] if len(ks) == 1 else jnp.concatenate(ks, 1)
+        v = vs[0] if len(vs) == 1 else jnp.concatenate(vs, 1)
+        ctx = self._fused(q, k.astype(q.dtype), v.astype(q.dtype), mask)
         return self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
 
 
@@ -167,7 +304,7 @@ class FeedForward(nnx.Module):
     def __init__(self, d_model: int, ffn_dim: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         self.wi = dense(d_model, ffn_dim, rngs, dtype)
         self.wo = dense(ffn_dim, d_model, rngs, dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
         """``x``: ``(..., d)`` -> ``(..., d)``."""
@@ -194,7 +331,7 @@ class CrossBlock(nnx.Module):
         self.attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
         self.norm_ffn = _ln(d_model, rngs, dtype)
         self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x, context, context_mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
         """Args: ``x`` ``(batch, q_len, d)``; ``context`` ``(batch, kv_len, d)``; ``context_mask``
@@ -215,7 +352,7 @@ class EncoderBlock(nnx.Module):
         self.attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
         self.norm_ffn = _ln(d_model, rngs, dtype)
         self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None, attn_mask=None):
         """``attn_mask`` (optional) overrides the key mask with a full ``(batch, 1|H, len, len)`` mask."""
@@ -242,7 +379,7 @@ class DecoderLayer(nnx.Module):
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
         self.norm_ffn = _ln(d_model, rngs, dtype)
         self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x, self_mask, cross_kv, cross_mask, *, deterministic=True, rngs=None,
                  return_attention: bool = False):

@@ -44,7 +44,7 @@ from openvivqa_jax.models.base import GeneratorModel
 from openvivqa_jax.models.decoder import AnswerDecoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding
 from openvivqa_jax.models.fst import vision_encoder
-from openvivqa_jax.models.layers import EncoderBlock, _ln, call_block, dense
+from openvivqa_jax.models.layers import Dropout, EncoderBlock, _ln, call_block, dense
 
 __all__ = ["M4C", "prefix_lm_mask"]
 
@@ -111,7 +111,7 @@ class M4C(GeneratorModel):
         self.vocab_head = dense(d, vocab_size, rngs, dtype)
         self.ptr_query = dense(d, d, rngs, dtype)
         self.ptr_key = dense(d, d, rngs, dtype)
-        self.dropout = nnx.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     # ------------------------------------------------------------------ encoder
     def encode(self, batch, *, deterministic=True, rngs=None):
