@@ -185,3 +185,12 @@ def test_evaluate_cli_japanese_one_character_off(tmp_path):
     assert q103["EVJVQA-F1"] == pytest.approx(18 / 19) and q103["EVJVQA-F1"] > 0.8
     assert q103["F1"] == 0.0  # SQuAD F1 on whitespace tokens: the Japanese answer is one token
     assert out["overall"]["EVJVQA-F1"] == pytest.approx((5 + 18 / 19) / 6)
+    # Per language: en and vi exact (the final "." is punctuation); ja = questions 103 (9 of 10 characters)
+    # and 106 (exact). BLEU over the two ja answers: every n-gram precision is 1 (12/12, 10/10, 8/8, 6/6),
+    # brevity penalty exp(1 - 13/12).
+    by_lang = out["by_field"]["language"]
+    assert {k: v["num_questions"] for k, v in by_lang.items()} == {"en": 2, "ja": 2, "vi": 2}
+    assert by_lang["en"]["EVJVQA-F1"] == pytest.approx(1.0) and by_lang["vi"]["EVJVQA-F1"] == pytest.approx(1.0)
+    assert by_lang["ja"]["EVJVQA-F1"] == pytest.approx((1 + 18 / 19) / 2)
+    assert by_lang["ja"]["EVJVQA-BLEU"] == pytest.approx(math.exp(1 - 13 / 12), rel=1e-6)
+    assert by_lang["en"]["EVJVQA-BLEU"] == pytest.approx(1.0, rel=1e-6)

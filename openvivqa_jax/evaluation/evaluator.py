@@ -411,6 +411,13 @@ def score(
         if fields.get(f):
             labels[f] = [fields[f].get(qid) for qid in ids]
     by_field = grouping.field_scores(hyps, refs, labels, names, per_q)
+    if by_field and "EVJVQA-BLEU" in names:  # a corpus value: recomputed over each part, like BLEU-1..4
+        parts = {(f, v): np.asarray([i for i, x in enumerate(labels[f]) if x is not None and str(x) == v], np.int64)
+                 for f, by_value in by_field.items() for v in by_value}
+        part_bleu, _ = evjvqa_lib.bleu_mean(
+            hyps, refs, [lang_map.get(qid) for qid in ids], {f"{f}={v}": idx for (f, v), idx in parts.items()})
+        for f, v in parts:
+            by_field[f][v]["EVJVQA-BLEU"] = part_bleu[f"{f}={v}"]
     if by_field:
         result["by_field"] = by_field
 

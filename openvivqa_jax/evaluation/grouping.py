@@ -19,6 +19,8 @@ Per value (``by_field[field][value]``):
 ``BLEU-1..4``       corpus BLEU over the part, when requested (:mod:`.bleu`)
 others              mean over the part of the per-question values of ROUGE-L, ANLS, VQA-accuracy, EM,
                     F1, EVJVQA-F1, WMDRel, when requested (METEOR is left out: one JVM run per part)
+``EVJVQA-BLEU``     mean of corpus BLEU-1..4 on EVJVQA's tokens over the part, when requested (added by
+                    the evaluator, which knows each question's language; :mod:`.evjvqa`)
 ==================  ================================================================================
 
 Fields: ``qa_type`` (values ``text``, ``non_text``; unknown types are left out), and every field given in
@@ -127,10 +129,10 @@ def field_scores(
 
 def format_field_tables(by_field: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     """Plain-text tables of :func:`field_scores`' result: per field, one row per value with the question
-    count, exact match (%) and CIDEr, plus F1 / EVJVQA-F1 when present. Empty string for no fields."""
+    count, exact match (%) and CIDEr, plus EVJVQA-F1 / EVJVQA-BLEU when present. Empty string for no fields."""
     blocks = []
     for field, by_value in by_field.items():
-        extra = [m for m in ("EVJVQA-F1",) if any(m in r for r in by_value.values())]
+        extra = [m for m in ("EVJVQA-F1", "EVJVQA-BLEU") if any(m in r for r in by_value.values())]
         width = max([len(v) for v in by_value] + [len(f"by {field}")])
         head = f"{'by ' + field:<{width}} {'questions':>9} {'exact match':>17} {'CIDEr':>8}" + "".join(
             f" {m:>10}" for m in extra)
