@@ -243,8 +243,8 @@ def format_summary(result: Mapping) -> str:
             else:
                 reasons = ", ".join(f"{k} {v}" for k, v in g["reasons"].items())
                 if g["unit"] == "images":
-                    reasons = f"{g.get('images_below_minimum', 0)} of {g['checked']} images; " + reasons
-                    lines.append(f"  {name:18s} {g['count']:6d}  ({reasons})")
+                    lines.append(f"  {name:18s} {g['count']:6d}  (on {g.get('images_below_minimum', 0)} of "
+                                 f"{g['checked']} images" + (f"; {reasons})" if reasons else ")"))
                 else:
                     lines.append(f"  {name:18s} {g['count']:6d} of {g['checked']}" + (f"  ({reasons})" if reasons else ""))
     if result.get("agreement"):

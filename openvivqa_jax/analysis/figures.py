@@ -82,7 +82,7 @@ def _stacked_bars(ax, splits: list[str], parts: list[tuple[str, np.ndarray, str]
         left = left + values
     ax.set_yticks(y, splits)
     ax.invert_yaxis()
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
 
 
@@ -91,7 +91,7 @@ def plot_qa_types(splits: Mapping[str, Mapping], output: str, title: str = "") -
     from matplotlib.figure import Figure
 
     names = list(splits)
-    fig = Figure(figsize=(8, 1.2 + 0.6 * len(names)), dpi=110)
+    fig = Figure(figsize=(9, 1.4 + 0.6 * len(names)), dpi=110)
     ax = fig.add_subplot(1, 1, 1)
     parts = [("Text QA", np.array([splits[s]["qa_types"]["text"] for s in names], float), "tab:orange"),
              ("Non-text QA", np.array([splits[s]["qa_types"]["non_text"] for s in names], float), "tab:blue"),
@@ -109,7 +109,7 @@ def plot_levels(splits: Mapping[str, Mapping], output: str, title: str = "") -> 
     from matplotlib.figure import Figure
 
     names = list(splits)
-    fig = Figure(figsize=(8, 1.2 + 0.6 * len(names)), dpi=110)
+    fig = Figure(figsize=(9, 1.4 + 0.6 * len(names)), dpi=110)
     ax = fig.add_subplot(1, 1, 1)
     colors = {"word": "tab:red", "phrase": "tab:olive", "sentence": "tab:purple"}
     parts = [(lv, np.array([100 * (splits[s]["linguistic_level"]["shares"][lv] or 0.0) for s in names]), colors[lv])
