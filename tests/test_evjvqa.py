@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -194,3 +196,139 @@ def test_evaluate_cli_japanese_one_character_off(tmp_path):
     assert by_lang["ja"]["EVJVQA-F1"] == pytest.approx((1 + 18 / 19) / 2)
     assert by_lang["ja"]["EVJVQA-BLEU"] == pytest.approx(math.exp(1 - 13 / 12), rel=1e-6)
     assert by_lang["en"]["EVJVQA-BLEU"] == pytest.approx(1.0, rel=1e-6)
+
+
+# ---- the config and its tokenizer ------------------------------------------------------------------------------
+
+# A three-language corpus (12 objects x 8 colours x 3 templates per language = 288 questions and answers each).
+
+OBJECTS = {  # en, vi, ja
+    "car": ("xe hơi", "車"), "bicycle": ("xe đạp", "自転車"), "sign": ("biển hiệu", "看板"),
+    "hat": ("cái nón", "帽子"), "umbrella": ("cây dù", "傘"), "building": ("tòa nhà", "建物"),
+    "dog": ("con chó", "犬"), "motorbike": ("xe máy", "バイク"), "shop": ("cửa hàng", "お店"),
+    "flower": ("bông hoa", "花"), "fruit": ("trái cây", "果物"), "boat": ("chiếc thuyền", "ボート"),
+}
+COLORS = {"red": ("đỏ", "赤"), "blue": ("xanh dương", "青"), "green": ("xanh lá", "緑"), "yellow": ("vàng", "黄色"),
+          "white": ("trắng", "白"), "black": ("đen", "黒"), "brown": ("nâu", "茶色"), "pink": ("hồng", "ピンク")}
+NUMS = {2: ("two", "hai", "二"), 3: ("three", "ba", "三"), 4: ("four", "bốn", "四")}
+
+
+def three_language_corpus():
+    """[(language, question, answer)]: 12 objects x 8 colours x 3 templates per language."""
+    out = []
+    objs = list(OBJECTS.items())
+    for (i, (o_en, (o_vi, o_ja))), (c_en, (c_vi, c_ja)) in itertools.product(enumerate(objs), COLORS.items()):
+        o2_en, (o2_vi, o2_ja) = objs[(i + 1) % len(objs)]
+        n = 2 + (i % 3)
+        n_en, n_vi, n_ja = NUMS[n]
+        out += [
+            ("en", f"what color is the {o_en} in the picture?", f"the {o_en} is {c_en}"),
+            ("en", f"how many {o_en}s are next to the {c_en} {o2_en}?", f"there are {n_en} {o_en}s"),
+            ("en", f"what is next to the {c_en} {o_en}?", f"a {o2_en} is next to the {c_en} {o_en}"),
+            ("vi", f"{o_vi} trong ảnh có màu gì?", f"{o_vi} có màu {c_vi}"),
+            ("vi", f"có bao nhiêu {o_vi} bên cạnh {o2_vi} màu {c_vi}?", f"có {n_vi} {o_vi}"),
+            ("vi", f"bên cạnh {o_vi} màu {c_vi} là gì?", f"bên cạnh {o_vi} màu {c_vi} là {o2_vi}"),
+            ("ja", f"写真の{o_ja}は何色ですか？", f"{o_ja}は{c_ja}です"),
+            ("ja", f"{c_ja}い{o2_ja}の隣に{o_ja}はいくつありますか？", f"{o_ja}は{n_ja}つあります"),
+            ("ja", f"{c_ja}の{o_ja}の隣に何がありますか？", f"{c_ja}の{o_ja}の隣に{o2_ja}があります"),
+        ]
+    return out
+
+
+def _japanese(ch: str) -> bool:
+    name = unicodedata.name(ch, "")
+    return any(k in name for k in ("HIRAGANA", "KATAKANA", "CJK"))
+
+
+def test_sentencepiece_covers_latin_vietnamese_and_japanese(tmp_path):
+    """The config's tokenizer (BPE, character_coverage 1.0, vocab 8,000) on the three-language corpus: every
+    character is a piece (no byte fallback), Japanese pieces exist, text round-trips, nothing is cut at the
+    config's 30 pieces."""
+    import sentencepiece as spm
+
+    from openvivqa_jax.config_files import load_config
+    from openvivqa_jax.text.normalize import normalize_text
+    from openvivqa_jax.text.tokenizer import train_sentencepiece
+
+    cfg = load_config(str(REPO / "configs/evjvqa/mlpag.py"))
+    rows = [(lang, normalize_text(q), normalize_text(a)) for lang, q, a in three_language_corpus()]
+    assert len(rows) == 864
+    texts = [t for _, q, a in rows for t in (q, a)]
+    train_sentencepiece(texts, str(tmp_path / "spm.model"), cfg.tokenizer.vocab_size,
+                        model_type=cfg.tokenizer.model_type)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
+    chars = {c for t in texts for c in t if c != " "}
+    ja_chars = {c for c in chars if _japanese(c)}
+    assert len(ja_chars) == 51  # the distinct kana and kanji of the word lists and templates above
+    for c in chars:  # every character has its own piece (with or without the word-start mark)
+        assert sp.piece_to_id(c) != sp.unk_id() or sp.piece_to_id("\u2581" + c) != sp.unk_id(), c
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    assert sum(any(_japanese(c) for c in p) for p in pieces) > len(ja_chars)  # characters + merged words
+    longest = {}
+    for lang, q, a in rows:
+        for t in (q, a):
+            ids = sp.encode(t)
+            assert not any(sp.is_byte(i) for i in ids), t
+            assert sp.decode(ids) == t
+        longest[lang] = max(longest.get(lang, 0), len(sp.encode(q)))
+    assert max(longest.values()) <= cfg.model.max_question_len  # cut rate 0 at 30 pieces
+    # An unseen kanji falls back to its 3 UTF-8 byte pieces instead of an unknown piece.
+    ids = sp.encode("麺")
+    assert sum(sp.is_byte(i) for i in ids) == 3 and sp.decode(ids) == "麺"
+
+
+def test_config_points_at_evjvqa():
+    from openvivqa_jax.config_files import load_config
+
+    c = load_config(str(REPO / "configs/evjvqa/mlpag.py"))
+    assert (c.data.builder, c.model.name, c.train.best_metric) == ("evjvqa", "mlpag", "EVJVQA-F1")
+    assert (c.data.train_split, c.data.eval_split, c.data.test_split) == ("train[:90%]", "train[90%:]", "test")
+    assert c.eval.metrics[:2] == ("EVJVQA-F1", "EVJVQA-BLEU")
+    assert (c.tokenizer.model_type, c.tokenizer.vocab_size) == ("bpe", 8000)
+
+
+@pytest.mark.slow
+def test_mlpag_trains_on_evjvqa_and_reports_per_language(tmp_path):
+    """configs/evjvqa/mlpag.py through `main` at tiny sizes on a train file (30 questions) and the public test
+    (6): the metrics files carry EVJVQA-F1 and EVJVQA-BLEU overall and per language (2-3 min on 2 busy cores)."""
+    from conftest import subprocess_env
+
+    manual = tmp_path / "manual"
+    make_public_test(manual)
+    rows = three_language_corpus()
+    train = [(1000 + i, 1 + i % 3, q, a, lang) for i, (lang, q, a) in enumerate(rows[:30])]
+    data = {"images": [{"id": i, "filename": f"{i:05d}.jpg"} for i in (1, 2, 3)],
+            "annotations": [{"id": q, "image_id": im, "question": qu, "answer": a, "language": lang}
+                            for q, im, qu, a, lang in train]}
+    (manual / "train-images").mkdir()
+    for i in (1, 2, 3):
+        Image.new("RGB", (48, 32), (30 * i, 80, 40)).save(manual / "train-images" / f"{i:05d}.jpg", format="JPEG")
+    (manual / "evjvqa_train.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    wd = tmp_path / "run"
+    tiny = ["--config.model.d_model=32", "--config.model.num_heads=2", "--config.model.ffn_dim=64",
+            "--config.model.vision.cnn_channels=(8, 16)", "--config.data.image_size=(32, 24)",
+            "--config.tokenizer.vocab_size=300", "--config.train.batch_size=2", "--config.train.num_train_steps=2",
+            "--config.train.eval_every_steps=2", "--config.train.checkpoint_every_steps=2",
+            "--config.train.log_every_steps=1", "--config.eval.batch_size=2", "--config.eval.beam_size=1",
+            "--config.model.num_fusion_layers=1", "--config.model.num_decoder_layers=1", "--config.model.num_ocr=4"]
+    res = subprocess.run(
+        [sys.executable, "-m", "openvivqa_jax.main", "--config=configs/evjvqa/mlpag.py", f"--workdir={wd}",
+         f"--config.data.manual_dir={manual}", f"--config.data.data_dir={tmp_path / 'tfds'}", *tiny],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    test = json.loads((wd / "eval" / "test_metrics.json").read_text(encoding="utf-8"))
+    preds = json.loads((wd / "eval" / "test_predictions.json").read_text(encoding="utf-8"))
+    assert {p["question_id"]: p["language"] for p in preds} == {k: v[3] for k, v in EXPECTED.items()}
+    by_lang = test["by_field"]["language"]
+    assert {k: v["num_questions"] for k, v in by_lang.items()} == {"en": 2, "ja": 2, "vi": 2}
+    # EVJVQA-F1 recomputed here from the written predictions with the module's own rule.
+    from openvivqa_jax.evaluation.sanitize import sanitize_text
+    for lang in ("en", "ja", "vi"):
+        mine = [p for p in preds if p["language"] == lang]
+        f1 = evjvqa.f1_scores([sanitize_text(p["prediction"]) for p in mine],
+                              [[sanitize_text(r) for r in p["references"]] for p in mine], [lang] * len(mine))
+        assert by_lang[lang]["EVJVQA-F1"] == pytest.approx(float(f1.mean()))
+        assert "EVJVQA-BLEU" in by_lang[lang]
+    assert set(test["metrics"]) == {"EVJVQA-F1", "EVJVQA-BLEU", "EM", "ROUGE-L"}
+    dev = json.loads((wd / "eval" / "train[90%:]_metrics.json").read_text(encoding="utf-8"))
+    assert dev["num_questions"]["overall"] == 3
