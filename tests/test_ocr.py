@@ -169,10 +169,15 @@ def test_load_ocr_file_normalizes_and_counts(tmp_path):
     stats: dict[str, int] = {}
     out = ocr.load_ocr_file(p, stats=stats)
     assert set(out) == {"12", "13"} and out["13"] == []
-    assert [t["text"] for t in out["12"]] == ["phở hòa", "giá 20,000 đồng"]
-    assert out["12"][0]["box"] == (0.1, 0.2, 0.3, 0.4) and out["12"][0]["score"] == 0.9
-    assert out["12"][1]["box"] == (0.5, 0.5, 1.0, 0.9) and out["12"][1]["score"] == 1.0  # clipped; default score
-    assert stats == {"dropped_empty_after_normalization": 1}
+    # Normalized, then split into one copyable word per token; each word takes its share of the width
+    # by characters: "phở hòa" (3 + 3) over x 0.1..0.3, "giá 20,000 đồng" (3 + 6 + 4) over 0.5..1.0.
+    assert [t["text"] for t in out["12"]] == ["phở", "hòa", "giá", "20,000", "đồng"]
+    boxes = [t["box"] for t in out["12"]]
+    np.testing.assert_allclose(boxes[:2], [(0.1, 0.2, 0.2, 0.4), (0.2, 0.2, 0.3, 0.4)], atol=1e-9)
+    np.testing.assert_allclose(boxes[2:], [(0.5, 0.5, 0.5 + 0.5 * 3 / 13, 0.9), (0.5 + 0.5 * 3 / 13, 0.5, 0.5 + 0.5 * 9 / 13, 0.9),
+                                           (0.5 + 0.5 * 9 / 13, 0.5, 1.0, 0.9)], atol=1e-9)  # x1 1.0005 clipped
+    assert [t["score"] for t in out["12"]] == [0.9, 0.9, 1.0, 1.0, 1.0]  # the token's score; default 1.0
+    assert stats == {"dropped_empty_after_normalization": 1, "split_tokens": 2}
 
 
 @pytest.mark.parametrize(

@@ -180,26 +180,28 @@ def test_list_form_with_qa_type_answers_and_ocr_file(tmp_path):
     assert ex["7"]["answers"] == ["quán hòa", "quán hòa bình"]  # hoà == hòa; newline -> space
     assert [ex[q]["qa_type"] for q in ("7", "8", "9")] == [1, 0, -1]
     assert ex["8"]["answers"] == ["màu xanh"] and ex["9"]["answers"] == ["20,000 đồng"]
-    assert ex["7"]["ocr"]["text"] == ["quán hòa"]
-    np.testing.assert_allclose(ex["7"]["ocr"]["box"], [[0.1, 0.2, 0.5, 0.4]])
-    np.testing.assert_allclose(ex["7"]["ocr"]["score"], [0.75])
+    assert ex["7"]["ocr"]["text"] == ["quán", "hòa"]  # split into copyable words, width shared by characters
+    x = 0.1 + 0.4 * 4 / 7  # "quán" 4 + "hòa" 3 characters over x 0.1..0.5
+    np.testing.assert_allclose(ex["7"]["ocr"]["box"], [[0.1, 0.2, x, 0.4], [x, 0.2, 0.5, 0.4]], atol=1e-6)
+    np.testing.assert_allclose(ex["7"]["ocr"]["score"], [0.75, 0.75])
     assert ex["8"]["ocr"]["text"] == []  # image 2 not in ocr.json: no tokens, counted
     assert builder.ocr_stats["images_missing_from_ocr_file"] == 1
 
 
-def test_tesseract_runs_once_per_image(tmp_path, monkeypatch):
+def test_ocr_engine_runs_once_per_image(tmp_path, monkeypatch):
     calls = []
 
-    def fake(image, **kwargs):
+    def fake(image, *args, **kwargs):
         calls.append(image.size)
-        return [{"text": "phở", "box": (0.0, 0.0, 0.5, 0.5), "score": 0.9}]
+        return [{"text": "phở hòa", "box": (0.0, 0.0, 0.5, 0.5), "score": 0.9}]
 
-    monkeypatch.setattr(ocr_lib, "run_tesseract", fake)
+    monkeypatch.setattr(ocr_lib, "run_ocr_passes", fake)  # the `tesseract` engine, in this process (1 worker)
     small_dataset(tmp_path / "m")
-    builder = build(tmp_path / "m", tmp_path / "d", config="default")
+    config = OpenVivqaConfig(name="tess", ocr_engine="tesseract", num_workers=1)
+    builder = build(tmp_path / "m", tmp_path / "d", config=config)
     assert sorted(calls) == [(20, 50), (40, 30)]  # 3 questions, 2 images
     ex = read(builder.as_data_source()["train"])
-    assert all(e["ocr"]["text"] == ["phở"] for e in ex.values())
+    assert all(e["ocr"]["text"] == ["phở", "hòa"] for e in ex.values())  # engine tokens split into words
 
 
 def test_test_split_may_lack_answers(tmp_path):
@@ -219,9 +221,9 @@ def test_test_split_may_lack_answers(tmp_path):
 BAD_CASES = {
     "missing image": (lambda m: (m / "images" / "b.jpg").unlink(), r"question 102.*image file 'b\.jpg'.*not found"),
     "corrupt jpeg": (lambda m: (m / "images" / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0garbage"),
-                     r"question 102.*corrupt or unreadable image file .*b\.jpg"),
+                     r"question 102: image .*b\.jpg: (not a recognised image|cannot)"),
     "truncated jpeg": (lambda m: (m / "images" / "b.jpg").write_bytes((m / "images" / "b.jpg").read_bytes()[:300]),
-                       r"question 102.*corrupt or unreadable image file .*b\.jpg"),
+                       r"question 102: image .*b\.jpg: cannot (open|decode)"),
 }
 
 
@@ -323,14 +325,18 @@ def test_features_config_reads_npy_dicts(tmp_path):
     assert a["objects"]["features"].dtype == np.float16 and a["objects"]["features"].shape == (3, D)
     np.testing.assert_array_equal(a["objects"]["features"], files["a"]["region_features"].astype(np.float16))
     np.testing.assert_allclose(a["objects"]["boxes"], [[0, 0, 0.5, 0.5], [0.25, 1 / 6, 1, 1], [0.1, 0.1, 0.2, 0.2]], rtol=1e-6)
-    assert a["ocr"]["text"] == ["phở hòa", "20,000 đồng"]  # the blank text is dropped (counted)
-    np.testing.assert_allclose(a["ocr"]["box"], [[0.1, 0.1, 0.5, 0.3], [0.5, 0.5, 1, 1]], rtol=1e-6)
-    np.testing.assert_allclose(a["ocr"]["score"], [0.9, 0.8])
+    # The blank text is dropped (counted); each text is split into copyable words, its width shared by
+    # characters: "phở hòa" (3 + 3) over x 0.1..0.5, "20,000 đồng" (6 + 4) over 0.5..1.
+    assert a["ocr"]["text"] == ["phở", "hòa", "20,000", "đồng"]
+    np.testing.assert_allclose(a["ocr"]["box"], [[0.1, 0.1, 0.3, 0.3], [0.3, 0.1, 0.5, 0.3], [0.5, 0.5, 0.8, 1],
+                                                 [0.8, 0.5, 1, 1]], rtol=1e-6)
+    np.testing.assert_allclose(a["ocr"]["score"], [0.9, 0.9, 0.8, 0.8])
     np.testing.assert_allclose(b["objects"]["boxes"], files["b"]["region_boxes"])
     assert b["ocr"]["text"] == ["bún"]
     np.testing.assert_allclose(b["ocr"]["box"], [[0.1, 0.1, 0.41, 0.3]], rtol=1e-6)
     np.testing.assert_allclose(b["ocr"]["score"], [1.0])
-    assert builder.ocr_stats == {"dropped_empty_after_normalization": 2}  # once per question on image a
+    # once per question on image a: 1 blank text dropped, 2 texts split into words
+    assert builder.ocr_stats == {"dropped_empty_after_normalization": 2, "split_tokens": 4}
 
 
 def test_features_errors(tmp_path):

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import io
 import json
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
+from openvivqa_jax.data import images as images_lib
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.text.normalize import normalize_text
 from tfds_builders import common
@@ -49,6 +50,7 @@ __all__ = [
     "clean_answers",
     "find_file",
     "LoadedImage",
+    "ImageCache",
     "load_image",
     "OcrSource",
     "ocr_feature",
@@ -132,10 +134,14 @@ class ReaderConfig(tfds.core.BuilderConfig):
             decoded, or whose per-image feature file is missing/unreadable, instead of raising.
         skip_invalid_records: skip (count and log) malformed records (bad CSV row, empty question,
             empty answer list where answers are required, bad field types) instead of raising.
+        num_workers: processes that decode images and run OCR at build time
+            (:func:`tfds_builders.image_work.map_images`); None = the CPUs this process may use. The
+            examples and their OCR tokens do not depend on it.
     """
 
     skip_missing_images: bool = False
     skip_invalid_records: bool = False
+    num_workers: int | None = None
 
 
 class SkipCounter:
@@ -408,19 +414,27 @@ class LoadedImage:
     """A decoded, validated image.
 
     Attributes:
-        encoded: JPEG bytes (the file's own bytes when it is an RGB JPEG, else re-encoded, quality 95).
-        pil: the RGB PIL image (height, width, 3).
-        width, height: pixels.
+        encoded: the bytes to store (:func:`openvivqa_jax.data.images.encode_for_storage`: the file's own
+            bytes when they decode to the canonical pixels, else a lossless PNG of them).
+        pil: the canonical RGB PIL image (height, width, 3), or None when the image was processed in a
+            worker process (:class:`ImageCache`); :meth:`rgb` decodes ``encoded`` then.
+        width, height: pixels, after the EXIF rotation.
     """
 
     encoded: bytes
-    pil: Image.Image
+    pil: Image.Image | None
     width: int
     height: int
 
+    def rgb(self) -> Image.Image:
+        """The canonical RGB pixels (decoded from ``encoded`` when ``pil`` is None)."""
+        return self.pil if self.pil is not None else images_lib.decode_image(self.encoded).pil
+
 
 def load_image(path: Path, *, source: Any, record: str) -> LoadedImage:
-    """Reads and fully decodes an image file, so that truncated/corrupt JPEGs fail here, not later.
+    """Reads and fully decodes an image file with the project's one decoder
+    (:func:`openvivqa_jax.data.images.decode_image`: EXIF orientation, transparency onto white, 16-bit by
+    range; bombs, empty, truncated and too-small files refused), so bad files fail here, not later.
 
     Raises:
         ImageFileError: naming ``source`` (the annotation file), ``record`` and the image path.
@@ -430,19 +444,69 @@ def load_image(path: Path, *, source: Any, record: str) -> LoadedImage:
     except OSError as e:
         raise record_error(source, record, f"cannot read image file {path}: {e}", ImageFileError) from e
     try:
-        img = Image.open(io.BytesIO(raw))
-        fmt = img.format
-        img.load()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise record_error(source, record, f"corrupt or unreadable image file {path}: {e}", ImageFileError) from e
-    if fmt == "JPEG" and img.mode == "RGB":
-        encoded = raw
-    else:
-        img = img.convert("RGB")
-        buf = io.BytesIO()
-        img.save(buf, format="JPEG", quality=95)
-        encoded = buf.getvalue()
-    return LoadedImage(encoded=encoded, pil=img.convert("RGB"), width=img.width, height=img.height)
+        decoded = images_lib.decode_image(raw, name=str(path))
+    except images_lib.ImageDecodeError as e:
+        raise record_error(source, record, str(e), ImageFileError) from None
+    return LoadedImage(encoded=images_lib.encode_for_storage(raw, decoded), pil=decoded.pil,
+                       width=decoded.pil.width, height=decoded.pil.height)
+
+
+class ImageCache:
+    """The images of a split, decoded (and OCRed by an engine) in worker processes up front.
+
+    :meth:`prepare` runs :func:`tfds_builders.image_work.map_images` over the split's image files
+    (``num_workers`` processes, deterministic order) and gives the engine's tokens to ``ocr``
+    (:meth:`OcrSource.put`); :meth:`load` then returns each image without decoding again. Files not
+    prepared are loaded on demand (:func:`load_image`). Holds the stored bytes of the prepared images
+    (about 40 KB per OpenViVQA photo).
+    """
+
+    def __init__(self, ocr: "OcrSource | None", num_workers: int | None = None, lang: str = "vie"):
+        from tfds_builders import image_work
+
+        self._work = image_work
+        self.ocr = ocr
+        engine = ocr.engine if ocr is not None and ocr.runs_engine else "none"
+        self.settings = image_work.ImageSettings(ocr_engine=engine, ocr_lang=lang)
+        self.num_workers = num_workers
+        self._results: dict[str, Any] = {}
+
+    def prepare(self, items: Iterable[tuple[Path, str]]) -> None:
+        """Processes ``(image path, OCR key)`` pairs (unique paths, first-seen order).
+
+        Raises:
+            OcrUnavailableError: the engine's programs are not installed.
+        """
+        order: dict[str, str] = {}
+        for path, key in items:
+            if path is not None and str(path) not in self._results:
+                order.setdefault(str(path), str(key))
+        if not order:
+            return
+        workers = self.num_workers if self.settings.ocr_engine != "none" else 1
+        tasks = [self._work.ImageTask(p) for p in order]
+        t0 = time.perf_counter()
+        for task, res in zip(tasks, self._work.map_images(tasks, self.settings, workers)):
+            self._results[task.path] = res
+            if res.error is None and self.ocr is not None and self.settings.ocr_engine != "none":
+                self.ocr.put(order[task.path], res.tokens, res.stats)
+        dt = time.perf_counter() - t0
+        logging.info("%d images decoded%s in %.1f s (%.2f images/s, %s workers)", len(tasks),
+                     f" and OCRed ({self.settings.ocr_engine})" if self.settings.ocr_engine != "none" else "",
+                     dt, len(tasks) / max(dt, 1e-9), workers or self._work.default_num_workers())
+
+    def load(self, path: Path, *, source: Any, record: str) -> LoadedImage:
+        """The image at ``path`` (prepared, else decoded now).
+
+        Raises:
+            ImageFileError: naming ``source``, ``record`` and the image file.
+        """
+        res = self._results.get(str(path))
+        if res is None:
+            return load_image(path, source=source, record=record)
+        if res.error is not None:
+            raise record_error(source, record, res.error, ImageFileError)
+        return LoadedImage(encoded=res.encoded, pil=None, width=res.width, height=res.height)
 
 
 class OcrSource:
@@ -450,7 +514,9 @@ class OcrSource:
 
     Engines: ``"file"`` (``{image_id: tokens}`` JSON, see :func:`openvivqa_jax.data.ocr.load_ocr_file`;
     an image absent from the file gets no tokens, counted as ``images_missing_from_ocr_file``),
-    ``"tesseract"`` (:func:`openvivqa_jax.data.ocr.run_tesseract`, each image_id run once), ``"none"``.
+    ``"detector+tesseract"`` and ``"tesseract"`` (:func:`openvivqa_jax.data.ocr.run_ocr`, the engines
+    of predict; each image_id run once, usually in worker processes through :class:`ImageCache`),
+    ``"none"``.
     ``"auto"`` resolves to ``"file"`` when the OCR file exists, else to ``auto_fallback``.
     """
 
@@ -469,11 +535,15 @@ class OcrSource:
         OcrUnavailableError when Tesseract is requested but not installed (checked up front)."""
         if engine == "auto":
             engine = "file" if ocr_file is not None and Path(ocr_file).is_file() else auto_fallback
-        if engine not in ("file", "tesseract", "none"):
-            raise ValueError(f"unknown OCR engine {engine!r}; expected auto, file, tesseract or none")
+        if engine not in ("file", *ocr_lib.ENGINES):
+            raise ValueError(f"unknown OCR engine {engine!r}; expected auto, file, {', '.join(ocr_lib.ENGINES)}")
         self.engine = engine
         self.stats: dict[str, int] = {}
         self._kwargs = dict(lang=lang, min_confidence=min_confidence, psm=psm, min_side=min_side)
+        # Non-default single-pass Tesseract settings (a builder config's ocr_psm, ...) run run_tesseract
+        # itself; the defaults run the `tesseract` engine of predict (four passes, merged).
+        self._custom_tesseract = (min_confidence, psm, min_side) != (
+            ocr_lib.DEFAULT_MIN_CONFIDENCE, ocr_lib.DEFAULT_PSM, ocr_lib.DEFAULT_MIN_SIDE)
         self._cache: dict[str, list[dict]] = {}
         if engine == "file":
             if ocr_file is None or not Path(ocr_file).is_file():
@@ -481,9 +551,21 @@ class OcrSource:
             self._cache = ocr_lib.load_ocr_file(ocr_file, stats=self.stats)
             self.ocr_file = Path(ocr_file)
             logging.info("OCR from %s (%d images)", ocr_file, len(self._cache))
-        elif engine == "tesseract":
-            ocr_lib.check_tesseract(lang)
-            logging.info("OCR with tesseract %s", self._kwargs)
+        elif engine != "none":
+            ocr_lib.check_engine(engine, lang)
+            logging.info("OCR with %s (lang %s)", engine, lang)
+
+    @property
+    def runs_engine(self) -> bool:
+        """Whether tokens come from running an OCR engine on the images (not a file, not none)."""
+        return self.engine in ocr_lib.ENGINES and self.engine != "none"
+
+    def put(self, image_id: str, tokens: list[dict], stats: Mapping[str, int] | None = None) -> None:
+        """Stores the engine's tokens of ``image_id`` (computed elsewhere, e.g. in a worker process)."""
+        if image_id not in self._cache:
+            self._cache[image_id] = tokens
+            for key, n in (stats or {}).items():
+                self.stats[key] = self.stats.get(key, 0) + n
 
     def get(self, image_id: str, image: Callable[[], Any] | Any) -> list[dict]:
         """Returns the tokens of ``image_id``; ``image`` (or a thunk returning it) is OCRed on a cache miss."""
@@ -497,7 +579,12 @@ class OcrSource:
             self._cache[image_id] = []
             return []
         img = image() if callable(image) else image
-        tokens = ocr_lib.run_tesseract(img, stats=self.stats, **self._kwargs)
+        if isinstance(img, LoadedImage):
+            img = img.rgb()
+        if self.engine == "tesseract" and self._custom_tesseract:
+            tokens = ocr_lib.split_copyable(ocr_lib.run_tesseract(img, stats=self.stats, **self._kwargs), self.stats)
+        else:
+            tokens = ocr_lib.run_ocr(img, self.engine, lang=self._kwargs["lang"], stats=self.stats)
         self._cache[image_id] = tokens
         return tokens
 

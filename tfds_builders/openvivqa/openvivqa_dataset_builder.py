@@ -28,8 +28,14 @@ folder of the annotation file.
 Configs:
 
 * ``default``: images + OCR from ``manual_dir/ocr.json`` (``{image_id: [{text, box, score}]}``) when that
-  file exists, else Tesseract (``vie``, :func:`openvivqa_jax.data.ocr.run_tesseract`) at build time, run
-  once per image_id.
+  file exists, else the ``detector+tesseract`` OCR engine (:func:`openvivqa_jax.data.ocr.run_ocr`: DB text
+  detector, then Tesseract ``vie`` per line) at build time, once per image_id, in ``num_workers``
+  processes (:func:`tfds_builders.image_work.map_images`).
+
+Images are decoded by :func:`openvivqa_jax.data.images.decode_image` (the decoder of the training
+pipeline and predict: EXIF orientation, transparency onto white, 16-bit by range); the stored bytes
+decode to exactly those pixels. Bombs, empty, truncated and too-small images are refused (one line
+naming the annotation file, the question and the image; ``skip_missing_images`` skips and counts them).
 * ``features``: images + the authors' per-image feature files ``manual_dir/features/<name>.npy``
   (``<name>`` = image file stem or image_id; also searched in ``features/<split>/``). Each file is a
   pickled dict (``np.load(path, allow_pickle=True).item()``) with ``region_features`` ``(num_regions, D)``,
@@ -88,10 +94,13 @@ class OpenVivqaConfig(readers.ReaderConfig):
     """Config of the OpenViVQA builder (see the module doc).
 
     Attributes:
-        ocr_engine: ``auto`` (OCR file if present, else tesseract), ``file``, ``tesseract``, ``none`` or
-            ``features`` (scene text from the feature files; needs ``features_dir``).
+        ocr_engine: ``auto`` (OCR file if present, else ``detector+tesseract``), ``file``,
+            ``detector+tesseract`` or ``tesseract`` (:func:`openvivqa_jax.data.ocr.run_ocr`, the engines
+            of predict), ``none`` or ``features`` (scene text from the feature files; needs
+            ``features_dir``).
         ocr_file: OCR JSON file name relative to manual_dir.
-        ocr_lang, ocr_min_confidence, ocr_psm, ocr_min_side: :func:`run_tesseract` arguments.
+        ocr_lang: Tesseract language(s). ocr_min_confidence, ocr_psm, ocr_min_side: non-default values run
+            single-pass :func:`run_tesseract` with them for engine ``tesseract``.
         split_files: ``{split: file name or list of names}`` relative to manual_dir; None = by file name.
         default_split: split of a single annotation file whose name names none.
         answers_required_splits: splits where a question without answers is an error.
@@ -355,7 +364,7 @@ def load_feature_file(
             ocr_stats["dropped_empty_after_normalization"] = ocr_stats.get("dropped_empty_after_normalization", 0) + 1
             continue
         tokens.append({"text": nt, "box": tuple(float(v) for v in b), "score": float(np.clip(s, 0.0, 1.0))})
-    return {"features": feats.astype(np.float16), "boxes": rboxes}, tokens
+    return {"features": feats.astype(np.float16), "boxes": rboxes}, ocr_lib.split_copyable(tokens, ocr_stats)
 
 
 class Builder(tfds.core.GeneratorBasedBuilder):
@@ -366,7 +375,7 @@ class Builder(tfds.core.GeneratorBasedBuilder):
         "1.1.0": "Adds the language feature (ISO 639-1 code of the question and answers).",
         "1.0.0": "Initial release: public-release and list JSON forms, tesseract/file/feature OCR."}
     BUILDER_CONFIGS = [
-        OpenVivqaConfig(name="default", description="Images + OCR from ocr.json if present, else Tesseract (vie)."),
+        OpenVivqaConfig(name="default", description="Images + OCR from ocr.json if present, else detector+tesseract (vie)."),
         OpenVivqaConfig(
             name="features",
             description="Images + the authors' per-image .npy features (region features D=2048, scene text).",
@@ -385,7 +394,7 @@ vlsp2023_train_data.json, vlsp2023_dev_data.json, vlsp2023_test_data.json and th
   <manual_dir>/vlsp2023_test_data.json
   <manual_dir>/images/<file name>              (or <split>/, <split>_images/, <split>-images/, training-images/)
   <manual_dir>/ocr.json                        optional {image_id: [{text, box: [x0,y0,x1,y1] in 0-1, score}]};
-                                               without it the default config runs Tesseract (apt: tesseract-ocr-vie)
+                                               without it the default config runs OCR (apt: tesseract-ocr-vie)
   <manual_dir>/features/<image stem>.npy       only for the `features` config (authors' per-image feature dicts)
 
 Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_dir> --file_format=array_record
@@ -428,10 +437,11 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
             self._ocr = None
         else:
             self._ocr = readers.OcrSource(
-                cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="tesseract", lang=cfg.ocr_lang,
+                cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback=ocr_lib.DEFAULT_ENGINE, lang=cfg.ocr_lang,
                 min_confidence=cfg.ocr_min_confidence, psm=cfg.ocr_psm, min_side=cfg.ocr_min_side,
             )
             self.ocr_stats = self._ocr.stats
+        self._images = readers.ImageCache(self._ocr, cfg.num_workers, cfg.ocr_lang)
         logging.info("openvivqa/%s: split files %s", cfg.name, {k: [p.name for p in v] for k, v in split_files.items()})
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
@@ -460,7 +470,10 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
         kept = 0
         for path in files:
             image_dirs = self._image_dirs(split, path, manual_dir)
-            for rec in parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown):
+            recs = list(parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown))
+            # Decode + OCR every image of the file in worker processes first (deterministic order).
+            self._images.prepare((readers.find_file(r.filename, image_dirs), r.image_id) for r in recs)
+            for rec in recs:
                 record = f"question {rec.question_id}"
                 if rec.question_id in seen:
                     policy.handle("duplicate_question_id", readers.record_error(
@@ -473,7 +486,7 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
                         raise readers.record_error(
                             path, record, f"image file {rec.filename!r} (image_id {rec.image_id}) not found in "
                             f"{[str(d) for d in image_dirs]}", readers.ImageFileError)
-                    image = readers.load_image(image_path, source=path, record=record)
+                    image = self._images.load(image_path, source=path, record=record)
                     example = {
                         "image": image.encoded,
                         "image_id": rec.image_id,
@@ -496,7 +509,7 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
                     if self._ocr is None:
                         tokens = feat_tokens
                     else:
-                        tokens = self._ocr.get(rec.image_id, image.pil)
+                        tokens = self._ocr.get(rec.image_id, image)
                     example["ocr"] = readers.ocr_feature(tokens)
                 except readers.DatasetInputError as e:
                     reason = "missing_or_corrupt_image" if isinstance(e, readers.ImageFileError) else "invalid_record"

@@ -163,6 +163,7 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
         self._global_dict = global_dict
         self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang)
         self.ocr_stats = self._ocr.stats
+        self._images = readers.ImageCache(self._ocr, cfg.num_workers, cfg.ocr_lang)
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
     def _generate_examples(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
@@ -181,6 +182,10 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
             data = readers.read_json(path)
             if not isinstance(data, dict) or not isinstance(data.get("data"), list):
                 raise readers.DatasetInputError(f"{path}: expected {{\"data\": [records]}} (ST-VQA format)")
+            # Decode + OCR every image of the file in worker processes first (deterministic order).
+            self._images.prepare((readers.find_file(it["file_path"], roots), it["file_path"]) for it in data["data"]
+                                 if isinstance(it, dict) and isinstance(it.get("file_path"), str)
+                                 and it["file_path"].strip())
             for i, item in enumerate(data["data"]):
                 record = f"data[{i}]"
                 try:
@@ -214,7 +219,7 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
                         raise readers.record_error(
                             path, record, f"image file {file_path!r} not found under {[str(r) for r in roots]}",
                             readers.ImageFileError)
-                    image = readers.load_image(image_path, source=path, record=record)
+                    image = self._images.load(image_path, source=path, record=record)
                 except readers.ImageFileError as e:
                     policy.handle("missing_or_corrupt_image", e)
                     continue
@@ -227,7 +232,7 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
                     "answers": answers,
                     "qa_type": np.int32(common.QA_TYPE_TEXT),
                     "language": "en",
-                    "ocr": readers.ocr_feature(self._ocr.get(file_path, image.pil)),
+                    "ocr": readers.ocr_feature(self._ocr.get(file_path, image)),
                     "dictionary": dictionary,
                 }
         counter.log_summary(kept)

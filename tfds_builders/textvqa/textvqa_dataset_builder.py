@@ -39,6 +39,7 @@ except ImportError:  # loaded by `tfds build tfds_builders/textvqa` as `textvqa.
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tfds_builders import common, readers
 
+from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.text.normalize import normalize_text
 
 _CITATION = """\
@@ -117,7 +118,7 @@ def read_rosetta(path: Path, stats: dict) -> dict[str, list[dict]]:
                 continue
             box = tuple(float(np.clip(v, 0.0, 1.0)) for v in (x, y, x + w, y + h))
             tokens.append({"text": text, "box": box, "score": 1.0})
-        out[image_id] = tokens
+        out[image_id] = ocr_lib.split_copyable(tokens, stats)  # one copyable word per token, own box
     return out
 
 

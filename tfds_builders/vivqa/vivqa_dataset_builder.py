@@ -60,7 +60,8 @@ class VivqaConfig(readers.ReaderConfig):
 
     Attributes:
         image_dirs: folders (relative to manual_dir) searched for the COCO images, in order.
-        ocr_engine: ``auto`` (ocr.json if present, else none), ``file``, ``tesseract`` or ``none``.
+        ocr_engine: ``auto`` (ocr.json if present, else none), ``file``, ``detector+tesseract``,
+            ``tesseract`` (:func:`openvivqa_jax.data.ocr.run_ocr`) or ``none``.
         ocr_file, ocr_lang: OCR JSON file name; Tesseract language(s).
         split_files: ``{split: csv name(s)}``; None = ``*.csv`` by file-name keyword.
         answers_required_splits: splits where an empty answer is an error.
@@ -212,6 +213,7 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
         split_files = readers.assign_split_files(manual_dir, "*.csv", split_files=cfg.split_files, default_split="train")
         self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang)
         self.ocr_stats = self._ocr.stats
+        self._images = readers.ImageCache(self._ocr, cfg.num_workers, cfg.ocr_lang)
         logging.info("vivqa: split files %s", {k: [p.name for p in v] for k, v in split_files.items()})
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
@@ -225,7 +227,12 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
         seen: dict[str, str] = {}
         kept = 0
         for path in files:
-            for row in parse_csv(path, answers_required=split in cfg.answers_required_splits, policy=policy):
+            rows = list(parse_csv(path, answers_required=split in cfg.answers_required_splits, policy=policy))
+            # Decode + OCR every image of the file in worker processes first (deterministic order).
+            self._images.prepare(
+                (next((p for p in (readers.find_file(n, image_dirs) for n in coco_filenames(r.img_id)) if p), None),
+                 str(r.img_id)) for r in rows)
+            for row in rows:
                 record = f"line {row.line} (row {row.question_id})"
                 if row.question_id in seen:
                     policy.handle("duplicate_question_id", readers.record_error(
@@ -239,11 +246,11 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
                         raise readers.record_error(
                             path, record, f"image {names[0]} / {names[1]} (img_id {row.img_id}) not found in "
                             f"{[str(manual_dir / d) for d in cfg.image_dirs]}", readers.ImageFileError)
-                    image = readers.load_image(image_path, source=path, record=record)
+                    image = self._images.load(image_path, source=path, record=record)
                 except readers.ImageFileError as e:
                     policy.handle("missing_or_corrupt_image", e)
                     continue
-                tokens = self._ocr.get(str(row.img_id), image.pil)
+                tokens = self._ocr.get(str(row.img_id), image)
                 kept += 1
                 yield row.question_id, {
                     "image": image.encoded,
