@@ -111,6 +111,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.num_examples_to_print = 6
     c.eval.metrics = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")
     c.eval.ocr_ablation = True  # also score the test split with OCR tokens masked out
+    # VQA-accuracy's answer processing: 'vietnamese' (our normalizer) or 'english' (the official VQA rules:
+    # punctuation, number words, articles, contractions; TextVQA and ST-VQA configs).
+    c.eval.answer_rules = "vietnamese"
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.shape = (-1, 1)  # ('data', 'model'); -1 takes the remaining devices

@@ -4,7 +4,14 @@ Usage::
 
     python -m openvivqa_jax.evaluate --predictions preds.json --references dev.json \\
         [--metrics BLEU-4,CIDEr,METEOR ...] [--meteor_jar meteor-1.5.jar] [--java /usr/bin/java] \\
-        [--vectors vi.vec] [--meteor_timeout 300] [--max_tokens 256] [--per_question] [--table]
+        [--vectors vi.vec] [--meteor_timeout 300] [--max_tokens 256] [--per_question] [--table] \\
+        [--answer_rules auto|vietnamese|english] [--text_mode openvivqa|pycocoevalcap]
+
+``--text_mode openvivqa`` (default) scores the Vietnamese-normalized text (one tone-mark convention, prices,
+format characters removed): spellings of one answer count as one, which is what the OpenViVQA paper's
+validation step asks of the data. ``--text_mode pycocoevalcap`` prepares text as the original toolkit
+does (PTB tokenizer only) to reproduce numbers computed with it. ``--answer_rules auto`` uses the
+official English VQA answer processing for TextVQA/ST-VQA reference files, the Vietnamese rules otherwise.
 
 Inputs (see :mod:`openvivqa_jax.evaluation.formats`):
 
@@ -38,7 +45,9 @@ from absl import logging
 from openvivqa_jax.evaluation import evaluator
 from openvivqa_jax.evaluation.formats import InputError, load_predictions, load_references
 from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S
+from openvivqa_jax.evaluation.evaluator import TEXT_MODES
 from openvivqa_jax.evaluation.sanitize import MAX_TOKENS
+from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
 
 __all__ = ["build_parser", "run"]
 
@@ -65,7 +74,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per_question", action="store_true", help="include every question's scores")
     p.add_argument("--table", action="store_true", help="also print a plain-text table to stderr")
     p.add_argument("--verbose", action="store_true", help="log every note to stderr too (absl logging)")
+    p.add_argument(
+        "--answer_rules",
+        choices=("auto", *ANSWER_RULES),
+        default="auto",
+        help="VQA-accuracy answer processing: 'english' (official VQA rules: punctuation, number words, articles, "
+        "contractions), 'vietnamese' (the Vietnamese normalizer); 'auto': english for TextVQA/ST-VQA references",
+    )
+    p.add_argument(
+        "--text_mode",
+        choices=TEXT_MODES,
+        default="openvivqa",
+        help="'openvivqa': Vietnamese normalization (one tone-mark convention, prices, ...); 'pycocoevalcap': the "
+        "original toolkit's PTB tokenization only, to reproduce its numbers exactly (needs Java)",
+    )
     return p
+
+
+def _answer_rules(choice: str, reference_format: str) -> str:
+    """The rules for ``--answer_rules auto``: English for TextVQA/ST-VQA reference files."""
+    if choice != "auto":
+        return choice
+    fmt = reference_format.lower()
+    return "english" if any(k in fmt for k in ("textvqa", "st-vqa", "stvqa", "st_vqa")) else "vietnamese"
+
+
+def _decode_notes(path: str, fmt: str) -> dict:
+    """``decode_notes`` of an evaluator predictions file (records written by ``evaluate_split``)."""
+    if fmt != "records":
+        return {}
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return {str(r["question_id"]): r["decode_notes"] for r in data if isinstance(r, dict) and r.get("decode_notes")}
 
 
 def _error(message: str) -> None:
@@ -138,6 +178,9 @@ def _run(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens,
             per_question=args.per_question,
             fields=refs.fields,
+            answer_rules=_answer_rules(args.answer_rules, refs.format),
+            text_mode=args.text_mode,
+            decode_notes=_decode_notes(args.predictions, preds.format),
         )
     except OSError as e:
         _error(f"cannot read vectors file {args.vectors!r}: {e.strerror or e}")

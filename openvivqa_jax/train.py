@@ -17,6 +17,7 @@ computes exactly what the uninterrupted run would have.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -380,6 +381,7 @@ class Trainer:
         pre = self.pre_no_ocr if mask_ocr else self.pre
         fn = self.decode_fn(**decode_kw)
         preds: dict[int, str] = {}
+        decode_notes: dict[int, dict] = {}  # dropped byte-fallback bytes / unknown pieces, for the metrics notes
         for local in pipeline.eval_batches(src, pre, batch_size=self._local_eval_batch(), source_name=split):
             batch = pipeline.to_global(local, self.batch_sharding)
             with sharding.mesh_context(self.mesh):
@@ -389,7 +391,9 @@ class Trainer:
                 if v:
                     ocr = [] if mask_ocr else recs[int(i)].ocr_texts[: self.cfg.model.num_ocr]
                     if self.is_generator:
-                        preds[int(i)] = self.vocab.decode(row, ocr)
+                        preds[int(i)], notes = self.vocab.decode_with_notes(row, ocr)
+                        if notes:
+                            decode_notes[int(i)] = dataclasses.asdict(notes)
                     else:
                         preds[int(i)] = self.answer_list.decode(int(row), ocr)
         missing = [r.question_id for r in recs if r.index not in preds]
@@ -399,7 +403,8 @@ class Trainer:
         return [{"question_id": r.question_id, "question": r.question, "prediction": preds[r.index],
                  "references": r.answers, "qa_type": r.qa_type,
                  **({"language": r.extra["language"]} if "language" in r.extra else {}),
-                 **({"kind": r.kind} if r.kind else {})} for r in recs]
+                 **({"kind": r.kind} if r.kind else {}),
+                 **({"decode_notes": decode_notes[r.index]} if r.index in decode_notes else {})} for r in recs]
 
     def _local_eval_batch(self) -> int:
         b = self.cfg.eval.batch_size
@@ -420,7 +425,8 @@ class Trainer:
         out_dir = os.path.join(self.workdir, "eval")
         writes = write and jax.process_index() == 0
         metrics = evaluation.evaluate_split(preds, out_dir if writes else None, tag or split,
-                                            metrics=tuple(self.cfg.eval.metrics))
+                                            metrics=tuple(self.cfg.eval.metrics),
+                                            answer_rules=self.cfg.eval.get("answer_rules", "vietnamese"))
         e = self.cfg.eval
         if self.is_generator:
             method = decode_kw.get("method") or e.decoding

@@ -243,7 +243,24 @@ def test_em_f1_squad_style():
     assert em[0] == 1.0 and f1[0] == 1.0
     # Repeated tokens count with multiplicity: pred "a a b", gold "a b b": common a1 b1 = 2 -> 2/3.
     assert squad_lib.f1("a a b", "a b b") == pytest.approx(2 / 3)
-    assert squad_lib.f1("", "") == 0.0 and squad_lib.exact_match("", "") == 1.0
+    # Two empty answers: EM 1 and F1 1 (SQuAD v2.0's no-answer rule; v1.1 gave F1 0).
+    assert squad_lib.f1("", "") == 1.0 and squad_lib.exact_match("", "") == 1.0
+    assert squad_lib.f1("", "xe") == 0.0
+
+
+def test_em_f1_delete_punctuation():
+    # SQuAD v1.1 deletes punctuation without a space: "10.000" is "10000", "1.975" is "1975".
+    assert squad_lib.exact_match("10000", "10.000") == 1.0
+    assert squad_lib.f1("năm 1.975", "năm 1975") == 1.0
+    assert squad_lib.normalize_answer("Don't!") == "dont"
+    # Through the evaluator (prices and tone marks normalized first, punctuation kept in place, then deleted).
+    out = score({"a": "10000", "b": "năm 1.975", "c": "hoà bình", "d": "an toàn"},
+                {"a": ["10.000"], "b": ["năm 1975"], "c": ["Hòa Bình."], "d": ["toàn"]}, metrics=["EM", "F1"],
+                per_question=True)
+    pq = out["per_question"]
+    assert [pq[q]["EM"] for q in "abcd"] == [1.0, 1.0, 1.0, 0.0]
+    # "an toàn" vs "toàn": common 1, P 1/2, R 1 -> 2/3 ("an" is a word, not an article).
+    assert pq["d"]["F1"] == pytest.approx(2 / 3)
 
 
 def test_human_performance_viquad_protocol():

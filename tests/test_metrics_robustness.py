@@ -101,7 +101,7 @@ def test_empty_hypothesis_scores_zero(vectors):
 
 
 def test_empty_reference_list_is_excluded_with_note(vectors):
-    for empty in ([], [""], ["   ", "\n"], None):
+    for empty in ([], None):
         bad = _score(*_with("quán cà phê", empty), vectors)
         base = _score(BASE_PREDS, BASE_REFS, vectors)
         assert "bad" not in bad["per_question"]
@@ -109,6 +109,28 @@ def test_empty_reference_list_is_excluded_with_note(vectors):
         assert bad["num_questions"]["overall"] == len(BASE_PREDS)
         assert bad["counts"]["excluded_empty_references"] == 1
         assert any("empty reference list" in n and "'bad'" in n for n in bad["notes"])
+
+
+ALL_PER_QUESTION = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr", "ANLS", "VQA-accuracy", "EM", "F1",
+                    "WMDRel"]
+
+
+@pytest.mark.parametrize("empty", [[""], ["   "], ["\f"], ["  ", "\n", "\u2028"]])
+def test_empty_reference_is_an_answer(vectors, empty):
+    # "" against [""] is an exact match: the maximum on every per-question score (CIDEr's is 10); the
+    # question stays in the corpus (7 questions), counted in the notes.
+    hit = _score(*_with("", empty), vectors)
+    assert hit["num_questions"]["overall"] == len(BASE_PREDS) + 1
+    assert hit["per_question"]["bad"] == {m: (10.0 if m == "CIDEr" else 1.0) for m in ALL_PER_QUESTION}
+    assert hit["counts"]["empty_references"] == 1 and hit["counts"]["excluded_empty_references"] == 0
+    assert any("only empty references" in n and "'bad'" in n for n in hit["notes"])
+    miss = _score(*_with("quán cà phê", empty), vectors)
+    assert miss["per_question"]["bad"] == {m: 0.0 for m in ALL_PER_QUESTION}
+    # The mean over the 7 questions includes the empty-reference one.
+    base = _score(BASE_PREDS, BASE_REFS, vectors)
+    em = [v["EM"] for q, v in base["per_question"].items()]
+    assert hit["overall"]["EM"] == pytest.approx((sum(em) + 1.0) / 7)
+    assert miss["overall"]["EM"] == pytest.approx(sum(em) / 7)
 
 
 def test_punctuation_only_hypothesis(vectors):

@@ -89,4 +89,5 @@ def get_config(variant: str = "task3") -> ml_collections.ConfigDict:
     e.beam_size = 3
     e.alpha = 0.0
     e.ocr_ablation = False  # the test split has no answers to score an ablation against
+    e.answer_rules = "english"  # the official VQA answer processing (evaluation/vqa_accuracy.py)
     return c

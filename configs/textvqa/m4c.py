@@ -38,4 +38,5 @@ def get_config() -> ml_collections.ConfigDict:
     d.decode_dictionary = "none"  # TextVQA has no answer dictionaries
     c.train.best_metric = "VQA-accuracy"
     c.eval.metrics = ("VQA-accuracy", "ANLS", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")
+    c.eval.answer_rules = "english"  # the official VQA answer processing, as EvalAI/MMF score TextVQA
     return c

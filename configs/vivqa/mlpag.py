@@ -39,6 +39,7 @@ def vivqa_data(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.train.best_metric = "EM"
     c.eval.metrics = VIVQA_METRICS
     c.eval.ocr_ablation = False
+    c.eval.answer_rules = "vietnamese"  # no English article or number-word rules on Vietnamese answers
     return c
 
 

@@ -23,9 +23,22 @@ Group values: each group (``overall``, ``text_qa``, ``non_text_qa``) is scored a
 whole corpus: corpus BLEU and Meteor's aggregate over the group's questions, CIDEr's IDF over the
 group's references (what pycocoevalcap gives when run on that group alone), means for the rest.
 
+Text modes (``text_mode``): ``"openvivqa"`` (default) sanitizes every string with the Vietnamese
+normalizer (:mod:`.sanitize`: NFC, lowercase, one tone-mark convention, prices, spaced punctuation), so
+that spellings of one answer (``toà``/``tòa``, ``20.000đ``/``20,000 đồng``) count as one; ``"pycocoevalcap"``
+prepares strings exactly as the original toolkit does (Stanford PTBTokenizer, punctuation tokens removed,
+no other normalization; :mod:`.ptb`, needs Java) to reproduce numbers computed with it.
+
+Answer rules (``answer_rules``): ``"vietnamese"`` (default) or ``"english"``, the official VQA answer
+processing for VQA-accuracy on TextVQA/ST-VQA (:mod:`.vqa_accuracy`). EM/F1 follow SQuAD (punctuation
+deleted, :mod:`.squad`) on the normalized text without spaced punctuation.
+
 Robustness (DESIGN §9): inputs are sanitized (:mod:`.sanitize`); an empty prediction scores 0; a
-question whose reference list is empty (after dropping empty reference strings) is excluded; a
-one-question corpus gets a note that CIDEr's IDF is degenerate; a missing Java runtime or jar, a
+question without any reference is excluded; a question whose references are all empty (``""``, only
+whitespace or form feeds) stays in the corpus with one empty reference, and an empty prediction scores
+the maximum there (1, CIDEr 10) on every per-question score, any other prediction 0 (corpus BLEU and
+Meteor's aggregate take it as it is: no reference n-grams); a prediction holding the unknown piece ``⁇``
+and decode drops passed in by :func:`evaluate_split` are counted in the notes; a one-question corpus gets a note that CIDEr's IDF is degenerate; a missing Java runtime or jar, a
 crashed JVM or a Meteor timeout leaves METEOR/METEOR-vi ``None`` with a note while the rest is
 computed. Everything skipped or changed is counted in ``counts`` and described in ``notes`` (and
 logged with absl logging).
@@ -59,7 +72,14 @@ from openvivqa_jax.evaluation.formats import (
     parse_qa_type,
 )
 from openvivqa_jax.evaluation.ngrams import build_ngram_corpus
-from openvivqa_jax.evaluation.sanitize import MAX_TOKENS, SanitizeStats, sanitize_text
+from openvivqa_jax.evaluation.sanitize import (
+    MAX_TOKENS,
+    METEOR_SEPARATOR,
+    SanitizeStats,
+    remove_control_characters,
+    sanitize_text,
+)
+from openvivqa_jax.text.normalize import normalize_text
 
 __all__ = ["ALL_METRICS", "DEFAULT_METRICS", "GROUPS", "resolve_metrics", "score", "evaluate_split", "format_table"]
 
@@ -77,6 +97,12 @@ GROUPS = {"text_qa": QA_TYPE_TEXT, "non_text_qa": QA_TYPE_NON_TEXT}
 #: Record fields (besides ``qa_type``) whose values get their own scores under ``by_field`` (:mod:`.grouping`).
 GROUP_BY_FIELDS = ("kind", "language")
 _MAX_IDS_IN_NOTE = 5
+#: Text preparation modes of :func:`score` (module doc).
+TEXT_MODES = ("openvivqa", "pycocoevalcap")
+#: SentencePiece's rendering of the unknown piece.
+UNKNOWN_PIECE = "\u2047"
+# Per-question value of a metric for an exact match with an empty reference (the metric's maximum).
+_EMPTY_MATCH_VALUE = {"CIDEr": 10.0}
 
 
 def resolve_metrics(
@@ -152,6 +178,9 @@ def score(
     max_tokens: int = MAX_TOKENS,
     per_question: bool = False,
     fields: Mapping[str, Mapping[str, Any]] | None = None,
+    answer_rules: str = "vietnamese",
+    text_mode: str = "openvivqa",
+    decode_notes: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
     """Scores predictions against references with every requested metric.
 
@@ -173,6 +202,10 @@ def score(
         Scores per value of ``qa_type`` and of the :data:`GROUP_BY_FIELDS` given here (``kind``,
         ``language``) are returned under ``by_field`` (:func:`.grouping.field_scores`: question count,
         exact match, CIDEr and the cheap metrics per value).
+      answer_rules: ``"vietnamese"`` or ``"english"`` (VQA-accuracy's answer processing; module doc).
+      text_mode: ``"openvivqa"`` or ``"pycocoevalcap"`` (module doc; the latter needs Java).
+      decode_notes: question id -> ``{"dropped_bytes": n, "unknown_pieces": n}`` from decoding
+        (:class:`~openvivqa_jax.text.tokenizer.DecodeNotes`), counted in the notes.
 
     Returns:
       ``{"overall": {metric: value}, "text_qa": {...}, "non_text_qa": {...}, "num_questions":
@@ -183,7 +216,8 @@ def score(
       present when EM or F1 is requested and some questions have two or more references.
 
     Raises:
-      ValueError: unknown metric name or ``max_tokens`` < 1.
+      ValueError: unknown metric name, answer rules or text mode; ``max_tokens`` < 1; the
+        ``pycocoevalcap`` mode without Java or its tokenizer jar.
       TypeError: a prediction or reference that is not a string/number (names the question).
       OSError, ValueError: an unreadable or malformed vectors file (names the file).
     """
@@ -193,6 +227,10 @@ def score(
         metrics, have_vectors=vectors is not None, multilingual=any(v != "vi" for v in lang_map.values()))
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if answer_rules not in vqa_lib.ANSWER_RULES:
+        raise ValueError(f"answer_rules must be one of {vqa_lib.ANSWER_RULES}, got {answer_rules!r}")
+    if text_mode not in TEXT_MODES:
+        raise ValueError(f"text_mode must be one of {TEXT_MODES}, got {text_mode!r}")
     notes: list[str] = []
     counts: dict[str, int] = {}
     stats = SanitizeStats()
@@ -208,7 +246,9 @@ def score(
     hyps: list[str] = []
     refs: list[list[str]] = []
     types: list[int] = []
-    none_pred, empty_hyp, excluded = [], [], []
+    none_pred, empty_hyp, excluded, empty_refs, unknown_piece = [], [], [], [], []
+    raw_hyps: list[str] = []
+    raw_refs_kept: list[list[str]] = []
     dropped_refs = 0
     for qid, raw_pred in pred_map.items():
         if qid not in ref_map:
@@ -218,6 +258,8 @@ def score(
             none_pred.append(qid)
             pred = ""
         hyp = sanitize_text(pred, max_tokens=max_tokens, stats=stats, qid=qid)
+        if UNKNOWN_PIECE in pred:
+            unknown_piece.append(qid)
         raw_refs = ref_map[qid]
         if isinstance(raw_refs, np.ndarray):
             raw_refs = raw_refs.tolist()
@@ -227,17 +269,23 @@ def score(
             raw_refs = [raw_refs]
         elif not isinstance(raw_refs, (list, tuple)):
             raise TypeError(f"question {qid!r}: references must be a list of strings, got {type(raw_refs).__name__}")
-        clean = []
-        for r in raw_refs:
-            r = _as_text(r, qid, "reference")
-            r = "" if r is None else sanitize_text(r, max_tokens=max_tokens, stats=stats, qid=qid)
+        clean, raw_clean = [], []
+        for raw_r in raw_refs:
+            raw_r = _as_text(raw_r, qid, "reference")
+            raw_r = "" if raw_r is None else raw_r
+            r = sanitize_text(raw_r, max_tokens=max_tokens, stats=stats, qid=qid)
             if r:
                 clean.append(r)
+                raw_clean.append(raw_r)
             else:
                 dropped_refs += 1
-        if not clean:
+        if not raw_refs:
             excluded.append(qid)
             continue
+        if not clean:  # only empty references: the expected answer is empty (module doc)
+            empty_refs.append(qid)
+            dropped_refs -= len(raw_refs)
+            clean, raw_clean = [""], [""]
         if not hyp:
             empty_hyp.append(qid)
         try:
@@ -248,6 +296,8 @@ def score(
         hyps.append(hyp)
         refs.append(clean)
         types.append(q_type)
+        raw_hyps.append(pred)
+        raw_refs_kept.append(raw_clean)
 
     def count(key: str, n_or_ids: Sequence[str] | int, message: str, ids_: Sequence[str] = ()) -> None:
         n = n_or_ids if isinstance(n_or_ids, int) else len(n_or_ids)
@@ -261,12 +311,69 @@ def score(
     count("missing_in_references", missing, "{n} predictions have no reference entry and were not scored")
     count("references_without_prediction", unpredicted, "{n} reference questions have no prediction and were not scored")
     count("excluded_empty_references", excluded, "{n} questions have an empty reference list and were excluded")
-    count("dropped_empty_reference_strings", dropped_refs, "{n} empty reference strings were dropped")
+    count("empty_references", empty_refs, "{n} questions have only empty references; an empty prediction scores "
+          "the maximum there, any other 0 (kept in the corpus)")
+    count("dropped_empty_reference_strings", dropped_refs, "{n} empty reference strings beside non-empty ones were "
+          "dropped")
     count("none_predictions", none_pred, "{n} predictions were None and scored as empty answers")
     count("empty_predictions", empty_hyp, "{n} predictions are empty after normalization and score 0")
     count("capped_strings", stats.capped, f"{{n}} strings were capped at {max_tokens} tokens", stats.capped_ids)
     count("separator_strings", stats.separators, "{n} strings contained '|||' (Meteor's separator), removed", stats.separator_ids)
     count("control_char_strings", stats.control_chars, "{n} strings contained control characters, replaced by spaces")
+    count("unknown_piece_predictions", unknown_piece, f"{{n}} predictions hold the unknown piece {UNKNOWN_PIECE!r} "
+          "(a word the tokenizer could not encode), scored as written")
+    dn = {str(k): v for k, v in (decode_notes or {}).items() if str(k) in ref_map}
+    byte_ids = [q for q, v in dn.items() if v.get("dropped_bytes")]
+    count("decode_dropped_byte_predictions", byte_ids, "{n} predictions lost "
+          f"{sum(int(dn[q]['dropped_bytes']) for q in byte_ids)} bytes of incomplete UTF-8 byte-fallback runs in "
+          "decoding (dropped, never U+FFFD)")
+    unk_ids = [q for q, v in dn.items() if v.get("unknown_pieces")]
+    count("decode_unknown_piece_predictions", unk_ids, "{n} predictions decoded "
+          f"{sum(int(dn[q]['unknown_pieces']) for q in unk_ids)} unknown pieces (skipped)")
+
+    if text_mode == "pycocoevalcap" and ids:
+        # The original toolkit's strings: PTB tokens, punctuation tokens removed, nothing else (module doc).
+        from openvivqa_jax.evaluation import ptb as ptb_lib
+
+        flat = [remove_control_characters(t).replace(METEOR_SEPARATOR, " ")
+                for t in [*raw_hyps, *(r for rs in raw_refs_kept for r in rs)]]
+        try:
+            tokens = ptb_lib.ptb_tokenize(flat, java=java)
+        except meteor_lib.MeteorUnavailable as e:
+            raise ValueError(f"text_mode 'pycocoevalcap' needs the PTB tokenizer: {e}") from None
+        tokens = [" ".join(t.split(" ")[:max_tokens]) for t in tokens]
+        hyps = tokens[: len(ids)]
+        pos = len(ids)
+        refs = []
+        for rs in raw_refs_kept:
+            refs.append(tokens[pos : pos + len(rs)])
+            pos += len(rs)
+        squad_hyps, squad_refs = hyps, refs
+    else:
+        def squad_text(t: str) -> str:
+            # As sanitize_text, without spaced punctuation: SQuAD deletes punctuation, "10.000" == "10000".
+            t = remove_control_characters(t).replace(METEOR_SEPARATOR, " ")
+            return " ".join(normalize_text(t, spaced_punctuation=False).split(" ")[:max_tokens])
+
+        squad_hyps = [squad_text(t) for t in raw_hyps]
+        squad_refs = [[squad_text(r) for r in rs] for rs in raw_refs_kept]
+    empty_idx = np.asarray([i for i, qid in enumerate(ids) if qid in set(empty_refs)], np.int64)
+    empty_hit = np.asarray([not hyps[i] for i in empty_idx], np.float64)
+
+    def empty_override(name: str, values: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
+        """Per-question ``values`` (of the questions ``positions``, default all) with the empty-reference rule."""
+        if not empty_idx.size:
+            return values
+        values = np.array(values, np.float64)
+        top = _EMPTY_MATCH_VALUE.get(name, 1.0)
+        if positions is None:
+            values[empty_idx] = top * empty_hit
+        else:
+            where = {int(p): k for k, p in enumerate(positions)}
+            for i, hit in zip(empty_idx, empty_hit):
+                if int(i) in where:
+                    values[where[int(i)]] = top * hit
+        return values
 
     n = len(ids)
     type_arr = np.asarray(types, np.int64)
@@ -288,6 +395,7 @@ def score(
         return result
 
     def put_mean(name: str, values: np.ndarray) -> None:
+        values = empty_override(name, values)
         per_q[name] = values
         for g, idx in groups.items():
             result[g][name] = float(np.mean(values[idx]))
@@ -305,10 +413,10 @@ def score(
                         result[g][m] = float(values[k])
             for k, m in enumerate(BLEU_METRICS):
                 if m in names:
-                    per_q[m] = sent[:, k]
+                    per_q[m] = empty_override(m, sent[:, k])
         if "CIDEr" in names:
             for g, idx in groups.items():
-                values = cider_lib.cider_d(corpus, idx)
+                values = empty_override("CIDEr", cider_lib.cider_d(corpus, idx), idx)
                 result[g]["CIDEr"] = float(values.mean())
                 if g == "overall":
                     per_q["CIDEr"] = values
@@ -337,11 +445,14 @@ def score(
                 for g in groups:
                     result[g][mode] = None
                 text = f"{mode} unavailable: {outcome}"
+                if getattr(outcome, "item", None) is not None and 0 <= outcome.item < len(ids):
+                    text = (f"{mode} unavailable: no score from question {ids[outcome.item]!r} on "
+                            f"({len(ids) - outcome.item} of {len(ids)} questions): {outcome}")
                 notes.append(text)
                 logging.warning("evaluation: %s", text)
                 continue
             per_item, per_group, _ = outcome
-            per_q[mode] = np.asarray(per_item, np.float64)
+            per_q[mode] = empty_override(mode, np.asarray(per_item, np.float64))
             for g in groups:
                 result[g][mode] = per_group[g]
 
@@ -349,7 +460,11 @@ def score(
     if "ANLS" in names:
         put_mean("ANLS", anls_lib.anls(hyps, refs))
     if "VQA-accuracy" in names:
-        acc, fallback = vqa_lib.vqa_accuracy(hyps, refs)
+        if answer_rules == "english":
+            acc, fallback = vqa_lib.vqa_accuracy([vqa_lib.english_answer(t) for t in raw_hyps],
+                                                 [[vqa_lib.english_answer(r) for r in rs] for rs in raw_refs_kept])
+        else:
+            acc, fallback = vqa_lib.vqa_accuracy(hyps, refs)
         put_mean("VQA-accuracy", acc)
         counts["vqa_exact_match_fallback"] = fallback
         if fallback:
@@ -358,12 +473,12 @@ def score(
                 "scored by exact match with any reference instead of the leave-one-out rule"
             )
     if "EM" in names or "F1" in names:
-        em, f1 = squad_lib.em_f1(hyps, refs)
+        em, f1 = squad_lib.em_f1(squad_hyps, squad_refs)
         if "EM" in names:
             put_mean("EM", em)
         if "F1" in names:
             put_mean("F1", f1)
-        h_em, h_f1, several = squad_lib.human_performance(refs)
+        h_em, h_f1, several = squad_lib.human_performance(squad_refs)
         if several.any():
             hp: dict[str, Any] = {"protocol": "ViQuAD 5.1: each answer in turn against the others, max over them, mean"}
             for g, idx in groups.items():
@@ -444,7 +559,8 @@ def evaluate_split(
     Args:
       records: one per question: ``{question_id, question, prediction, references: list[str], qa_type}``
         and optionally ``language`` and ``kind`` (passed to :func:`score` as ``fields``; scores per value
-        under ``by_field``).
+        under ``by_field``), and ``decode_notes`` (``{"dropped_bytes", "unknown_pieces"}`` of the decode,
+        counted in the notes).
       out_dir: directory for the two files (created if needed); None scores without writing.
       split: split name used in the file names.
       metrics: metric names (None: the defaults of :func:`score`).
@@ -462,6 +578,7 @@ def evaluate_split(
     refs: dict[str, Any] = {}
     types: dict[str, Any] = {}
     fields: dict[str, dict[str, str]] = {}
+    decode_notes: dict[str, Any] = {}
     clean_records = []
     for i, rec in enumerate(records):
         for key in ("question_id", "prediction", "references"):
@@ -491,7 +608,11 @@ def evaluate_split(
         for f in GROUP_BY_FIELDS:
             if rec.get(f) is not None:
                 clean[f] = fields.setdefault(f, {})[qid] = _as_text(rec[f], qid, f)
+        if rec.get("decode_notes"):  # what decoding dropped (train.py), for the notes
+            clean["decode_notes"] = decode_notes[qid] = dict(rec["decode_notes"])
         clean_records.append(clean)
+    if decode_notes:
+        score_kwargs = dict(score_kwargs, decode_notes=decode_notes)
     if out_dir is None:  # e.g. non-zero JAX processes: score only
         result = score(preds, refs, types, metrics, fields=fields, **score_kwargs)
         logging.info("%s metrics:\n%s", split, format_table(result))

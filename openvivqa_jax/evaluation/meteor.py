@@ -64,7 +64,29 @@ _JAR_NAME = "meteor-1.5.jar"
 
 
 class MeteorUnavailable(RuntimeError):
-    """METEOR cannot be computed here (no Java, no jar, JVM crash or timeout); the message says why."""
+    """METEOR cannot be computed here (no Java, no jar, JVM crash or timeout); the message says why.
+
+    Attributes:
+      item: index of the first question left without a score when the jar failed part-way (None when it
+        never started); the evaluator names that question in its note.
+    """
+
+    def __init__(self, message: str, item: int | None = None):
+        super().__init__(message)
+        self.item = item
+
+
+def _failure_cause(stderr: str, returncode: int | None) -> str:
+    """A short cause from the jar's stderr and exit code (out of memory, killed, stack overflow)."""
+    if "OutOfMemoryError" in stderr:
+        return "out of memory (java.lang.OutOfMemoryError; the JVM runs with -Xmx2G)"
+    if "StackOverflowError" in stderr:
+        return "stack overflow (java.lang.StackOverflowError; a very long string?)"
+    if returncode in (-9, 137):
+        return "killed by signal 9 (often the system running out of memory)"
+    if returncode is not None and returncode < 0:
+        return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
 
 
 def find_meteor_jar(meteor_jar: str | os.PathLike | None = None) -> str:
@@ -125,6 +147,7 @@ class _JarSession:
 
     def __init__(self, java: str, jar: str, flags: Sequence[str], deadline: float):
         self.deadline = deadline
+        self.timeout = max(0.0, deadline - time.monotonic())
         self.cmd = [java, "-Xmx2G", "-jar", jar, "-", "-", "-stdio", "-l", "en", *flags]
         self.stderr = tempfile.TemporaryFile()
         try:
@@ -167,17 +190,20 @@ class _JarSession:
         return t
 
     def read(self, n: int, what: str) -> list[str]:
+        """Reads ``n`` lines; a failure says which line (``MeteorUnavailable.item``) and why."""
         out = []
         while len(out) < n:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
-                raise MeteorUnavailable(f"Meteor timed out while reading {what} ({len(out)} of {n} lines)")
+                raise MeteorUnavailable(f"timed out after {self.timeout:g} s while reading "
+                                        f"{what} ({len(out)} of {n} lines)", item=len(out))
             try:
                 line = self.lines.get(timeout=remaining)
             except queue.Empty:
                 continue
             if line is None:
-                raise MeteorUnavailable(f"Meteor jar exited while reading {what}: {self._stderr_tail()}")
+                raise MeteorUnavailable(f"Meteor jar exited while reading {what} ({len(out)} of {n} lines): "
+                                        f"{self._stderr_tail()}", item=len(out))
             out.append(line)
         return out
 
@@ -187,8 +213,9 @@ class _JarSession:
         except subprocess.TimeoutExpired:
             pass
         self.stderr.seek(0)
-        tail = self.stderr.read().decode("utf-8", errors="replace").strip().splitlines()[-3:]
-        return f"exit code {self.proc.returncode}; " + (" / ".join(tail) or "no stderr")
+        text = self.stderr.read().decode("utf-8", errors="replace").strip()
+        tail = text.splitlines()[-3:]
+        return f"{_failure_cause(text, self.proc.returncode)}; stderr: " + (" / ".join(tail) or "none")
 
     def close(self) -> None:
         """Kills the jar (it only exits on EOF otherwise) and releases the pipes; idempotent."""
@@ -238,7 +265,12 @@ def _exchange(
     per_question: list[float] = []
     per_group: dict[str, float] = {}
     for name, idx in requests:
-        lines = session.read(len(idx) + 1, f"EVAL scores ({name})")
+        try:
+            lines = session.read(len(idx) + 1, f"EVAL scores ({name})")
+        except MeteorUnavailable as e:
+            if name != "overall":  # a group's lines are not in question order
+                e.item = None
+            raise
         try:
             values = [float(x) for x in lines]
         except ValueError:

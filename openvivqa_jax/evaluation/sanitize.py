@@ -30,7 +30,7 @@ import unicodedata
 
 from openvivqa_jax.text.normalize import LINE_BREAKS, normalize_text
 
-__all__ = ["MAX_TOKENS", "METEOR_SEPARATOR", "SanitizeStats", "sanitize_text"]
+__all__ = ["MAX_TOKENS", "METEOR_SEPARATOR", "SanitizeStats", "remove_control_characters", "sanitize_text"]
 
 #: Whitespace tokens kept from one string; longer strings are truncated (and counted).
 MAX_TOKENS = 256
@@ -71,6 +71,11 @@ class SanitizeStats:
         """Remembers ``qid`` in ``ids`` (at most ``limit`` distinct ids are kept for messages)."""
         if len(ids) < limit and qid not in ids:
             ids.append(qid)
+
+
+def remove_control_characters(text: str) -> str:
+    """Step 2 alone: C0/C1 control characters other than line breaks become spaces."""
+    return _CONTROL_RE.sub(" ", text)
 
 
 def sanitize_text(

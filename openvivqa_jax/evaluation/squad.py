@@ -2,14 +2,22 @@
 
 Model scores (``evaluate-v1.1.py`` of SQuAD, as used by ViQuAD, Nguyen et al. 2020, §5):
 
-- ``normalize_answer``: lowercase, remove punctuation, collapse whitespace. Punctuation is every
-  Unicode character of category ``P*`` plus ASCII ``string.punctuation`` (which adds the symbols
-  ``$+<=>^`|~``), instead of SQuAD's ASCII-only set, so Vietnamese/typographic quotes and dashes are
-  removed too. SQuAD's English article removal (``a``, ``an``, ``the``) is **not** applied: ``an`` is
-  a Vietnamese word (``an toàn``), and Vietnamese has no articles;
+- ``normalize_answer``: lowercase, delete punctuation (SQuAD removes it without leaving a space:
+  ``10.000`` → ``10000``, ``don't`` → ``dont``), collapse whitespace. The evaluator passes answers through
+  :func:`~openvivqa_jax.text.normalize.normalize_text` first with ``spaced_punctuation=False`` (NFC, one
+  tone-mark convention, prices, format characters), so Vietnamese spellings of one answer compare equal.
+- Deviations from SQuAD v1.1, all deliberate:
+
+  * punctuation is every Unicode character of category ``P*`` plus ASCII ``string.punctuation`` (which
+    adds the symbols ``$+<=>^`|~``), instead of SQuAD's ASCII-only set, so Vietnamese/typographic quotes
+    and dashes are deleted too;
+  * English article removal (``a``, ``an``, ``the``) is **not** applied: ``an`` is a Vietnamese word
+    (``an toàn``), and Vietnamese has no articles;
+  * two empty answers (after normalization) get F1 1, as SQuAD v2.0's rule for no-answer questions; v1.1
+    gives 0 there although their EM is 1.
+
 - ``EM = max_j [norm(p) == norm(a_j)]``; ``F1 = max_j F1_tokens(p, a_j)`` with bag-of-token precision
-  and recall; as in v1.1, F1 is 0 when there is no common token (also for two empty answers, whose
-  EM is 1);
+  and recall; F1 is 0 when there is no common token;
 - corpus scores are means over questions, in [0, 1] (SQuAD prints them times 100).
 
 Human performance (ViQuAD §5.1, following Cui et al. 2019 rather than Rajpurkar et al. 2016): for
@@ -41,9 +49,10 @@ def _is_punct(ch: str) -> bool:
 
 
 def normalize_answer(s: str) -> str:
-    """SQuAD v1.1 answer normalization with Unicode punctuation and no article removal."""
+    """SQuAD v1.1 answer normalization (lowercase, punctuation deleted, whitespace collapsed) with Unicode
+    punctuation and no article removal (module doc)."""
     s = s.lower()
-    s = "".join(" " if _is_punct(ch) else ch for ch in s)
+    s = "".join(ch for ch in s if not _is_punct(ch))
     return " ".join(s.split())
 
 
@@ -53,6 +62,8 @@ def exact_match(prediction: str, answer: str) -> float:
 
 
 def _f1_tokens(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    if not pred_tokens and not gold_tokens:
+        return 1.0  # both empty (SQuAD v2.0's no-answer rule)
     common = Counter(pred_tokens) & Counter(gold_tokens)
     num_same = sum(common.values())
     if num_same == 0:

@@ -13,7 +13,9 @@ Encoding an answer (whitespace words after normalization):
 The teacher-forced decoder input is ``[BOS] + steps[:-1]`` where a copy step feeds back the first
 matching OCR slot (the model embeds it from that OCR token's features).
 
-Decoding joins runs of pieces with SentencePiece and copied OCR words with spaces.
+Decoding joins runs of pieces (:meth:`Tokenizer.decode_with_notes`) and copied OCR words with spaces.
+A byte-fallback run cut by a copy step or by the end of the decode is dropped, not turned into U+FFFD;
+what was dropped is counted (:class:`~openvivqa_jax.text.tokenizer.DecodeNotes`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from openvivqa_jax.text.tokenizer import Tokenizer
+from absl import logging
+
+from openvivqa_jax.text.tokenizer import DecodeNotes, Tokenizer
 
 __all__ = ["EncodedAnswer", "AnswerVocab"]
 
@@ -112,29 +116,44 @@ class AnswerVocab:
         return EncodedAnswer(decoder_in, target_vocab, target_ocr, target_mask, truncated, num_copy)
 
     def decode(self, ids: Sequence[int], ocr_tokens: Sequence[str]) -> str:
-        """Turns predicted extended ids into answer text.
+        """Turns predicted extended ids into answer text (:meth:`decode_with_notes`; drops are logged)."""
+        text, notes = self.decode_with_notes(ids, ocr_tokens)
+        if notes:
+            logging.warning("AnswerVocab.decode: %s", notes)
+        return text
 
-        Stops at the first EOS. Piece runs are decoded by SentencePiece; an OCR slot id becomes that
-        token's text (an id pointing at an empty slot is skipped).
+    def decode_with_notes(self, ids: Sequence[int], ocr_tokens: Sequence[str]) -> tuple[str, DecodeNotes]:
+        """Turns predicted extended ids into answer text and says what was dropped.
+
+        Stops at the first EOS. Piece runs are decoded by :meth:`Tokenizer.decode_with_notes` (incomplete
+        byte-fallback runs and unknown pieces dropped and counted, no U+FFFD or control character); an
+        OCR slot id becomes that token's text (an id pointing at an empty slot is skipped).
 
         Args:
           ids: extended ids, ``(steps,)``.
           ocr_tokens: the example's normalized OCR tokens.
 
         Returns:
-          The answer, words separated by single spaces.
+          ``(answer, notes)``: the answer, words separated by single spaces, and the drop counts.
         """
         words: list[str] = []
         run: list[int] = []
+        notes = DecodeNotes()
         V = self.vocab_size
+
+        def flush() -> None:
+            if run:
+                text, n = self.tokenizer.decode_with_notes(run)
+                words.append(text)
+                notes.add(n)
+                run.clear()
+
         for i in ids:
             i = int(i)
             if i == self.tokenizer.eos_id:
                 break
             if i >= V:
-                if run:
-                    words.append(self.tokenizer.decode(run))
-                    run = []
+                flush()
                 j = i - V
                 if j < len(ocr_tokens) and j < self.num_ocr:
                     words.append(ocr_tokens[j])
@@ -142,9 +161,8 @@ class AnswerVocab:
                 continue
             else:
                 run.append(i)
-        if run:
-            words.append(self.tokenizer.decode(run))
-        return " ".join(" ".join(words).split())
+        flush()
+        return " ".join(" ".join(words).split()), notes
 
     def sources(self, ids: Sequence[int]) -> list[tuple[str, int]]:
         """Per decoded step, where it came from: ``("vocab", piece_id)`` or ``("ocr", slot)``.

@@ -248,11 +248,13 @@ def space_punctuation(text: str) -> str:
     return "".join(out)
 
 
-def normalize_text(text: str) -> str:
+def normalize_text(text: str, *, spaced_punctuation: bool = True) -> str:
     """Normalizes one string (question, answer, OCR token or prediction); see the module doc.
 
     Args:
       text: any Python string. ``None`` is rejected.
+      spaced_punctuation: step 6 (spaces around punctuation). False keeps punctuation where it was
+        written, for rules that delete it (SQuAD's EM/F1: ``don't`` → ``dont``, not ``don t``).
 
     Returns:
       The normalized string; whitespace-tokenizing it gives the metric tokens.
@@ -268,5 +270,6 @@ def normalize_text(text: str) -> str:
     text = _LINE_BREAK_RE.sub(" ", text)
     text = normalize_tone_marks(text)
     text = normalize_prices(text)
-    text = space_punctuation(text)
+    if spaced_punctuation:
+        text = space_punctuation(text)
     return " ".join(text.split())

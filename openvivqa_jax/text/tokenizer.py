@@ -18,15 +18,18 @@ pieces, 46% of the 196 syllables seen 20+ times single pieces; BPE 8.0 pieces, 0
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import os
+import unicodedata
 from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
 from absl import logging
 
-__all__ = ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "MODEL_TYPES", "Tokenizer", "train_sentencepiece"]
+__all__ = ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "MODEL_TYPES", "DecodeNotes", "Tokenizer", "clean_decoded_text",
+           "train_sentencepiece"]
 
 PAD_ID = 0
 UNK_ID = 1
@@ -112,6 +115,55 @@ def train_sentencepiece(
     return tok
 
 
+@dataclasses.dataclass
+class DecodeNotes:
+    """What decoding ids to text dropped (reported in the metrics file's notes).
+
+    Attributes:
+      dropped_bytes: bytes of byte-fallback runs that were not complete UTF-8 characters (a decode that
+        stopped inside a character, or a copy step in the middle of one), plus control characters and
+        U+FFFD removed from the text.
+      unknown_pieces: unknown-piece ids (``UNK_ID``; SentencePiece prints them ``⁇``) skipped.
+    """
+
+    dropped_bytes: int = 0
+    unknown_pieces: int = 0
+
+    def add(self, other: "DecodeNotes") -> None:
+        """Adds ``other``'s counts to these."""
+        self.dropped_bytes += other.dropped_bytes
+        self.unknown_pieces += other.unknown_pieces
+
+    def __bool__(self) -> bool:
+        return bool(self.dropped_bytes or self.unknown_pieces)
+
+
+def clean_decoded_text(text: str) -> tuple[str, int]:
+    """Removes control characters (category ``Cc``) and U+FFFD from decoded text.
+
+    Returns:
+      ``(text, removed)``: the text without them and the number of UTF-8 bytes removed.
+    """
+    removed = 0
+    out = []
+    for ch in text:
+        if ch == "\ufffd" or unicodedata.category(ch) == "Cc":
+            removed += len(ch.encode("utf-8"))
+        else:
+            out.append(ch)
+    return ("".join(out) if removed else text), removed
+
+
+def _utf8_complete(buf: bytes) -> tuple[str, int]:
+    """Decodes a byte-fallback run, dropping every byte that is not part of a complete UTF-8 character.
+
+    Returns:
+      ``(text, dropped_bytes)``.
+    """
+    text = buf.decode("utf-8", errors="ignore")
+    return text, len(buf) - len(text.encode("utf-8"))
+
+
 class Tokenizer:
     """A loaded SentencePiece model with cached encoding.
 
@@ -143,8 +195,55 @@ class Tokenizer:
         return tuple(self._sp.encode(text))
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Decodes piece ids to text; special ids are skipped."""
-        return self._sp.decode([int(i) for i in ids if int(i) >= _NUM_SPECIAL])
+        """Decodes piece ids to text (see :meth:`decode_with_notes`; what was dropped is logged)."""
+        text, notes = self.decode_with_notes(ids)
+        if notes:
+            logging.warning("Tokenizer.decode: %s", notes)
+        return text
+
+    def decode_with_notes(self, ids: Sequence[int]) -> tuple[str, DecodeNotes]:
+        """Decodes piece ids ``(steps,)`` to text, never emitting U+FFFD or control characters.
+
+        Pad, BOS and EOS ids are skipped; unknown ids are skipped and counted. Runs of byte-fallback pieces
+        (``<0xE1><0xBB><0x8D>``) are decoded as UTF-8; bytes that do not form a complete character (a run
+        cut by the end of the decode, or by an unknown piece) are dropped and counted, where SentencePiece
+        itself would emit U+FFFD. For valid input the text equals SentencePiece's ``decode``.
+
+        Returns:
+          ``(text, notes)``.
+        """
+        notes = DecodeNotes()
+        parts: list[str] = []
+        run = bytearray()
+
+        def flush() -> None:
+            if run:
+                text, dropped = _utf8_complete(bytes(run))
+                parts.append(text)
+                notes.dropped_bytes += dropped
+                run.clear()
+
+        for i in ids:
+            i = int(i)
+            if i < 0 or i >= self.vocab_size:
+                raise ValueError(f"piece id {i} is outside the vocabulary [0, {self.vocab_size}) of {self.model_path}")
+            if i == self.unk_id:
+                flush()
+                notes.unknown_pieces += 1
+            elif i < _NUM_SPECIAL:
+                continue
+            elif self._sp.is_byte(i):
+                run.append(int(self._sp.id_to_piece(i)[3:5], 16))
+            else:
+                flush()
+                parts.append(self._sp.id_to_piece(i).replace("\u2581", " "))
+        flush()
+        text = "".join(parts)
+        if text.startswith(" "):  # SentencePiece's dummy prefix
+            text = text[1:]
+        text, removed = clean_decoded_text(text)
+        notes.dropped_bytes += removed
+        return text, notes
 
     def id_to_piece(self, i: int) -> str:
         """The piece string of id ``i``."""
