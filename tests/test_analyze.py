@@ -363,3 +363,14 @@ def test_tfds_synthetic_tiny(tmp_path):
     # The generator follows the guideline's colours, quantities and prices.
     for name in ("colours", "quantities", "prices", "question_type", "answer_complexity"):
         assert res["guideline"][name]["count"] == 0, (name, res["guideline"][name]["examples"])
+
+
+def test_data_config_from_an_experiment_config():
+    # --config reads the experiment's data section; --data_dir and --builder_config override it.
+    args = analyze.build_parser().parse_args(["--config", os.path.join(ROOT, "configs", "default.py"), "--data_dir",
+                                              "/tmp/x", "--builder_config", "tiny", "--out", "o"])
+    data = analyze._data_config(args)
+    assert (data.builder, data.builder_config, data.data_dir) == ("synthetic_openvivqa", "tiny", "/tmp/x")
+    args = analyze.build_parser().parse_args(["--builder", "vivqa", "--out", "o"])
+    data = analyze._data_config(args)
+    assert (data.builder, data.builder_config, data.data_dir) == ("vivqa", None, None)
