@@ -1,6 +1,7 @@
 """Tests of the dataset analysis (openvivqa_jax.analysis, python -m openvivqa_jax.analyze).
 
-Expected values are worked out by hand in the comments (or taken from Fleiss 1971's worked example).
+Expected values are worked out by hand in the comments, or are those of the widely used worked example of Fleiss'
+kappa (10 subjects, 14 raters, 5 categories), computed with the definitions of Fleiss (1971).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from openvivqa_jax.analysis.records import QA, EmptySplitError, read_reference_f
 EXAMPLES = os.path.join(SHARED, "data", "openvivqa_examples", "examples_data.json")
 VIVQA = os.path.join(SHARED, "data", "vivqa_sample")
 
-# Fleiss (1971) worked example: 10 subjects, 14 raters, 5 categories (n_ij per subject).
+# The textbook worked example of Fleiss' kappa: 10 subjects, 14 raters, 5 categories (n_ij per subject).
 FLEISS_TABLE = [
     [0, 0, 0, 0, 14],
     [0, 2, 6, 4, 2],
@@ -47,7 +48,7 @@ def qa(qid, question, answer, image="1", qa_type=-1, split="train", ocr=None):
 
 def test_fleiss_kappa_worked_example():
     r = kappa.fleiss_kappa(np.array(FLEISS_TABLE))
-    # P_bar = 172/455 = 0.378, P_e = 417/1960 = 0.213, kappa = 4211/20059 = 0.210 (Fleiss 1971).
+    # P_bar = 172/455 = 0.378, P_e = 417/1960 = 0.213, kappa = 4211/20059 = 0.210 (the published value 0.210).
     assert r["kappa"] == pytest.approx(0.210, abs=5e-4)
     assert r["kappa"] == pytest.approx(4211 / 20059, rel=1e-12)
     assert r["P_bar"] == pytest.approx(172 / 455, rel=1e-12)
