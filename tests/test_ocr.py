@@ -207,3 +207,122 @@ def test_tokens_to_arrays_shapes():
     assert arrays["box"].dtype == np.float32 and arrays["score"].dtype == np.float32
     empty = ocr.tokens_to_arrays([])
     assert empty["box"].shape == (0, 4) and empty["score"].shape == (0,)
+
+
+# ------------------------------------------------------------------------------- copyable words (split)
+def test_split_tokens_make_every_visible_answer_word_copyable(tmp_path):
+    """OCR tokens '"BA', 'CÔ"', '24,', '10.500đ' normalize to '" ba', 'cô "', '24 ,', '10,500 đồng'; split
+    into words, every answer word that the OCR holds becomes a copy step of the targets."""
+    from openvivqa_jax.text.answer_vocab import AnswerVocab
+    from openvivqa_jax.text.tokenizer import train_sentencepiece
+
+    raw = [{"text": '"BA', "box": [0.0, 0.0, 0.3, 0.1], "score": 0.9},
+           {"text": 'CÔ"', "box": [0.3, 0.0, 0.6, 0.1], "score": 0.8},
+           {"text": "24,", "box": [0.0, 0.5, 0.3, 0.6], "score": 0.7},
+           {"text": "10.500đ", "box": [0.0, 0.8, 1.0, 0.9], "score": 0.6}]
+    stats: dict[str, int] = {}
+    toks = ocr.validate_tokens(raw, source="t", image_id="1", stats=stats)
+    assert [t["text"] for t in toks] == ["ba", "cô", "24", "10,500", "đồng"]
+    # boxes: the word's share of the token's non-space characters ('"'=1 + 'ba'=2; 'cô'=2 + '"'=1;
+    # '24'=2 + ','=1; '10,500'=6 + 'đồng'=4)
+    np.testing.assert_allclose([t["box"] for t in toks], [
+        (0.1, 0.0, 0.3, 0.1), (0.3, 0.0, 0.5, 0.1), (0.0, 0.5, 0.2, 0.6), (0.0, 0.8, 0.6, 0.9), (0.6, 0.8, 1.0, 0.9)],
+        atol=1e-9)
+    assert [t["score"] for t in toks] == [0.9, 0.8, 0.7, 0.6, 0.6]
+    assert stats == {"split_dropped_punctuation": 3, "split_tokens": 1}  # '"' twice and ','; '10.500đ' split
+    unsplit = [t["text"] for t in ocr.validate_tokens(raw, source="t", image_id="1", split=False)]
+    assert unsplit == ['" ba', 'cô "', "24 ,", "10,500 đồng"]
+
+    answers = {"quán ba cô": 2, "ở số 24": 1, "giá 10,500 đồng": 2}
+    tok = train_sentencepiece(list(answers) * 10, str(tmp_path / "spm.model"), 300)
+    vocab = AnswerVocab(tok, num_ocr=8, max_len=8)
+    V = vocab.vocab_size
+    texts = [t["text"] for t in toks]
+    for answer, copies in answers.items():
+        enc = vocab.encode(answer, texts)
+        assert enc.num_copy_steps == copies, answer
+        copied = [texts[int(i) - V] for i in enc.decoder_in if int(i) >= V]
+        assert copied == [w for w in answer.split() if w in texts]
+        assert vocab.encode(answer, unsplit).num_copy_steps == 0  # before the split: nothing copyable
+
+
+# ------------------------------------------------------------------------------ detector+tesseract engine
+SIGN_WORDS = ["PHỞ", "HÒA", "24"]
+
+
+def _sign_photo():
+    """A 480x320 'photo': a red signboard with white words, each word's box in [0, 1] (ground truth)."""
+    font = ImageFont.truetype(str(FONT), 40)
+    img = Image.new("RGB", (480, 320), (90, 110, 80))
+    draw = ImageDraw.Draw(img)
+    draw.rectangle((40, 60, 440, 160), fill=(190, 30, 30))
+    x, boxes = 60, {}
+    for w in SIGN_WORDS:
+        x0, y0, x1, y1 = draw.textbbox((x, 85), w, font=font)
+        draw.text((x, 85), w, font=font, fill=(255, 255, 255))
+        boxes[w.lower()] = (x0 / 480, y0 / 320, x1 / 480, y1 / 320)
+        x = x1 + 30
+    return img, boxes
+
+
+def _iou(a, b):
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def test_detector_engine_reads_words_with_their_own_boxes():
+    img, truth = _sign_photo()
+    stats: dict[str, int] = {}
+    toks = ocr.run_ocr(img, "detector+tesseract", stats=stats)
+    assert stats["detected_boxes"] >= 1 and stats["images"] == 1
+    got = {t["text"]: t for t in toks}
+    for word, box in truth.items():
+        assert word in got, (word, [t["text"] for t in toks])
+        assert _iou(got[word]["box"], box) > 0.5, (word, got[word]["box"], box)  # one box per word, on the word
+        assert 0.5 <= got[word]["score"] <= 1.0
+    assert [t["text"] for t in toks if t["text"] in truth] == ["phở", "hòa", "24"]  # reading order
+
+
+def test_engines_listed_and_unknown_engine_refused():
+    assert ocr.DEFAULT_ENGINE == "detector+tesseract" and set(ocr.ENGINES) == {"detector+tesseract", "tesseract", "none"}
+    assert ocr.run_ocr(Image.new("RGB", (50, 40)), "none") == []
+    with pytest.raises(ValueError, match="unknown OCR engine 'paddle'"):
+        ocr.run_ocr(Image.new("RGB", (50, 40)), "paddle")
+
+
+# ---------------------------------------------------------------------------- build-time OCR in workers
+@pytest.mark.slow  # about 30 s: two spawned workers load the detector, 4 images OCRed twice
+def test_parallel_ocr_is_deterministic(tmp_path):
+    """The same tokens in the same order with 1 and 2 worker processes; a bad file is an error result."""
+    from tfds_builders import image_work
+
+    tasks = []
+    for i, words in enumerate([["PHỞ", "HÒA"], ["BÚN", "CHẢ", "24"], ["CƠM", "TẤM"]]):
+        img, _ = _sign_photo_with(words)
+        p = tmp_path / f"{i}.png"
+        img.save(p)
+        tasks.append(image_work.ImageTask(str(p), question=f"q{i}"))
+    (tmp_path / "bad.jpg").write_bytes(b"")
+    tasks.insert(1, image_work.ImageTask(str(tmp_path / "bad.jpg"), question="q9"))
+    settings = image_work.ImageSettings(ocr_engine="detector+tesseract")
+    one = list(image_work.map_images(tasks, settings, num_workers=1))
+    two = list(image_work.map_images(tasks, settings, num_workers=2))
+    assert [r.path for r in one] == [r.path for r in two] == [t.path for t in tasks]
+    assert [r.tokens for r in one] == [r.tokens for r in two]
+    assert [r.encoded for r in one] == [r.encoded for r in two]
+    assert one[1].error is not None and "bad.jpg (question 'q9'): empty file" in one[1].error
+    assert {"phở", "hòa"} <= {t["text"] for t in one[0].tokens}
+
+
+def _sign_photo_with(words):
+    font = ImageFont.truetype(str(FONT), 40)
+    img = Image.new("RGB", (480, 320), (90, 110, 80))
+    draw = ImageDraw.Draw(img)
+    draw.rectangle((40, 60, 440, 160), fill=(190, 30, 30))
+    x = 60
+    for w in words:
+        draw.text((x, 85), w, font=font, fill=(255, 255, 255))
+        x = draw.textbbox((x, 85), w, font=font)[2] + 30
+    return img, None
