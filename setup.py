@@ -21,6 +21,9 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     "pillow>=10.0",
     "pytesseract>=0.3.10",
+    # The detector+tesseract OCR engine: PP-OCR's DB text detector ships inside this wheel as an ONNX file
+    # (with onnxruntime and opencv as its dependencies), so nothing is downloaded at run time.
+    "rapidocr-onnxruntime>=1.3",
     "rapidfuzz>=3.0",
     "matplotlib>=3.8",
     "absl-py>=2.0",
