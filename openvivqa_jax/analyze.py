@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--splits", default=None, help="comma-separated splits of a TFDS dataset (default: all)")
     p.add_argument("--ocr_file", default=None, help="with --input: OCR tokens JSON {image_id: [{text, box, score}]}")
     p.add_argument("--vocab_split", default="train",
-                   help="split whose answer words count as known for OCR coverage's new words (default: train)")
+                   help="split whose answer words count as known for OCR coverage's new words (default: train; "
+                        "a name that is no split, e.g. none: every answer word is new)")
     p.add_argument("--agreement", default=None,
                    help="agreement file: one row per item, one label per annotator (CSV or TSV)")
     p.add_argument("--out", required=True, help="output folder (analysis.json and PNG figures)")
@@ -246,7 +247,8 @@ def format_summary(result: Mapping) -> str:
                     lines.append(f"  {name:18s} {g['count']:6d}  (on {g.get('images_below_minimum', 0)} of "
                                  f"{g['checked']} images" + (f"; {reasons})" if reasons else ")"))
                 else:
-                    lines.append(f"  {name:18s} {g['count']:6d} of {g['checked']}" + (f"  ({reasons})" if reasons else ""))
+                    lines.append(f"  {name:18s} {g['count']:6d} of {g['checked']}"
+                                 + (f"  ({reasons})" if reasons else ""))
     if result.get("agreement"):
         a = result["agreement"]
         lines.append("")

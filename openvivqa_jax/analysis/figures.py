@@ -51,7 +51,8 @@ def plot_lengths(splits: Mapping[str, Mapping], output: str, title: str = "") ->
             x, y = _shares(h)
             longest = max(longest, min(max(int(k) for k in h), MAX_LENGTH_SHOWN))
             mean = st[key]["mean"]
-            ax.plot(x, 100 * y, marker="o", markersize=3, linewidth=1.4, label=f"{split} (n={st[key]['count']}, mean {mean:.1f})")
+            ax.plot(x, 100 * y, marker="o", markersize=3, linewidth=1.4,
+                    label=f"{split} (n={st[key]['count']}, mean {mean:.1f})")
         if key == "answer_length":
             ax.axvspan(ANSWER_BAND[0] - 0.5, ANSWER_BAND[1] + 0.5, color="tab:green", alpha=0.08,
                        label=f"{ANSWER_BAND[0]}-{ANSWER_BAND[1]} syllables")
@@ -127,7 +128,8 @@ def write_figures(splits: Mapping[str, Mapping], out_dir: str, title: str = "") 
     """Writes ``lengths.png``, ``qa_types.png`` and ``linguistic_levels.png`` to ``out_dir``; returns the paths."""
     return [
         plot_lengths(splits, os.path.join(out_dir, "lengths.png"), title),
-        plot_qa_types(splits, os.path.join(out_dir, "qa_types.png"), f"Text QA / Non-text QA: {title}" if title else ""),
+        plot_qa_types(splits, os.path.join(out_dir, "qa_types.png"),
+                      f"Text QA / Non-text QA: {title}" if title else ""),
         plot_levels(splits, os.path.join(out_dir, "linguistic_levels.png"),
                     f"Linguistic level of answers: {title}" if title else ""),
     ]

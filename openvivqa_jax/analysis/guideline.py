@@ -6,21 +6,18 @@ checked, and the ids per reason. All rules read lowercase normalized syllables
 (:func:`~openvivqa_jax.analysis.records.syllables`) except :func:`rule_prices`, which must see the text before
 normalization rewrites its prices.
 
-==================  =========================================================  ======================================
-rule                Table 1 row / source                                       violation
-==================  =========================================================  ======================================
-qas_per_image       Number of QAs: at least 3 QAs for each image               every QA of an image with fewer than 3
-answer_complexity   Answer complexity: phrases or sentences, not single words  an answer at the word level
-                                                                               (:mod:`.linguistic`)
-question_type       Question type: no yes/no or selective questions            yes/no or selective question
-quantities          Quantities: in letters, not digits; not greater than 10    digits as a count; a count above ten
-colours             Colors: only the 12 of :data:`GUIDELINE_COLORS`            a colour outside the list
-directions          Directions (left and right)                                not checkable from text: QAs that use
-                                                                               left/right are listed for review
-prices              §3.2.4: prices written ``#,### đồng``                      a price that
-                                                                               :func:`~openvivqa_jax.text.normalize.normalize_prices`
-                                                                               would rewrite
-==================  =========================================================  ======================================
+==================  ===================================================  ============================================
+rule                Table 1 row / source                                 violation
+==================  ===================================================  ============================================
+qas_per_image       Number of QAs: at least 3 QAs for each image         every QA of an image with fewer than 3
+answer_complexity   Answer complexity: phrases or sentences, not words   an answer at the word level (linguistic.py)
+question_type       Question type: no yes/no or selective questions      a yes/no or selective question
+quantities          Quantities: in letters, not digits; at most 10       digits as a count; a count above ten
+colours             Colors: only the 12 of :data:`GUIDELINE_COLORS`      a colour outside the list
+directions          Directions (left and right)                          not checkable from text: QAs that use
+                                                                         left/right are listed for review
+prices              §3.2.4: prices written ``#,### đồng``                a price that ``normalize_prices`` rewrites
+==================  ===================================================  ============================================
 
 How each rule recognises its case is stated in its docstring; all are lexical heuristics over closed word
 lists, so a rule can miss a violation written in an unusual way or flag a scene-text string that happens to
@@ -224,7 +221,8 @@ def rule_answer_complexity(qas: Sequence[QA]) -> RuleResult:
     Violations: a QA with a reference answer at the word level of :mod:`openvivqa_jax.analysis.linguistic`
     (one syllable), reason ``single_word``. The guideline encourages rather than requires this.
     """
-    r = RuleResult("answer_complexity", "Table 1: Answer complexity", "answers are phrases or sentences, not single words",
+    r = RuleResult("answer_complexity", "Table 1: Answer complexity",
+                   "answers are phrases or sentences, not single words",
                    note="the guideline encourages this; a single-word answer is not forbidden")
     for q in qas:
         r.checked += 1
@@ -290,7 +288,8 @@ def number_value(words: Sequence[str]) -> int:
 
 def _count_question(question_tokens: Sequence[str]) -> bool:
     text = " ".join(question_tokens)
-    return any(f" {w} " in f" {text} " for w in _COUNT_QUESTION) and not any(t in _NOT_COUNT_QUESTION for t in question_tokens)
+    asks_count = any(f" {w} " in f" {text} " for w in _COUNT_QUESTION)
+    return asks_count and not any(t in _NOT_COUNT_QUESTION for t in question_tokens)
 
 
 def _quantities(tokens: Sequence[str], count_question: bool) -> list[tuple[str, int, str]]:
@@ -378,7 +377,8 @@ def rule_colours(qas: Sequence[QA]) -> RuleResult:
     outside the twelve, ``màu tía``, ``màu bạc``) and ``ambiguous_xanh`` (``xanh`` without ``lá``, ``dương`` or
     ``da trời``). Shade words after a listed colour (``đỏ đậm``) are accepted.
     """
-    r = RuleResult("colours", "Table 1: Colors", "colours only from the list of 12 (" + ", ".join(GUIDELINE_COLORS) + ")")
+    r = RuleResult("colours", "Table 1: Colors",
+                   "colours only from the list of 12 (" + ", ".join(GUIDELINE_COLORS) + ")")
     for q in qas:
         r.checked += 1
         for text in (q.question, *q.answers):

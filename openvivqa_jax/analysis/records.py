@@ -93,7 +93,8 @@ def order_splits(names: Sequence[str]) -> list[str]:
     return sorted(names, key=lambda s: (_SPLIT_ORDER.get(s, 3), s))
 
 
-def read_tfds(data_cfg: Any, splits: Sequence[str] | None = None, prepare: bool = False) -> tuple[dict[str, list[QA]], dict]:
+def read_tfds(data_cfg: Any, splits: Sequence[str] | None = None,
+              prepare: bool = False) -> tuple[dict[str, list[QA]], dict]:
     """Reads the splits of a built TFDS dataset through the training data source.
 
     Args:
@@ -164,7 +165,8 @@ def _image_ids_csv(path: str) -> list[Any]:
         return [row.get("img_id") for row in reader]
 
 
-def read_reference_file(path: str | os.PathLike, split: str, ocr: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[QA]:
+def read_reference_file(path: str | os.PathLike, split: str,
+                        ocr: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[QA]:
     """Reads a release / reference file (any layout :func:`formats.load_references` reads).
 
     Args:
