@@ -7,31 +7,123 @@ Modes:
 * ``evaluate``: score the dev and test splits with the workdir's best checkpoint.
 
 Any config field can be overridden on the command line: ``--config.train.num_train_steps=100``.
+
+What goes wrong on the user's side ends with one ``error:`` line on stderr, never a traceback (which
+``--verbosity=1`` logs): a misspelt flag or config field (with ml_collections' "Did you mean" suggestion) or a
+config file that does not load (exit status 2); a config value out of range
+(:func:`openvivqa_jax.config_check.check_config`), a bad dataset file, a missing manual download folder (the
+line, then the builder's download instructions), a missing OCR engine or a bad ViT checkpoint (exit status 1).
+Ctrl-C or SIGTERM during training saves a checkpoint of the current step and prints ``interrupted at step N;
+last checkpoint step M; rerun the same command to resume`` (exit status 130 / 143;
+:mod:`openvivqa_jax.interrupts`). On CPU, JAX's ``Unable to initialize backend 'tpu'`` notices and
+TensorFlow's C++ start-up notices (oneDNN) are kept out of the log unless ``--verbose`` is given.
 """
 
 from __future__ import annotations
 
+import difflib
+import glob
 import logging as std_logging
 import os
+import signal
 import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+if "--verbose" not in sys.argv:  # before TensorFlow can be imported: its C++ start-up notices (oneDNN)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
 flags.DEFINE_string("workdir", None, "Run folder: checkpoints, logs, metrics and predictions.")
 flags.DEFINE_enum("mode", "train", ["train", "evaluate"], "What to run.")
+flags.DEFINE_bool("verbose", False, "Keep the start-up notices of JAX (no TPU backend), TensorFlow and the INFO "
+                  "logs of orbax, TFDS and grain.")
 flags.mark_flags_as_required(["config", "workdir"])
+
+#: Exit status of usage errors (bad flags, config file or field), as argparse uses.
+USAGE_ERROR = 2
 
 
 class _QuietLibraries(std_logging.Filter):
-    """Drops INFO chatter of orbax, TFDS and grain (one line per checkpoint file) from the run log."""
+    """Drops INFO chatter of orbax, TFDS and grain (one line per checkpoint file) and JAX's notices that no
+    TPU (or proxy) backend is there from the run log (not installed with ``--verbose``)."""
 
     _NOISY = ("/orbax/", "/tensorflow_datasets/", "/grain/", "/etils/")
 
     def filter(self, record: std_logging.LogRecord) -> bool:
-        return record.levelno >= std_logging.WARNING or not any(p in record.pathname for p in self._NOISY)
+        if record.levelno >= std_logging.WARNING:
+            return True
+        if record.pathname.endswith("xla_bridge.py") and "Unable to initialize backend" in str(record.msg):
+            return False
+        return not any(p in record.pathname for p in self._NOISY)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _usage_error(message: str) -> None:
+    print(f"error: {_one_line(message)}", file=sys.stderr)
+    sys.exit(USAGE_ERROR)
+
+
+def _config_file_error(path: str, err: Exception) -> str:
+    """One line for a config file that did not load: not found (with the nearest existing config file), or
+    the last line of ml_collections' report (the file's own error)."""
+    file = path.split(":", 1)[0]
+    if not os.path.exists(file):
+        folder = os.path.dirname(file) or "."
+        near = difflib.get_close_matches(file, [os.path.relpath(p) if not os.path.isabs(file) else p
+                                                for p in glob.glob(os.path.join(folder, "*.py"))], n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        return f"config file {file} not found{hint}"
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return f"config file {file} did not load: {lines[-1] if lines else type(err).__name__}"
+
+
+def _config_arg(argv: list[str]) -> str:
+    """The value of ``--config`` in ``argv`` (``--config=X`` or ``--config X``); ``""`` if absent."""
+    for i, a in enumerate(argv):
+        if a.startswith(("--config=", "-config=")):
+            return a.split("=", 1)[1]
+        if a in ("--config", "-config") and i + 1 < len(argv):
+            return argv[i + 1]
+    return ""
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """``app.run``'s flags parser: absl's, with one line (exit status 2) instead of a traceback for a
+    misspelt or malformed flag, a config field that does not exist (keeping ml_collections' "Did you mean"
+    suggestion), a bad config value type, or a config file that does not load."""
+    try:
+        rest = FLAGS(argv)
+    except flags.Error as e:
+        _usage_error(f"{e} (see --help)")
+    except (AttributeError, KeyError) as e:  # --config.a.b=... naming a field that does not exist
+        inner = e.args[0] if e.args else e  # AttributeError(KeyError("'name'\nDid you mean ...?"))
+        text = inner.args[0] if isinstance(inner, KeyError) and inner.args else inner
+        lines = str(text).splitlines() or [""]
+        field = lines[0].strip("'\" ")
+        named = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.") and
+                 a.split("=", 1)[0].split(".")[-1] == field]
+        hint = " ".join(ln.strip() for ln in lines[1:])
+        _usage_error(f"{named[0] if named else '--config'}: the config has no field {field!r}"
+                     + (f"; {hint}" if hint else ""))
+    except OSError as e:
+        _usage_error(_config_file_error(_config_arg(argv), e))
+    except (TypeError, ValueError) as e:  # e.g. --config.train.batch_size=abc
+        _usage_error(f"bad config override: {e}")
+    except Exception as e:  # the config file itself raised (a syntax error, an error in get_config)
+        if not _config_arg(argv):
+            raise
+        _usage_error(f"config file {_config_arg(argv)} did not load: {type(e).__name__}: {e}")
+    try:
+        FLAGS.config.keys()  # a config file that failed to load raises on first use
+    except OSError as e:
+        _usage_error(_config_file_error(_config_arg(argv), e))
+    return rest
 
 
 def _init_distributed(cfg) -> None:
@@ -55,35 +147,67 @@ def _init_distributed(cfg) -> None:
 
 def _input_errors() -> tuple[type[Exception], ...]:
     """Errors caused by the user's files or settings: reported in one line, without a traceback."""
+    from openvivqa_jax.config_check import ConfigError
     from openvivqa_jax.data.ocr import OcrFileError, OcrUnavailableError
     from openvivqa_jax.data.pipeline import DatasetError
     from openvivqa_jax.models.vit import CheckpointError
     from tfds_builders.readers import DatasetInputError
 
-    return (DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError, CheckpointError)
+    return (ConfigError, DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError, CheckpointError)
+
+
+_received: list[str] = []  # names of the signals turned into KeyboardInterrupt by _on_sigterm
+
+
+def _on_sigterm(signum, frame) -> None:
+    del frame
+    _received.append(signal.Signals(signum).name)
+    raise KeyboardInterrupt
 
 
 def main(argv) -> None:
     """Runs the selected mode.
 
-    Input errors (:func:`_input_errors`: a bad dataset file or row, a dataset built in the wrong format, a
-    missing OCR engine, a bad ViT checkpoint) end the run with ``error: <ErrorClass>: <message>`` on stderr
-    and exit status 1; the traceback is logged at ``--verbosity=1``.
+    Input errors (:func:`_input_errors`: a config value out of range, a bad dataset file or row, a dataset
+    built in the wrong format, a missing manual download folder, a missing OCR engine, a bad ViT checkpoint)
+    end the run with ``error: <ErrorClass>: <message>`` on stderr and exit status 1; the traceback is logged
+    at ``--verbosity=1``. SIGINT / SIGTERM end it with one ``interrupted ...`` line and status 130 / 143
+    (:mod:`openvivqa_jax.interrupts`; during training a checkpoint of the current step is saved first).
     """
+    from openvivqa_jax import interrupts
+    from openvivqa_jax.config_check import ConfigError
+
+    single = not (FLAGS.config.get("distributed") and FLAGS.config.distributed.get("initialize"))
+    if single:  # several processes: SIGTERM is JAX's preemption notice (openvivqa_jax.interrupts)
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         _main(argv)
+    except ConfigError as e:  # before _input_errors(), which imports the data and model modules
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
     except _input_errors() as e:
         logging.debug("traceback of the error below", exc_info=True)
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
+    except interrupts.TrainingInterrupted as e:
+        print(str(e), file=sys.stderr)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        logging.debug("traceback of the interruption", exc_info=True)
+        print(interrupts.interrupted_message(None, interrupts.last_checkpoint_step(FLAGS.workdir)), file=sys.stderr)
+        sys.exit(interrupts.EXIT_CODES[_received[-1] if _received else "SIGINT"])
 
 
 def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    logging.get_absl_handler().addFilter(_QuietLibraries())
+    if not FLAGS.verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        logging.get_absl_handler().addFilter(_QuietLibraries())
     cfg = FLAGS.config
+    from openvivqa_jax.config_check import check_config
+
+    check_config(cfg)
     _init_distributed(cfg)
     from openvivqa_jax import train
 
@@ -100,7 +224,7 @@ def _main(argv) -> None:
 
 def run() -> None:
     """Console-script entry point (``openvivqa-train``)."""
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ answer}}}``, or the older list form ``{"images": [{id, filename}], "annotations"
 question, ...}]}``)::
 
     python -m openvivqa_jax.predict --workdir runs/mlpag --questions test.json --image_dir images/ \\
-        --output submission.json [--plot_dir pictures/] [--ocr ...] [--beam N] [--json]
+        --output runs/mlpag/submission.json [--plot_dir runs/mlpag/pictures/] [--skip_bad] [--ocr ...] [--beam N] \\
+        [--json]
 
 writes the Codalab submission ``{question_id: answer}`` (UTF-8 JSON).
 
@@ -43,7 +44,8 @@ What happens (sharing the trainer's code, :class:`openvivqa_jax.train.Trainer`):
 Bad input (an unreadable, empty or non-image file, an image over ``--max_pixels`` judged from its header
 before decoding, an empty question, a workdir without config, tokenizer or checkpoint, a malformed
 questions or OCR file) ends with exit code 2 and one ``error:`` line on stderr naming the file or
-question; nothing is skipped silently.
+question; nothing is skipped silently. In batch mode ``--skip_bad`` answers every question whose image can be
+used and lists the others with the reason (stderr, and ``<output stem>.skipped.json``).
 """
 
 from __future__ import annotations
@@ -711,6 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="single: write the picture to this PNG")
     p.add_argument("--plot_dir", help="batch: write one picture per question (<question_id>.png) here")
     p.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS, help="largest image accepted (width*height)")
+    p.add_argument("--skip_bad", action="store_true",
+                   help="batch: answer every question whose image can be used; list the others on stderr and in "
+                        "<output stem>.skipped.json {question_id: reason} instead of stopping at the first")
     p.add_argument("--verbose", action="store_true", help="show library logging on stderr")
     return p
 
@@ -780,15 +785,29 @@ def _run(args) -> int:
             raise PredictError(f"--image_dir {args.image_dir}: not a folder")
         records = read_questions_file(args.questions, image_folders(args.questions, args.image_dir))
     ocr_cfg = _ocr_settings(args)
-    # Every image is checked before the model is loaded, so bad input fails fast.
+    # Every image is checked before the model is loaded, so bad input fails fast (or, with --skip_bad in batch
+    # mode, the questions of unusable images are set aside, answered by no one, and listed at the end).
     images: dict[str, Any] = {}
+    bad_images: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for r in records:
-        if r["image_path"] not in images:
+        if r["image_path"] in bad_images:
+            skipped[r["question_id"]] = bad_images[r["image_path"]]
+        elif r["image_path"] not in images:
             try:
                 images[r["image_path"]] = load_image(r["image_path"], args.max_pixels)
             except PredictError as e:
-                where = "" if single else f"question {r['question_id']!r}: "
-                raise PredictError(where + str(e)) from None
+                if single:
+                    raise
+                if not args.skip_bad:
+                    raise PredictError(f"question {r['question_id']!r}: {e} (--skip_bad answers the other "
+                                       "questions and lists the bad ones)") from None
+                bad_images[r["image_path"]] = skipped[r["question_id"]] = " ".join(str(e).split())
+    if skipped:
+        records = [r for r in records if r["question_id"] not in skipped]
+        if not records:
+            raise PredictError(f"questions file {args.questions}: no question has a usable image "
+                               f"({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})")
     check_workdir(os.path.abspath(os.path.expanduser(args.workdir)))
     pred = Predictor(args.workdir, beam=args.beam)
     ocr_cache: dict[str, list[dict]] = {}
@@ -818,6 +837,10 @@ def _run(args) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         with open(output, "w", encoding="utf-8") as f:
             json.dump({r["question_id"]: r["answer"] for r in results}, f, ensure_ascii=False, indent=1)
+        if skipped:
+            skipped_path = os.path.splitext(output)[0] + ".skipped.json"
+            with open(skipped_path, "w", encoding="utf-8") as f:
+                json.dump(skipped, f, ensure_ascii=False, indent=1)
     if args.json:
         payload = [_json_result(r) for r in results]
         json.dump(payload[0] if single else payload, sys.stdout, ensure_ascii=False, indent=1)
@@ -830,6 +853,11 @@ def _run(args) -> int:
         print("\n\n".join(blocks))
         if not single:
             print(f"\nwrote {output}: {len(results)} answers")
+    if skipped:
+        print(f"skipped {len(skipped)} questions whose image could not be used (listed in {skipped_path}):",
+              file=sys.stderr)
+        for qid, why in skipped.items():
+            print(f"  question {qid!r}: {why}", file=sys.stderr)
     if stats:
         from absl import logging
 

@@ -18,6 +18,8 @@ computes exactly what the uninterrupted run would have.
 from __future__ import annotations
 
 import dataclasses
+import contextlib
+import copy
 import json
 import os
 import time
@@ -32,7 +34,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx, struct
 
-from openvivqa_jax import decoding, evaluation, sharding
+from openvivqa_jax import decoding, evaluation, interrupts, sharding
 from openvivqa_jax.evaluation import copying
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.models import build_model, model_class
@@ -521,7 +523,11 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     global_batch = t.batch_size
     local_batch = global_batch // jax.process_count()
     train_src = tr.source(cfg.data.train_split)
-    it = pipeline.train_iterator(train_src, tr.pre, batch_size=local_batch, seed=cfg.seed,
+    # Training inputs get their own counters, so the truncation rates logged at the end are the training
+    # batches' (evaluation encodes other splits).
+    train_pre = copy.copy(tr.pre)
+    train_pre.counter = pipeline.SkipCounter()
+    it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
                                  source_name=f"{tr.builder.name}/{cfg.data.train_split}",
                                  num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch)
     start = 0
@@ -536,6 +542,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
         bad_evals = restored["data_iter"].get("bad_evals", 0)
         start = int(step)
         logging.info("Resumed from step %d (%s)", start, latest.directory)
+    else:
+        logging.info("No checkpoint in %s: training starts at step 0", latest.directory)
     step_fn = tr.train_step_fn()
     hooks = []
     if jax.process_index() == 0:
@@ -562,46 +570,71 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     t0 = time.time()
     step = start
     stopped_early = False
-    for step in range(start + 1, t.num_train_steps + 1):
-        batch = pipeline.to_global(next(it), tr.batch_sharding)
-        with sharding.mesh_context(tr.mesh):
-            tr.state, m = step_fn(tr.state, batch)
-        for h in hooks:
-            h(step)
-        for k, v in m.items():
-            acc.setdefault(k, []).append(v)
-        if step % t.log_every_steps == 0 or step == t.num_train_steps:
-            vals = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
-            acc = {}
-            writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
-            tr.jsonl.write(step, "train", vals)
-            logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
-                         vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
-                         vals["learning_rate"],
-                         t.log_every_steps / max(1e-9, time.time() - t0))
-            t0 = time.time()
-        if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
-            score = eval_dev(step)
-            best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tr.state)),
-                      metrics={"score": score})
-            if score > best_score:
-                best_score, bad_evals = score, 0
-            else:
-                bad_evals += 1
-            if t.patience and bad_evals >= t.patience:
-                logging.info("Early stop at step %d: no dev %s improvement in %d evaluations", step,
-                             t.best_metric, bad_evals)
-                stopped_early = True
-        if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps or stopped_early:
-            save(step)
-        if stopped_early:
-            break
+    # Ctrl-C / SIGTERM: finish the step, save it, stop with one line (openvivqa_jax.interrupts). With several
+    # processes SIGTERM is JAX's preemption notice and orbax says at which step all processes save.
+    signals = interrupts.StopSignals() if jax.process_count() == 1 else contextlib.nullcontext()
+    with signals:
+        for step in range(start + 1, t.num_train_steps + 1):
+            batch = pipeline.to_global(next(it), tr.batch_sharding)
+            with sharding.mesh_context(tr.mesh):
+                tr.state, m = step_fn(tr.state, batch)
+            for h in hooks:
+                h(step)
+            for k, v in m.items():
+                acc.setdefault(k, []).append(v)
+            if step % t.log_every_steps == 0 or step == t.num_train_steps:
+                vals = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
+                acc = {}
+                writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
+                tr.jsonl.write(step, "train", vals)
+                logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
+                             vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
+                             vals["learning_rate"],
+                             t.log_every_steps / max(1e-9, time.time() - t0))
+                t0 = time.time()
+            if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
+                score = eval_dev(step)
+                best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tr.state)),
+                          metrics={"score": score})
+                if score > best_score:
+                    best_score, bad_evals = score, 0
+                else:
+                    bad_evals += 1
+                if t.patience and bad_evals >= t.patience:
+                    logging.info("Early stop at step %d: no dev %s improvement in %d evaluations", step,
+                                 t.best_metric, bad_evals)
+                    stopped_early = True
+            if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps or stopped_early:
+                save(step)
+            if stopped_early:
+                break
+            signal_name = signals.requested if jax.process_count() == 1 else (
+                "SIGTERM" if latest.reached_preemption(step) else None)
+            if signal_name:
+                if latest.latest_step() != step:
+                    save(step)
+                latest.wait_until_finished()
+                best.wait_until_finished()
+                logging.warning("%s: stopped after step %d and saved it", signal_name, step)
+                raise interrupts.TrainingInterrupted(signal_name, step, latest.latest_step())
     latest.wait_until_finished()
     best.wait_until_finished()
-    tr.counter.log("Input pipeline counts (truncated/skipped)")
+    train_pre.counter.log("Training input counts (truncated/skipped)")
+    tr.counter.log("Evaluation input counts (truncated/skipped)")
+    rates = train_pre.counter.truncation_rates()
+    if rates:
+        m = cfg.model
+        logging.info("Training inputs cut: %s of questions at model.max_question_len=%d, %s of answers at "
+                     "model.max_answer_len=%d", _pct(rates.get("question_truncation_rate")), m.max_question_len,
+                     _pct(rates.get("answer_truncation_rate")), m.max_answer_len)
+        tr.jsonl.write(step, "train_inputs", {f"train/{k}": v for k, v in rates.items()})
     results = final_evaluation(tr, writer, step)
     writer.flush()
     return results
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
 
 
 def _rewrite_metrics(tr: Trainer, tag: str, metrics: dict) -> None:

@@ -382,3 +382,51 @@ def test_classifier_workdir(tmp_path, good_image):
         assert sources == {"ocr"}, out["words"]
         j = out["words"][0]["ocr_index"]
         assert out["answer"] == ocr[j]["text"] and out["words"][0]["box"] == ocr[j]["box"]
+
+
+# --------------------------------------------------------------------------------------------- --skip_bad
+def _batch_with_one_bad_image(tmp_path):
+    """A questions file (public-release layout) of 3 questions on 3 images; image ``b.jpg`` is not an image."""
+    for name, colour in (("a.png", (200, 30, 30)), ("c.png", (30, 30, 200))):
+        Image.new("RGB", (64, 48), colour).save(tmp_path / name)
+    (tmp_path / "b.jpg").write_text("not an image")
+    q = tmp_path / "questions.json"
+    q.write_text(json.dumps({"images": {"1": "a.png", "2": "b.jpg", "3": "c.png"},
+                             "annotations": {"10": {"image_id": 1, "question": "cửa hàng này tên gì ?"},
+                                             "20": {"image_id": 2, "question": "biển hiệu màu gì ?"},
+                                             "30": {"image_id": 3, "question": "có mấy chiếc xe máy ?"}}},
+                            ensure_ascii=False), encoding="utf-8")
+    return q
+
+
+def test_batch_bad_image_stops_and_names_skip_bad(tmp_path):
+    """Without --skip_bad one bad image stops the batch with one line naming the question and the option."""
+    q = _batch_with_one_bad_image(tmp_path)
+    res = _predict("--workdir", _fake_workdir(tmp_path), "--questions", q, "--output", tmp_path / "sub.json",
+                   timeout=60)
+    _assert_one_line_error(res, "question '20'", "b.jpg", "--skip_bad")
+    assert not (tmp_path / "sub.json").exists()
+
+
+def test_skip_bad_with_no_usable_image(tmp_path):
+    (tmp_path / "b.jpg").write_text("not an image")
+    q = tmp_path / "questions.json"
+    q.write_text(json.dumps({"images": {"2": "b.jpg"}, "annotations": {"20": {"image_id": 2, "question": "gì ?"}}}))
+    res = _predict("--workdir", _fake_workdir(tmp_path), "--questions", q, "--skip_bad", timeout=60)
+    _assert_one_line_error(res, "no question has a usable image", "1 skipped", "b.jpg")
+
+
+@pytest.mark.slow
+def test_skip_bad_writes_every_good_answer_and_lists_the_bad(tmp_path, trained):
+    q = _batch_with_one_bad_image(tmp_path)
+    sub = tmp_path / "out" / "sub.json"
+    res = _predict("--workdir", trained, "--questions", q, "--output", sub, "--skip_bad", "--ocr", "none")
+    assert res.returncode == 0, res.stderr[-3000:]
+    answers = json.loads(sub.read_text(encoding="utf-8"))
+    assert sorted(answers) == ["10", "30"] and all(isinstance(a, str) and a for a in answers.values())
+    skipped = json.loads((tmp_path / "out" / "sub.skipped.json").read_text(encoding="utf-8"))
+    assert list(skipped) == ["20"] and "b.jpg" in skipped["20"]
+    err = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith(("I", "W"))]
+    assert err[0].startswith("skipped 1 questions whose image could not be used") and "sub.skipped.json" in err[0]
+    assert err[1].startswith("  question '20': ") and "b.jpg" in err[1]
+    assert "wrote " in res.stdout and ": 2 answers" in res.stdout

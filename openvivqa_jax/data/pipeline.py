@@ -126,6 +126,17 @@ class SkipCounter:
         if self.counts:
             logging.info("%s: %s", prefix, dict(self.counts))
 
+    def truncation_rates(self) -> dict[str, float]:
+        """Shares of the questions and answers :meth:`Preprocessor.features` encoded that were cut:
+        ``question_truncation_rate`` (pieces beyond ``model.max_question_len``) and ``answer_truncation_rate``
+        (target steps beyond ``model.max_answer_len``), each in [0, 1]; a rate whose count is 0 is left out."""
+        out = {}
+        for what, cut, total in (("question", "question_truncated", "questions_encoded"),
+                                 ("answer", "answer_truncated", "answers_encoded")):
+            if self.counts[total]:
+                out[f"{what}_truncation_rate"] = self.counts[cut] / self.counts[total]
+        return out
+
 
 def _str(x) -> str:
     return x.decode("utf-8") if isinstance(x, bytes) else str(x)
@@ -147,8 +158,10 @@ def load_builder(data_cfg, prepare: bool = True):
       prepare: run ``download_and_prepare`` (idempotent; no network is used by our builders).
 
     Raises:
-      DatasetError: if the builder package does not exist, a JSON builder config is malformed, or the
-        dataset was prepared in data_dir as tfrecord (`tfds build` without --file_format=array_record).
+      DatasetError: if the builder package does not exist, a JSON builder config is malformed, the
+        dataset was prepared in data_dir as tfrecord (`tfds build` without --file_format=array_record), or
+        a builder that needs manually downloaded files finds no manual folder (one line naming the folder
+        and ``--config.data.manual_dir``, then the builder's download instructions).
       tfds_builders.readers.DatasetInputError: bad source files (names the file and the record),
         raised by the builder and passed on unchanged.
     """
@@ -187,7 +200,20 @@ def load_builder(data_cfg, prepare: bool = True):
     if prepare:
         manual = data_cfg.get("manual_dir")
         dl = tfds.download.DownloadConfig(manual_dir=os.path.expanduser(manual) if manual else None)
-        builder.download_and_prepare(download_config=dl)
+        folder = os.path.expanduser(manual) if manual else os.path.join(data_dir, "downloads", "manual")
+        how = (getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", "") or "").strip("\n")
+        missing = DatasetError(
+            f"{full} needs its source files in a manual folder, and {folder} does not exist or is empty; "
+            f"put them there or set --config.data.manual_dir=<folder>. Instructions:\n{how}")
+        prepared = os.path.exists(os.path.join(builder.data_dir, "dataset_info.json"))
+        if how and not prepared and not (os.path.isdir(folder) and os.listdir(folder)):
+            raise missing
+        try:
+            builder.download_and_prepare(download_config=dl)
+        except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
+            if not str(e).startswith("Manual directory"):
+                raise
+            raise missing from None
     return builder
 
 
@@ -413,6 +439,7 @@ class Preprocessor:
                 mask[: len(f)] = True
             out.update(region_features=feats, region_boxes=boxes, region_mask=mask)
         q = list(self.tok.encode(rec.question))
+        self.counter.add("questions_encoded")
         if len(q) > self.q_len:
             self.counter.add("question_truncated")
             q = q[: self.q_len]
@@ -436,6 +463,8 @@ class Preprocessor:
         out.update(ocr_pieces=pieces, ocr_piece_mask=pmask, ocr_phoc=phoc_batch(texts, N, self.phoc_alphabet),
                    ocr_boxes=boxes, ocr_mask=np.arange(N) < n)
         enc = self.vocab.encode(answer or "", texts)
+        if answer is not None:
+            self.counter.add("answers_encoded")
         if answer is not None and enc.truncated:
             self.counter.add("answer_truncated")
         out.update(decoder_in=enc.decoder_in, target_vocab=enc.target_vocab, target_ocr=enc.target_ocr,
@@ -521,7 +550,8 @@ def train_iterator(source, pre: Preprocessor, *, batch_size: int, seed: int, sou
     """
     if len(source) < batch_size * jax.process_count():
         raise DatasetError(f"{source_name}: {len(source)} examples is fewer than one global batch "
-                           f"({batch_size} x {jax.process_count()} processes)")
+                           f"({batch_size} x {jax.process_count()} processes); lower --config.train.batch_size "
+                           f"(at most {len(source)}) or train on a larger split")
     ds = grain.MapDataset.source(_IndexedSource(source))
     ds = ds.seed(seed).shuffle().repeat()
     ds = ds.random_map(_TrainMap(pre, source_name))  # lazy: only the rows this process asks for are read

@@ -1,0 +1,115 @@
+"""Range checks of experiment config values, run before anything is built.
+
+A value out of range (``--config.tokenizer.vocab_size=100``, ``--config.train.batch_size=0``) would otherwise
+fail minutes later, deep in SentencePiece, the optimizer or JAX, with a traceback. :func:`check_config` raises
+one :class:`ConfigError` whose one-line message names the field, the value, the allowed range and the flag
+that sets it. Only fields present in the config are checked (model families have different fields).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["ConfigError", "check_config", "MIN_VOCAB_SIZE"]
+
+#: The smallest ``tokenizer.vocab_size``: the 256 byte-fallback pieces and the 4 specials (pad, unk, bos, eos)
+#: of :mod:`openvivqa_jax.text.tokenizer`, plus one learned piece.
+MIN_VOCAB_SIZE = 261
+
+
+class ConfigError(ValueError):
+    """A config value out of range; the message (one line) names the field, the value and what is allowed."""
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _at_least(lo: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: _int(v) and v >= lo), f"an integer >= {lo}"
+
+
+_POSITIVE_NUMBER = ((lambda v: _num(v) and v > 0), "a number > 0")
+_PROBABILITY = ((lambda v: _num(v) and 0 <= v < 1), "a number in [0, 1)")
+
+#: (dotted field, check, what is allowed).
+_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("tokenizer.vocab_size", *_at_least(MIN_VOCAB_SIZE)),
+    ("train.batch_size", *_at_least(1)),
+    ("train.num_train_steps", *_at_least(1)),
+    ("train.log_every_steps", *_at_least(1)),
+    ("train.checkpoint_every_steps", *_at_least(1)),
+    ("train.eval_every_steps", *_at_least(0)),
+    ("train.keep_checkpoints", *_at_least(1)),
+    ("train.warmup_steps", *_at_least(0)),
+    ("train.grad_accum_steps", *_at_least(1)),
+    ("train.patience", *_at_least(0)),
+    ("train.lr_scale", *_POSITIVE_NUMBER),
+    ("train.learning_rate", *_POSITIVE_NUMBER),
+    ("model.d_model", *_at_least(1)),
+    ("model.num_heads", *_at_least(1)),
+    ("model.ffn_dim", *_at_least(1)),
+    ("model.dropout", *_PROBABILITY),
+    ("model.max_question_len", *_at_least(1)),
+    ("model.max_answer_len", *_at_least(1)),
+    ("model.num_ocr", *_at_least(0)),
+    ("model.num_decoder_layers", *_at_least(1)),
+    ("model.num_fusion_layers", *_at_least(0)),
+    ("data.max_ocr_pieces", *_at_least(1)),
+    ("data.num_threads", *_at_least(0)),
+    ("data.prefetch", *_at_least(0)),
+    ("data.image_cache_size", *_at_least(0)),
+    ("eval.batch_size", *_at_least(1)),
+    ("eval.beam_size", *_at_least(1)),
+    ("eval.max_eval_examples", *_at_least(0)),
+)
+
+
+def _get(cfg, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        if node is None or not hasattr(node, "get") or part not in node:
+            return _MISSING
+        node = node.get(part)
+    return node
+
+
+_MISSING = object()
+
+
+def _fail(field: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"config value {field}={value!r} is out of range: must be {allowed} "
+                      f"(set it with --config.{field}=...)")
+
+
+def check_config(cfg) -> None:
+    """Checks the ranges of the config's values (module doc).
+
+    Args:
+      cfg: the experiment ``ml_collections.ConfigDict``.
+
+    Raises:
+      ConfigError: the first value out of range (one line: field, value, allowed range, flag); also
+        ``model.d_model`` not divisible by ``model.num_heads``, or a ``data.image_size`` that is not two
+        integers >= 8.
+    """
+    for field, ok, allowed in _RULES:
+        value = _get(cfg, field)
+        if value is _MISSING or value is None:
+            continue
+        if not ok(value):
+            _fail(field, value, allowed)
+    d, h = _get(cfg, "model.d_model"), _get(cfg, "model.num_heads")
+    if _int(d) and _int(h) and d % h:
+        raise ConfigError(f"config value model.d_model={d} is not divisible by model.num_heads={h} (attention "
+                          "heads split d_model evenly; set --config.model.d_model or --config.model.num_heads)")
+    size = _get(cfg, "data.image_size")
+    if size is not _MISSING and size is not None:
+        if not (isinstance(size, (tuple, list)) and len(size) == 2 and all(_int(v) and v >= 8 for v in size)):
+            _fail("data.image_size", tuple(size) if isinstance(size, list) else size,
+                  "(width, height), two integers >= 8")
