@@ -375,3 +375,20 @@ def test_data_config_from_an_experiment_config():
     args = analyze.build_parser().parse_args(["--builder", "vivqa", "--out", "o"])
     data = analyze._data_config(args)
     assert (data.builder, data.builder_config, data.data_dir) == ("vivqa", None, None)
+
+
+def test_textvqa_layout_and_named_split(tmp_path):
+    # TextVQA / ST-VQA layout: several answers per question, every QA a Text QA; SPLIT=FILE names the split.
+    data = {"dataset_name": "textvqa", "data": [
+        {"question_id": 1, "image_id": "i1", "question": "what brand?", "answers": ["nokia", "nokia phone", "nokia"]},
+        {"question_id": 2, "image_id": "i1", "question": "what number?", "answers": ["7", "seven"]},
+    ]}
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "out"
+    assert analyze.run(["--input", f"val={path}", "--out", str(out), "--no_figures"]) == 0
+    st = json.loads((out / "analysis.json").read_text(encoding="utf-8"))["splits"]["val"]
+    assert (st["images"], st["questions"], st["answers"]) == (1, 2, 5)
+    assert st["qa_types"] == {"text": 2, "non_text": 0, "unknown": 0}
+    assert st["answer_length"]["histogram"] == {"1": 4, "2": 1}  # nokia, nokia phone, nokia, 7, seven
+    assert st["linguistic_level"]["counts"] == {"word": 4, "phrase": 1, "sentence": 0}
