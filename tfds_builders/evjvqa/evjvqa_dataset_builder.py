@@ -25,6 +25,15 @@ OCR (config ``ocr_engine``): ``auto`` = ``manual_dir/ocr.json`` (``{image_id: [{
 present, else none (config ``default``); ``tesseract`` runs Tesseract (``vie+eng``; add ``jpn`` to
 ``ocr_lang`` when the ``tesseract-ocr-jpn`` data is installed) once per image at build time.
 
+Per-image work (decode, stored bytes, OCR engine) runs per image file with
+:func:`tfds_builders.image_work.process_image`: in ``num_workers`` local processes, or, when the build is given
+Beam options, on Apache Beam (:mod:`tfds_builders.beam_build`), e.g. on every local core::
+
+    tfds build tfds_builders/evjvqa --config tesseract --manual_dir=<manual_dir> --file_format=array_record \
+        --beam_pipeline_options="runner=DirectRunner,direct_running_mode=multi_processing,direct_num_workers=8"
+
+Both builds hold the same examples in the same order.
+
 Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file and the question id:
 missing or corrupt image, empty question, empty answers where required, unknown image_id, a missing or
 unknown language, a repeated question or image id (also as a repeated JSON key); ``skip_missing_images`` /
@@ -38,7 +47,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +55,11 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 try:
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, image_work, readers
 except ImportError:  # loaded by `tfds build tfds_builders/evjvqa` as `evjvqa.evjvqa_dataset_builder`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, image_work, readers
 
-from openvivqa_jax.data import ocr as ocr_lib
 
 _CITATION = """\
 @article{nguyen2023evjvqa,
@@ -88,6 +95,8 @@ class EvjvqaConfig(readers.ReaderConfig):
         answers_required_splits: splits where a question without answers is an error.
         images_dir: image folder relative to manual_dir; None = search (module doc).
         default_language: language of records without a ``language`` field; None = such a record is an error.
+        num_workers: processes for the per-image work of a build without Beam
+            (:func:`tfds_builders.image_work.map_images`); None = the CPUs this process may use.
     """
 
     ocr_engine: str = "auto"
@@ -98,6 +107,7 @@ class EvjvqaConfig(readers.ReaderConfig):
     answers_required_splits: tuple = ("train", "dev")
     images_dir: str | None = None
     default_language: str | None = None
+    num_workers: int | None = None
 
 
 @dataclasses.dataclass
@@ -232,7 +242,7 @@ def parse_annotation_file(
     return out
 
 
-class Builder(tfds.core.GeneratorBasedBuilder):
+class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
     """EVJVQA from its JSON files and image folders (module doc); every question carries its language."""
 
     VERSION = tfds.core.Version("1.0.0")
@@ -283,6 +293,9 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
             manual_dir, "*.json", split_files=cfg.split_files, exclude={cfg.ocr_file}, default_split=cfg.default_split)
         self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang)
         self.ocr_stats = self._ocr.stats
+        # The per-image work: decode, stored bytes, and the OCR engine unless tokens come from a file.
+        engine = "none" if self._ocr.engine in ("file", "none") else self._ocr.engine
+        self._settings = image_work.ImageSettings(ocr_engine=engine, ocr_lang=cfg.ocr_lang)
         logging.info("evjvqa/%s: split files %s", cfg.name, {k: [p.name for p in v] for k, v in split_files.items()})
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
@@ -298,18 +311,23 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
         dirs += [annotation.parent / annotation.stem, annotation.parent]
         return dirs
 
-    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
+    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path):
+        """The split's examples: an iterator, or a Beam ``PTransform`` when the build was given Beam options
+        (:mod:`tfds_builders.beam_build`). Annotations are parsed here; the per-image work runs per
+        :class:`~tfds_builders.beam_build.ImageGroup` (one image file and its questions)."""
         cfg = self.builder_config
-        counter = readers.SkipCounter(f"evjvqa/{split}")
+        name = f"evjvqa/{split}"
+        counter = readers.SkipCounter(name)
         self.skip_counts[split] = counter.counts
         policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
-        unknown = readers.UnknownFields(f"evjvqa/{split}")
+        unknown = readers.UnknownFields(name)
         self.unknown_fields[split] = unknown.counts
         languages: collections.Counter[str] = collections.Counter()
         self.language_counts[split] = languages
         required = split in cfg.answers_required_splits
         seen: dict[str, Path] = {}
-        kept = 0
+        groups: dict[tuple[str, str], list[tuple[str, str, dict]]] = {}
+        sources: dict[tuple[str, str], Path] = {}
         for path in files:
             image_dirs = self._image_dirs(split, path, manual_dir)
             for rec in parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown,
@@ -320,29 +338,48 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
                         path, record, f"duplicate question id (also in {seen[rec.question_id]})"))
                     continue
                 seen[rec.question_id] = path
-                try:
-                    image_path = readers.find_file(rec.filename, image_dirs)
-                    if image_path is None:
-                        raise readers.record_error(
-                            path, record, f"image file {rec.filename!r} (image_id {rec.image_id}) not found in "
-                            f"{[str(d) for d in image_dirs]}", readers.ImageFileError)
-                    image = readers.load_image(image_path, source=path, record=record)
-                except readers.ImageFileError as e:
-                    policy.handle("missing_or_corrupt_image", e)
+                image_path = readers.find_file(rec.filename, image_dirs)
+                if image_path is None:
+                    policy.handle("missing_or_corrupt_image", readers.record_error(
+                        path, record, f"image file {rec.filename!r} (image_id {rec.image_id}) not found in "
+                        f"{[str(d) for d in image_dirs]}", readers.ImageFileError))
                     continue
-                kept += 1
-                languages[rec.language] += 1
-                yield rec.question_id, {
-                    "image": image.encoded,
+                group = (str(image_path), rec.image_id)
+                sources.setdefault(group, path)
+                groups.setdefault(group, []).append((rec.question_id, record, {
                     "image_id": rec.image_id,
                     "question_id": rec.question_id,
                     "question": rec.question,
                     "answers": rec.answers,
                     "qa_type": np.int32(common.QA_TYPE_UNKNOWN),
                     "language": rec.language,
-                    "ocr": readers.ocr_feature(self._ocr.get(rec.image_id, image.pil)),
-                }
-        counter.log_summary(kept)
+                }))
+        file_tokens = self._ocr.engine == "file"
+        image_groups = [
+            beam_build.ImageGroup(
+                path=image_path, source=str(sources[(image_path, image_id)]), records=tuple(recs),
+                tokens=tuple(self._ocr.get(image_id, None)) if file_tokens else None)
+            for (image_path, image_id), recs in groups.items()]
         unknown.log_summary()
-        logging.info("evjvqa/%s: questions per language %s", split, dict(sorted(languages.items())))
-        self._ocr.log_summary(f"evjvqa/{split}")
+        examples = beam_build.generate(
+            image_groups, self._settings, use_beam=self.use_beam, skip_missing_images=cfg.skip_missing_images,
+            name=name, num_workers=cfg.num_workers, policy=policy, ocr_stats=self.ocr_stats)
+        if self.use_beam:
+            for g in image_groups:
+                languages.update(ex["language"] for _, _, ex in g.records)
+            logging.info("%s: %d questions on %d images go to Beam (questions per language %s; bad images are "
+                         "counted in the Beam counter %s/missing_or_corrupt_image)", name,
+                         sum(len(g.records) for g in image_groups), len(image_groups), dict(sorted(languages.items())),
+                         name)
+            return examples
+        return self._counted(name, examples, counter, languages)
+
+    def _counted(self, name: str, examples, counter: readers.SkipCounter, languages: collections.Counter):
+        kept = 0
+        for key, example in examples:
+            kept += 1
+            languages[example["language"]] += 1
+            yield key, example
+        counter.log_summary(kept)
+        logging.info("%s: questions per language %s", name, dict(sorted(languages.items())))
+        self._ocr.log_summary(name)
