@@ -47,7 +47,6 @@ import collections
 import dataclasses
 import functools
 import importlib
-import io
 import json
 import os
 import threading
@@ -59,6 +58,7 @@ import numpy as np
 from absl import logging
 from PIL import Image
 
+from openvivqa_jax.data import images
 from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
 from openvivqa_jax.text.answer_vocab import AnswerVocab
 from openvivqa_jax.text.normalize import normalize_text
@@ -358,6 +358,8 @@ class Preprocessor:
         self.num_ocr_classes = num_ocr_classes
         self.mask_ocr = mask_ocr
         self.counter = counter or SkipCounter()
+        #: Largest stored image accepted (width * height), as the builders and predict check it.
+        self.max_image_pixels = int(cfg.data.get("max_image_pixels", images.DEFAULT_MAX_PIXELS))
         self._image = functools.lru_cache(maxsize=cfg.data.get("image_cache_size", 8192))(self._decode_image)
         self.decode_dictionary = cfg.data.get("decode_dictionary", "none") or "none"
         if self.decode_dictionary not in ("none", "per_image", "global"):
@@ -408,12 +410,18 @@ class Preprocessor:
         return out
 
     def _decode_image(self, image_id: str, data: bytes) -> np.ndarray:
+        """Encoded bytes -> ``(image_h, image_w, 3)`` uint8: :func:`openvivqa_jax.data.images.decode_image`
+        (the decoder of the builders and predict: EXIF orientation, alpha onto white, 16-bit by range),
+        then a bilinear resize.
+
+        Raises:
+          DatasetError: (one line, naming the image) the bytes are not a usable image.
+        """
         try:
-            with Image.open(io.BytesIO(data)) as im:
-                im = im.convert("RGB").resize((self.image_w, self.image_h), Image.BILINEAR)
-                return np.asarray(im, np.uint8)
-        except Exception as e:  # PIL raises many types for corrupt data
-            raise DatasetError(f"image {image_id!r}: cannot decode ({type(e).__name__}: {e})") from e
+            rgb = images.decode_image(data, name=repr(image_id), max_pixels=self.max_image_pixels).pil
+        except images.ImageDecodeError as e:
+            raise DatasetError(str(e)) from None
+        return np.asarray(rgb.resize((self.image_w, self.image_h), Image.BILINEAR), np.uint8)
 
     def features(self, rec: Record, answer: str | None, for_decoding: bool = False) -> dict:
         """Fixed-shape features of one record; ``answer`` (normalized) gives the targets; with
@@ -423,7 +431,10 @@ class Preprocessor:
         if self.vision_kind in ("cnn", "vit"):
             if rec.image_bytes is None:
                 raise DatasetError(f"question {rec.question_id!r}: no image for vision kind {self.vision_kind!r}")
-            out["image"] = self._image(rec.image_id, bytes(rec.image_bytes))
+            try:
+                out["image"] = self._image(rec.image_id, bytes(rec.image_bytes))
+            except DatasetError as e:
+                raise DatasetError(f"question {rec.question_id!r}: {e}") from None
         else:
             R, D = self.num_regions, self.region_dim
             feats = np.zeros((R, D), np.float32)
