@@ -20,16 +20,16 @@ What happens (sharing the trainer's code, :class:`openvivqa_jax.train.Trainer`):
 1. ``<workdir>/config.json`` becomes the config (JSON lists back to tuples); the tokenizer
    (``spm.model``), the model and, for classifiers, ``answers.json`` come from the workdir; the best
    checkpoint (else the latest) is restored. The dataset is never opened.
-2. OCR: ``tesseract`` runs :func:`openvivqa_jax.data.ocr.run_tesseract` (``-l vie``, psm 11) on the
-   grayscale image *and* on each of its R, G and B channels, and merges the words (boxes overlapping by
-   IoU >= 0.5 keep the more confident reading). Tesseract binarizes one channel of a colour image, so
-   text on saturated signboards (white on red, black on blue) can vanish in luminance and survive in a
-   channel: on 40 synthetic street scenes the grayscale pass reads 44 of 89 shop names, the filtered
-   passes 76 (:func:`run_ocr_passes` has the numbers and the filters that keep misreads of people and
-   objects out); on the real OpenViVQA photos the channels add words such as ``khuyến mại`` and ``cosy``.
-   ``--ocr_passes`` chooses the passes, ``--no_ocr_filter`` keeps every word. ``none`` uses no OCR
-   tokens; a FILE is JSON ``{image: [{text, box, score}]}`` (keys: image id, file name or its stem) or,
-   for a single image, a plain token list.
+2. OCR (``--ocr``, :func:`openvivqa_jax.data.ocr.run_ocr`, the engines the builders use):
+   ``detector+tesseract`` (default) finds text lines with PP-OCR's DB detector (the ONNX model inside
+   the ``rapidocr-onnxruntime`` wheel) and reads each with ``tesseract -l vie --psm 7``; ``tesseract``
+   runs ``-l vie`` psm 11 on the grayscale image and its R, G, B channels and merges the words
+   (:func:`openvivqa_jax.data.ocr.run_ocr_passes`; ``--ocr_passes`` chooses the passes). On the 7 real
+   OpenViVQA examples the detector engine reads 8 of the 15 answer words the questions lack, the
+   tesseract passes 5. Either way the tokens are normalized with the answer rules and split into single
+   words with their own boxes, so every word is copyable. ``--no_ocr_filter`` keeps implausible words.
+   ``none`` uses no OCR tokens; a FILE is JSON ``{image: [{text, box, score}]}`` (keys: image id, file
+   name or its stem) or, for a single image, a plain token list.
 3. The inputs are built by :meth:`openvivqa_jax.data.pipeline.Preprocessor.features`, decoded with
    the jitted beam search (``--beam``, default ``eval.beam_size``; classifiers take the arg-max class).
 4. Provenance: :meth:`openvivqa_jax.text.answer_vocab.AnswerVocab.sources` says per decoded step whether
@@ -41,11 +41,13 @@ What happens (sharing the trainer's code, :class:`openvivqa_jax.train.Trainer`):
    layers, heads and answer steps; :func:`attention_layout` says where the image sits in the decoder
    memory of each model; models without such a decoder get no heat map).
 
-Bad input (an unreadable, empty or non-image file, an image over ``--max_pixels`` judged from its header
-before decoding, an empty question, a workdir without config, tokenizer or checkpoint, a malformed
-questions or OCR file) ends with exit code 2 and one ``error:`` line on stderr naming the file or
-question; nothing is skipped silently. In batch mode ``--skip_bad`` answers every question whose image can be
-used and lists the others with the reason (stderr, and ``<output stem>.skipped.json``).
+Images are decoded by :func:`openvivqa_jax.data.images.decode_image`, as in the builders and the training
+pipeline (EXIF orientation, transparency onto white, 16-bit by range). Bad input (an unreadable, empty,
+truncated or non-image file, an image over ``--max_pixels`` judged from its header before decoding or below
+the minimum size, an empty question, a workdir without config, tokenizer or checkpoint, a malformed
+questions or OCR file) ends with exit code 2 and one ``error:`` line on stderr naming the file or question;
+nothing is skipped silently. In batch mode ``--skip_bad`` answers every question whose image can be used and
+lists the others with the reason (stderr, and ``<output stem>.skipped.json``).
 """
 
 from __future__ import annotations
@@ -62,21 +64,24 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "load_image", "check_workdir",
+from openvivqa_jax.data.images import DEFAULT_MAX_PIXELS as DEFAULT_MAX_IMAGE_PIXELS
+from openvivqa_jax.data.ocr import (  # the OCR engines and the merge of tesseract passes live in data/ocr.py
+    DEFAULT_ENGINE as DEFAULT_OCR_ENGINE,
+    DEFAULT_OCR_PASSES,
+    ENGINES as OCR_ENGINES,
+    merge_ocr_passes,
+    plausible_token,
+    run_ocr_passes,
+)
+
+__all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
+           "plausible_token", "run_ocr_passes", "load_image", "check_workdir",
            "load_workdir_config", "merge_ocr_passes", "image_folders", "read_questions_file", "word_provenance",
            "attention_layout", "Predictor", "build_parser", "run"]
 
 #: Largest image accepted (pixels, width x height), checked from the header before decoding; about the
 #: area of a 50-megapixel photo. A 20000 x 20000 image (400 MP, 1.2 GB decoded) is refused.
-DEFAULT_MAX_PIXELS = 50_000_000
-#: Tesseract passes merged by ``--ocr tesseract``: grayscale, then the R, G, B channels (module doc).
-DEFAULT_OCR_PASSES = ("gray", "R", "G", "B")
-#: Boxes of two passes' words overlapping by at least this IoU are one word (the more confident is kept).
-OCR_MERGE_IOU = 0.5
-#: Tesseract confidence (/100) above which a word of a colour-channel pass, or a vowel-less word, is trusted alone.
-CONFIDENT_SCORE = 0.9
-_VI_VOWELS = frozenset("aeiouyăâêôơư" "àáảãạằắẳẵặầấẩẫậèéẻẽẹềếểễệìíỉĩịòóỏõọồốổỗộờớởỡợùúủũụừứửữựỳýỷỹỵ")
-_VI_LETTERS = frozenset("abcdeghiklmnopqrstuvxyđfjwz") | _VI_VOWELS
+DEFAULT_MAX_PIXELS = DEFAULT_MAX_IMAGE_PIXELS
 
 
 class PredictError(Exception):
@@ -84,60 +89,30 @@ class PredictError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------- inputs
-def load_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS):
-    """Opens and decodes an image file safely.
-
-    The size is read from the header (PIL opens lazily) and checked against ``max_pixels`` before any
-    pixel is decoded; EXIF orientation is applied; the result is RGB.
+def load_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS, question: str | None = None):
+    """Opens and decodes an image file with the project's one decoder,
+    :func:`openvivqa_jax.data.images.decode_image` (the builders and the training pipeline use it too):
+    the size is checked from the header before decoding, EXIF orientation is applied, transparency goes
+    onto white, 16-bit images are scaled by their range.
 
     Args:
       path: the image file.
       max_pixels: the largest ``width * height`` accepted.
+      question: the question named in errors.
 
     Returns:
       An RGB ``PIL.Image.Image`` (decoded).
 
     Raises:
-      PredictError: missing file, a folder, a 0-byte file, not an image, over ``max_pixels``, or a
-        corrupt / truncated image (names the path).
+      PredictError: missing file, a folder, a 0-byte file, not an image, over ``max_pixels``, below the
+        minimum size, or a corrupt / truncated image (one line naming the path).
     """
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from openvivqa_jax.data import images
 
-    if not os.path.exists(path):
-        raise PredictError(f"image {path}: file not found")
-    if not os.path.isfile(path):
-        raise PredictError(f"image {path}: not a file")
-    size = os.path.getsize(path)
-    if size == 0:
-        raise PredictError(f"image {path}: empty file (0 bytes), not an image")
-    old_limit = Image.MAX_IMAGE_PIXELS
     try:
-        Image.MAX_IMAGE_PIXELS = None  # opening reads the header only; the size is checked below
-        im = Image.open(path)
-    except UnidentifiedImageError:
-        raise PredictError(f"image {path}: not a recognised image file ({size} bytes; PIL reads JPEG, PNG, "
-                           "BMP, GIF, TIFF, WebP, ...)") from None
-    except (OSError, SyntaxError, ValueError) as e:
-        raise PredictError(f"image {path}: cannot open ({type(e).__name__}: {e})") from None
-    finally:
-        Image.MAX_IMAGE_PIXELS = old_limit
-    w, h = im.size
-    if w <= 0 or h <= 0:
-        im.close()
-        raise PredictError(f"image {path}: has no pixels ({w}x{h})")
-    if w * h > max_pixels:
-        im.close()
-        raise PredictError(f"image {path}: {w}x{h} pixels ({w * h / 1e6:.0f} megapixels) is over the limit of "
-                           f"{max_pixels / 1e6:.0f} megapixels (--max_pixels); downscale it first")
-    try:
-        Image.MAX_IMAGE_PIXELS = max_pixels
-        im.load()
-        im = ImageOps.exif_transpose(im)
-        return im.convert("RGB")
-    except Exception as e:  # PIL raises OSError, SyntaxError, ValueError, struct.error... on corrupt data
-        raise PredictError(f"image {path}: cannot decode ({type(e).__name__}: {e})") from None
-    finally:
-        Image.MAX_IMAGE_PIXELS = old_limit
+        return images.decode_image(path, question=question, max_pixels=max_pixels).pil
+    except images.ImageDecodeError as e:
+        raise PredictError(str(e)) from None
 
 
 def _clean_question(question: str, where: str) -> str:
@@ -208,119 +183,6 @@ def load_workdir_config(workdir: str):
     if not isinstance(raw, dict) or "model" not in raw:
         raise PredictError(f"{path}: not a run config (no 'model' section)")
     return ml_collections.ConfigDict(_tuplify(raw))
-
-
-def _iou(a, b) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
-
-
-def merge_ocr_passes(passes: Sequence[Sequence[Mapping[str, Any]]], iou: float = OCR_MERGE_IOU) -> list[dict]:
-    """Merges the words of several OCR passes over one image.
-
-    Words are considered from the most to the least confident; a word whose box overlaps an already kept
-    word's box by IoU >= ``iou`` is the same word read again and is dropped. The kept words are returned in
-    reading order (top to bottom by line, then left to right; a line is words whose vertical centres lie
-    within half a word height).
-
-    Args:
-      passes: per pass, tokens ``{"text", "box": (x0, y0, x1, y1) in [0, 1], "score" in [0, 1]}``.
-      iou: overlap threshold.
-
-    Returns:
-      The merged tokens (dicts copied).
-    """
-    cands = [(float(t["score"]), -p, i, dict(t)) for p, toks in enumerate(passes) for i, t in enumerate(toks)]
-    cands.sort(key=lambda c: (-c[0], -c[1], c[2]))
-    kept: list[dict] = []
-    for _, _, _, t in cands:
-        if all(_iou(t["box"], k["box"]) < iou for k in kept):
-            kept.append(t)
-    kept.sort(key=lambda t: (t["box"][1] + t["box"][3]) / 2)
-    lines: list[list[dict]] = []
-    for t in kept:
-        cy, hh = (t["box"][1] + t["box"][3]) / 2, t["box"][3] - t["box"][1]
-        if lines:
-            last = lines[-1][-1]
-            if abs(cy - (last["box"][1] + last["box"][3]) / 2) <= 0.5 * max(hh, last["box"][3] - last["box"][1]):
-                lines[-1].append(t)
-                continue
-        lines.append([t])
-    return [t for line in lines for t in sorted(line, key=lambda t: t["box"][0])]
-
-
-def plausible_token(token: Mapping[str, Any], confident: float = CONFIDENT_SCORE) -> bool:
-    """Whether an OCR token can be Vietnamese scene text rather than a misread texture.
-
-    Rejected: a letter outside the Vietnamese alphabet (plus f, j, w, z for loanwords and brands), such
-    as ``ñ``, ``œ``, ``ð``, ``ï``, which Tesseract's ``vie`` model emits only when it reads shapes as text;
-    and, below ``confident``, an all-letter token without a vowel (every Vietnamese syllable has one;
-    abbreviations such as ``đt`` are printed clearly and read confidently).
-    """
-    text = str(token["text"]).replace(" ", "")
-    if any(c.isalpha() and c not in _VI_LETTERS for c in text):
-        return False
-    alnum = [c for c in text if c.isalnum()]
-    if alnum and all(c.isalpha() for c in alnum) and not any(c in _VI_VOWELS for c in alnum):
-        return float(token.get("score", 0.0)) >= confident
-    return True
-
-
-def run_ocr_passes(image, passes: Sequence[str] = DEFAULT_OCR_PASSES, stats: dict | None = None,
-                   filter_tokens: bool = True) -> list[dict]:
-    """Tesseract (``-l vie``, :func:`openvivqa_jax.data.ocr.run_tesseract`) over the named passes of ``image``,
-    filtered and merged by :func:`merge_ocr_passes`.
-
-    With ``filter_tokens``: the first pass is trusted; a word of a later pass is kept only when it is read
-    with confidence >= :data:`CONFIDENT_SCORE` or another pass read something at the same place (IoU >=
-    :data:`OCR_MERGE_IOU`); then tokens failing :func:`plausible_token` are dropped. On 40 synthetic
-    street scenes (89 shop names) this keeps 76 names readable with as many spurious words as the
-    grayscale pass alone (22 vs 23), which reads only 44 names; all passes unfiltered read 80 names
-    but add 74 spurious words (misreads of people, umbrellas and stools that a pointer network copies).
-
-    Args:
-      image: RGB PIL image.
-      passes: subset of ``gray``, ``R``, ``G``, ``B``, in order.
-      stats: optional counter dict: run_tesseract's counters summed over passes, plus
-        ``dropped_uncorroborated``, ``dropped_implausible`` and ``merged_duplicates``.
-      filter_tokens: apply the two filters above (False: the union of all passes).
-
-    Raises:
-      ValueError: an unknown pass name. openvivqa_jax.data.ocr.OcrUnavailableError: no tesseract / vie data.
-    """
-    from openvivqa_jax.data import ocr as ocr_lib
-
-    arr = np.asarray(image.convert("RGB"))
-    results = []
-    for p in passes:
-        if p == "gray":
-            src = image
-        elif p in ("R", "G", "B"):
-            src = arr[..., "RGB".index(p)]
-        else:
-            raise ValueError(f"unknown OCR pass {p!r}; expected gray, R, G or B")
-        results.append(ocr_lib.run_tesseract(src, stats=stats))
-    counts = {"dropped_uncorroborated": 0, "dropped_implausible": 0}
-    if filter_tokens:
-        kept = [results[0]] if results else []
-        for i in range(1, len(results)):
-            ok = [t for t in results[i] if float(t["score"]) >= CONFIDENT_SCORE or any(
-                _iou(t["box"], u["box"]) >= OCR_MERGE_IOU for j, other in enumerate(results) if j != i for u in other)]
-            counts["dropped_uncorroborated"] += len(results[i]) - len(ok)
-            kept.append(ok)
-        n = sum(map(len, kept))
-        kept = [[t for t in toks if plausible_token(t)] for toks in kept]
-        counts["dropped_implausible"] += n - sum(map(len, kept))
-        results = kept
-    merged = merge_ocr_passes(results)
-    counts["merged_duplicates"] = sum(map(len, results)) - len(merged)
-    if stats is not None:
-        for k, v in counts.items():
-            stats[k] = stats.get(k, 0) + v
-    return merged
 
 
 def _load_ocr_file(path: str) -> dict[str, list[dict]] | list[dict]:
@@ -542,15 +404,14 @@ class Predictor:
     # ---- OCR
     def ocr(self, image, mode: str, image_keys: Sequence[str], passes: Sequence[str], ocr_table=None,
             stats: dict | None = None, filter_tokens: bool = True) -> list[dict]:
-        """OCR tokens of ``image`` by ``mode`` (``tesseract``, ``none`` or a file path whose table is ``ocr_table``)."""
-        if mode == "none":
-            return []
-        if mode == "tesseract":
-            from openvivqa_jax.data.ocr import OcrUnavailableError
+        """OCR tokens of ``image`` by ``mode``: an engine of :data:`OCR_ENGINES`
+        (:func:`openvivqa_jax.data.ocr.run_ocr`), or a file path whose table is ``ocr_table``."""
+        from openvivqa_jax.data import ocr as ocr_lib
 
+        if mode in OCR_ENGINES:
             try:
-                return run_ocr_passes(image, passes, stats, filter_tokens=filter_tokens)
-            except OcrUnavailableError as e:
+                return ocr_lib.run_ocr(image, mode, stats=stats, passes=passes, filter_tokens=filter_tokens)
+            except ocr_lib.OcrUnavailableError as e:
                 raise PredictError(f"OCR: {e}") from None
         return [dict(t) for t in _ocr_for(ocr_table, image_keys, mode)]
 
@@ -702,9 +563,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image_dir", help="batch: folder of the images named in --questions (default: its folder, "
                    "then its images/ and <file stem>/ subfolders)")
     p.add_argument("--output", help="batch: submission file {question_id: answer} (default: submission.json)")
-    p.add_argument("--ocr", default="tesseract", help="'tesseract' (default), 'none', or a JSON file of OCR tokens")
+    p.add_argument("--ocr", default=DEFAULT_OCR_ENGINE,
+                   help=f"OCR engine ({', '.join(OCR_ENGINES)}; default {DEFAULT_OCR_ENGINE}) or a JSON file of OCR tokens")
     p.add_argument("--ocr_passes", default=",".join(DEFAULT_OCR_PASSES),
-                   help="tesseract passes to merge: gray,R,G,B (default all)")
+                   help="the tesseract engine's passes to merge: gray,R,G,B (default all)")
     p.add_argument("--no_ocr_filter", action="store_true",
                    help="keep every tesseract word (no corroboration / plausibility filter)")
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's eval.beam_size)")
@@ -759,7 +621,7 @@ def _error(msg: str) -> None:
 def _ocr_settings(args) -> dict:
     """``--ocr`` / ``--ocr_passes``: the OCR table of a file (loaded and validated) and the tesseract passes."""
     ocr_table = None
-    if args.ocr not in ("tesseract", "none"):
+    if args.ocr not in OCR_ENGINES:
         ocr_table = _load_ocr_file(args.ocr)
     passes = tuple(p.strip() for p in args.ocr_passes.split(",") if p.strip())
     bad = [p for p in passes if p not in DEFAULT_OCR_PASSES]
@@ -795,7 +657,8 @@ def _run(args) -> int:
             skipped[r["question_id"]] = bad_images[r["image_path"]]
         elif r["image_path"] not in images:
             try:
-                images[r["image_path"]] = load_image(r["image_path"], args.max_pixels)
+                images[r["image_path"]] = load_image(r["image_path"], args.max_pixels,
+                                                     question=r["question"] if single else None)
             except PredictError as e:
                 if single:
                     raise
@@ -810,6 +673,7 @@ def _run(args) -> int:
                                f"({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})")
     check_workdir(os.path.abspath(os.path.expanduser(args.workdir)))
     pred = Predictor(args.workdir, beam=args.beam)
+    pred.pre.max_image_pixels = max(pred.pre.max_image_pixels, args.max_pixels)  # the images passed --max_pixels
     ocr_cache: dict[str, list[dict]] = {}
     stats: dict[str, int] = {}
     items = []
