@@ -98,6 +98,8 @@ def _category(name: str, instrs: dict, comps: dict) -> str:
         return "gather/scatter (embeddings)"
     if opcode in ("copy", "transpose", "concatenate", "pad", "slice", "broadcast", "reshape", "bitcast"):
         return "data movement (copy/transpose/concat)"
+    if opcode == "rng-bit-generator" or "rng-bit-generator" in ops or {"xor", "shift-right-logical"} <= ops:
+        return "random bits (dropout masks)"
     if opcode == "fusion":
         return "elementwise fusion"
     if opcode in ("while", "conditional", "call", "custom-call"):

@@ -9,6 +9,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -120,3 +121,62 @@ def test_set_field_overrides_one_config_field():
         common.set_field(cfg, "model.bogus=1")
     with pytest.raises(ValueError, match="expected FIELD=VALUE"):
         common.set_field(cfg, "model.dropout")
+
+
+def _accelerator(*args: str, timeout: int = 900) -> tuple[dict, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([os.path.join(ROOT, "benchmarks", "accelerator.sh"), "--smoke", "--models=mlpag",
+                           "--dtypes=float32", "--repeats=2", *args], cwd=ROOT, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), time.monotonic() - t0
+
+
+def _check_accelerator_run(r: dict) -> None:
+    tr, dec = r["train"], r["decode_beam3"]
+    assert r["platform"] == "cpu" and r["dtype"] == "float32"
+    assert tr["batch"] == 2 and tr["examples_per_s"] == pytest.approx(2 / tr["step_s_median"])
+    peak = r["peak"]
+    assert peak["chip"] == "this CPU" and peak["source"].startswith("measured")
+    assert tr["mfu"] == pytest.approx(tr["flops_per_step"] / tr["step_s_median"] / (peak["tflops"] * 1e12))
+    assert tr["achieved_tflops"] == pytest.approx(tr["flops_per_step"] / tr["step_s_median"] / 1e12)
+    assert 0 < tr["mfu"] < 5
+    assert dec["batch"] == 2 and dec["answers_per_s"] == pytest.approx(2 / dec["seconds_median"])
+    assert r["peak_device_memory_mb"] is None and _sane_rss(r["peak_rss_mb"])  # CPU reports no device memory
+
+
+@pytest.mark.slow
+def test_accelerator_script_keeps_its_one_minute_budget():
+    """benchmarks/accelerator.sh on CPU, tiny shapes, 60 s budget: it ends within the budget (a job that
+    overruns its share is killed and reported, not dropped) and prints one JSON object."""
+    out, wall = _accelerator("--budget_s=60")
+    assert out["benchmark"] == "accelerator" and out["budget_s"] == 60
+    assert out["wall_s"] < 60 + 5 and wall < 60 + 30  # + the parent's own start-up and exit
+    r = out["runs"]["mlpag:float32"]
+    if "error" in r:  # a loaded 2-core machine: the job did not fit its share
+        assert "budget" in r["error"]
+    else:
+        _check_accelerator_run(r)
+
+
+@pytest.mark.slow
+def test_accelerator_script_values_in_process():
+    """The same run in one process with a budget it fits in: train examples/s, MFU against the named peak,
+    beam-3 answers/s, device memory (none on CPU)."""
+    out, _ = _accelerator("--budget_s=600", "--in_process")
+    _check_accelerator_run(out["runs"]["mlpag:float32"])
+
+
+def test_accelerator_published_peaks():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import accelerator
+
+    h100 = accelerator.chip_peak("NVIDIA H100 80GB HBM3", "gpu", "bfloat16")
+    assert (h100["chip"], h100["precision"], h100["tflops"]) == ("NVIDIA H100 SXM5", "bf16", 989.4)
+    f32 = accelerator.chip_peak("NVIDIA H100 80GB HBM3", "gpu", "float32")
+    assert (f32["precision"], f32["tflops"], f32["fp32_tflops"]) == ("tf32", 494.7, 66.9)
+    assert accelerator.chip_peak("NVIDIA H100 PCIe", "gpu", "bfloat16")["tflops"] == 756.0
+    assert accelerator.chip_peak("NVIDIA A100-SXM4-80GB", "gpu", "float32")["tflops"] == 156.0
+    tpu = accelerator.chip_peak("TPU v5 lite", "tpu", "float32")  # float32 dots: one bf16 pass on TPU
+    assert (tpu["chip"], tpu["precision"], tpu["tflops"]) == ("Google TPU v5e", "bf16", 197.0)
+    assert accelerator.chip_peak("cpu", "cpu", "float32") is None
