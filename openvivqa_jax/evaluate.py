@@ -24,8 +24,9 @@ Inputs (see :mod:`openvivqa_jax.evaluation.formats`):
 
 Output: the :func:`openvivqa_jax.evaluation.score` dict as JSON on stdout (overall, per QA type where
 known, counts and notes; EVJVQA-F1 and EVJVQA-BLEU by default when the references carry languages other
-than ``vi``, e.g. EVJVQA's ``language`` field), plus ``inputs`` naming the files and detected formats. ``--table`` prints
-the plain-text table to stderr as well.
+than ``vi``, e.g. EVJVQA's ``language`` field; ``by_field``: question count, exact match, CIDEr and the cheap
+metrics per QA type, and per ``kind`` and ``language`` where the records carry them), plus ``inputs`` naming
+the files and detected formats. ``--table`` prints the plain-text tables to stderr as well.
 
 Exit codes: 0 on success; 2 for unusable input (unreadable file, invalid JSON, unknown layout,
 malformed record, unknown metric: one ``error:`` line on stderr naming the file/record); 1 when no

@@ -3,8 +3,10 @@ the real OpenViVQA sample, compilation counts."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,7 +99,16 @@ def test_workdir_contents_and_predictions(tmp_path, data_dir):
     src = tfds.builder("synthetic_openvivqa/tiny", data_dir=data_dir).as_data_source("test")
     assert len(preds) == len(src)
     assert [p["question_id"] for p in preds] == [src[i]["question_id"].decode() for i in range(len(src))]
-    assert set(preds[0]) >= {"question_id", "question", "prediction", "references", "qa_type"}
+    assert set(preds[0]) >= {"question_id", "question", "prediction", "references", "qa_type", "kind"}
+    # Scores per template kind of question (the synthetic set's kind feature) in the metrics file.
+    from tfds_builders.synthetic_openvivqa.generator import NON_TEXT_KINDS, TEXT_KINDS
+
+    assert {p["kind"] for p in preds} <= set(TEXT_KINDS + NON_TEXT_KINDS)
+    by_kind = json.loads((wd / "eval" / "test_metrics.json").read_text())["by_field"]["kind"]
+    assert {k: v["num_questions"] for k, v in by_kind.items()} == dict(
+        sorted(collections.Counter(p["kind"] for p in preds).items()))
+    assert re.search(r"Training inputs cut: \d+\.\d% of questions at model.max_question_len=\d+, \d+\.\d% of "
+                     r"answers at model.max_answer_len=\d+", out.stderr), out.stderr[-2000:]
     # Each metrics file says how its predictions were made; a later --mode evaluate with other decoding
     # settings rewrites the files and says so (configs/tiny.py: beam 2, alpha 0; best checkpoint: step 10).
     def decoding(tag):
