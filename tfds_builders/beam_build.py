@@ -33,7 +33,8 @@ from absl import logging
 
 from tfds_builders import image_work, readers
 
-__all__ = ["ImageGroup", "beam_requested", "BeamWhenAsked", "image_examples", "generate"]
+__all__ = ["ImageGroup", "GroupPlanner", "beam_requested", "BeamWhenAsked", "image_examples", "generate",
+           "from_local_generator"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +54,36 @@ class ImageGroup:
     source: str
     records: tuple[tuple[str, str, dict], ...]
     tokens: tuple[dict, ...] | None = None
+
+
+class GroupPlanner:
+    """Collects a split's questions into :class:`ImageGroup` s, one per (image file, OCR key), in first-seen order.
+
+    A builder parses its annotation files as usual (record errors, duplicates, missing files) and calls
+    :meth:`add` for every question that has an image file; :meth:`groups` then gives the groups, with the
+    OCR-file tokens of each image when ``ocr`` reads them from a file.
+    """
+
+    def __init__(self):
+        self._groups: dict[tuple[str, str], list[tuple[str, str, dict]]] = {}
+        self._sources: dict[tuple[str, str], str] = {}
+
+    def add(self, image_path: Any, ocr_key: str, source: Any, key: str, record: str, example: dict) -> None:
+        """Adds one question: its image, the image's OCR key (image id), the annotation file, the example key,
+        the record label named in errors and the example without ``image``/``ocr``."""
+        group = (str(image_path), str(ocr_key))
+        self._sources.setdefault(group, str(source))
+        self._groups.setdefault(group, []).append((key, record, example))
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._groups.values())
+
+    def groups(self, ocr: "readers.OcrSource | None" = None) -> list[ImageGroup]:
+        """The groups; with an ``ocr`` source of engine ``file`` each group carries that file's tokens."""
+        from_file = ocr is not None and ocr.engine == "file"
+        return [ImageGroup(path=p, source=self._sources[(p, k)], records=tuple(recs),
+                           tokens=tuple(ocr.get(k, None)) if from_file else None)
+                for (p, k), recs in self._groups.items()]
 
 
 def beam_requested(download_config: Any) -> bool:
@@ -94,6 +125,9 @@ def image_examples(group: ImageGroup, settings: image_work.ImageSettings, skip_m
       result: the image's :func:`~tfds_builders.image_work.process_image` result when already computed
         (the in-process path computes it in worker processes); None = compute it here.
 
+    OCR: the group's file tokens when given; else the tokens of ``settings.ocr_engine`` when it is not
+    ``"none"``; else the example's own ``ocr`` (none when it has none).
+
     Returns:
       ``[(key, example)]`` in the group's order; ``[]`` for a skipped bad image.
 
@@ -114,8 +148,13 @@ def image_examples(group: ImageGroup, settings: image_work.ImageSettings, skip_m
         except ImportError:  # pragma: no cover - Beam is only needed when it runs
             pass
         return []
-    tokens = list(group.tokens) if group.tokens is not None else result.tokens
-    ocr = readers.ocr_feature(tokens)
+    if group.tokens is not None:
+        ocr = readers.ocr_feature(list(group.tokens))
+    elif settings.ocr_engine != "none":
+        ocr = readers.ocr_feature(result.tokens)
+    else:  # no engine: the example's own OCR (from a file, or none)
+        return [(key, {"ocr": readers.ocr_feature([]), **example, "image": result.encoded})
+                for key, _, example in group.records]
     return [(key, {**example, "image": result.encoded, "ocr": ocr}) for key, _, example in group.records]
 
 
@@ -162,3 +201,77 @@ def generate(groups: Sequence[ImageGroup], settings: image_work.ImageSettings, *
             | "Reshuffle" >> beam.Reshuffle()  # spread the images over the workers
             | "PerImage" >> beam.FlatMap(image_examples, settings=settings,
                                          skip_missing_images=skip_missing_images, name=name))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """Stands for an image's stored bytes while a builder's generator is planned (:func:`from_local_generator`)."""
+
+    path: str
+    source: str
+    record: str
+
+
+class _DeferredImages:
+    """A stand-in for :class:`tfds_builders.readers.ImageCache` that decodes nothing: :meth:`load` returns a
+    :class:`~tfds_builders.readers.LoadedImage` whose ``encoded`` is a :class:`_Pending` (size 0 x 0)."""
+
+    def __init__(self, settings: image_work.ImageSettings):
+        self.settings = settings
+
+    def prepare(self, items) -> None:
+        del items
+
+    def load(self, path, *, source, record) -> readers.LoadedImage:
+        return readers.LoadedImage(encoded=_Pending(str(path), str(source), str(record)), pil=None, width=0, height=0)
+
+
+class _DeferredOcr:
+    """A stand-in for an :class:`tfds_builders.readers.OcrSource` that runs an engine: no tokens while planning
+    (the engine runs on Beam, per image); everything else is the wrapped source's."""
+
+    def __init__(self, ocr: "readers.OcrSource"):
+        self._ocr = ocr
+
+    def get(self, image_id, image) -> list:
+        del image_id, image
+        return []
+
+    def __getattr__(self, name):
+        return getattr(self._ocr, name)
+
+
+def from_local_generator(builder: Any, make_local, *, name: str, skip_missing_images: bool):
+    """A builder's own example generator, turned into a Beam ``PTransform`` for its per-image work.
+
+    The builder's generator (``make_local()``, which loads images through ``builder._images`` and OCR tokens
+    through ``builder._ocr``) runs here with stand-ins that decode nothing and run no OCR engine, so every
+    record check, duplicate and missing file is handled exactly as in a plain build; each yielded example's
+    ``image`` is then a placeholder. The examples are grouped per image file and the groups go to Beam, where
+    :func:`image_examples` decodes each image once, stores its bytes and, when the builder's OCR source runs an
+    engine, fills ``ocr`` with that engine's tokens (OCR from a file is already in the examples).
+
+    Args:
+      builder: a builder with ``_images`` (:class:`tfds_builders.readers.ImageCache`) and ``_ocr``
+        (:class:`tfds_builders.readers.OcrSource` or None), as the image builders set them up.
+      make_local: returns the builder's ``(key, example)`` iterator for the split.
+      name: counter namespace / log prefix.
+      skip_missing_images: the builder config's flag (bad images: counted skip on Beam, else an error).
+
+    Returns:
+      A Beam ``PTransform`` producing ``(key, example)``.
+    """
+    images, ocr = builder._images, builder._ocr
+    settings = images.settings
+    builder._images = _DeferredImages(settings)
+    if ocr is not None and settings.ocr_engine != "none":
+        builder._ocr = _DeferredOcr(ocr)
+    planner = GroupPlanner()
+    try:
+        for key, example in make_local():
+            pending = example.pop("image")
+            planner.add(pending.path, pending.path, pending.source, key, pending.record, example)
+    finally:
+        builder._images, builder._ocr = images, ocr
+    logging.info("%s: %d questions on %d images go to Beam", name, len(planner), len(planner.groups()))
+    return generate(planner.groups(), settings, use_beam=True, skip_missing_images=skip_missing_images, name=name)

@@ -326,8 +326,7 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
         self.language_counts[split] = languages
         required = split in cfg.answers_required_splits
         seen: dict[str, Path] = {}
-        groups: dict[tuple[str, str], list[tuple[str, str, dict]]] = {}
-        sources: dict[tuple[str, str], Path] = {}
+        planner = beam_build.GroupPlanner()
         for path in files:
             image_dirs = self._image_dirs(split, path, manual_dir)
             for rec in parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown,
@@ -344,22 +343,15 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
                         path, record, f"image file {rec.filename!r} (image_id {rec.image_id}) not found in "
                         f"{[str(d) for d in image_dirs]}", readers.ImageFileError))
                     continue
-                group = (str(image_path), rec.image_id)
-                sources.setdefault(group, path)
-                groups.setdefault(group, []).append((rec.question_id, record, {
+                planner.add(image_path, rec.image_id, path, rec.question_id, record, {
                     "image_id": rec.image_id,
                     "question_id": rec.question_id,
                     "question": rec.question,
                     "answers": rec.answers,
                     "qa_type": np.int32(common.QA_TYPE_UNKNOWN),
                     "language": rec.language,
-                }))
-        file_tokens = self._ocr.engine == "file"
-        image_groups = [
-            beam_build.ImageGroup(
-                path=image_path, source=str(sources[(image_path, image_id)]), records=tuple(recs),
-                tokens=tuple(self._ocr.get(image_id, None)) if file_tokens else None)
-            for (image_path, image_id), recs in groups.items()]
+                })
+        image_groups = planner.groups(self._ocr)
         unknown.log_summary()
         examples = beam_build.generate(
             image_groups, self._settings, use_beam=self.use_beam, skip_missing_images=cfg.skip_missing_images,

@@ -71,10 +71,10 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 try:
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, readers
 except ImportError:  # loaded by `tfds build tfds_builders/openvivqa` as `openvivqa.openvivqa_dataset_builder`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, readers
 
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.text.normalize import normalize_text
@@ -367,8 +367,10 @@ def load_feature_file(
     return {"features": feats.astype(np.float16), "boxes": rboxes}, ocr_lib.split_copyable(tokens, ocr_stats)
 
 
-class Builder(tfds.core.GeneratorBasedBuilder):
-    """OpenViVQA from the public release JSON + image folder (module doc). Splits as found in manual_dir."""
+class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
+    """OpenViVQA from the public release JSON + image folder (module doc). Splits as found in manual_dir. With Beam
+    options (``tfds build ... --beam_pipeline_options=...``) the per-image work (decode, stored bytes, OCR engine)
+    runs on Apache Beam (:mod:`tfds_builders.beam_build`); the ``features`` config builds in this process."""
 
     VERSION = tfds.core.Version("1.1.0")
     RELEASE_NOTES = {
@@ -455,7 +457,15 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
         dirs += [annotation.parent / annotation.stem, annotation.parent]
         return dirs
 
-    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
+    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path):
+        """The split's examples: an iterator, or a Beam ``PTransform`` when the build has Beam options."""
+        if self.use_beam and not self.builder_config.features_dir:  # the same generator, its per-image work on Beam (tfds_builders/beam_build.py)
+            return beam_build.from_local_generator(
+                self, lambda: self._generate_local(split, files, manual_dir), name=f"openvivqa/{split}",
+                skip_missing_images=self.builder_config.skip_missing_images)
+        return self._generate_local(split, files, manual_dir)
+
+    def _generate_local(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
         counter = readers.SkipCounter(f"openvivqa/{split}")
         self.skip_counts[split] = counter.counts

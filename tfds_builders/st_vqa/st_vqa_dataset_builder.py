@@ -37,10 +37,10 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 try:
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, readers
 except ImportError:  # loaded by `tfds build tfds_builders/st_vqa` as `st_vqa.st_vqa_dataset_builder`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, readers
 
 from openvivqa_jax.text.normalize import normalize_text
 
@@ -96,8 +96,9 @@ def read_global_dictionary(path: Path) -> list[str]:
     return list(dict.fromkeys(w for w in (normalize_text(x) for x in words) if w))
 
 
-class Builder(tfds.core.GeneratorBasedBuilder):
-    """ST-VQA from its JSON release and images (module doc). Splits: train, test."""
+class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
+    """ST-VQA from its JSON release and images (module doc). Splits: train, test. With Beam options (``tfds build
+    ... --beam_pipeline_options=...``) the per-image work runs on Apache Beam (:mod:`tfds_builders.beam_build`)."""
 
     VERSION = tfds.core.Version("1.1.0")
     RELEASE_NOTES = {
@@ -166,7 +167,15 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
         self._images = readers.ImageCache(self._ocr, cfg.num_workers, cfg.ocr_lang)
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
-    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
+    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path):
+        """The split's examples: an iterator, or a Beam ``PTransform`` when the build has Beam options."""
+        if self.use_beam:  # the same generator, its per-image work on Beam (tfds_builders/beam_build.py)
+            return beam_build.from_local_generator(
+                self, lambda: self._generate_local(split, files, manual_dir), name=f"st_vqa/{split}",
+                skip_missing_images=self.builder_config.skip_missing_images)
+        return self._generate_local(split, files, manual_dir)
+
+    def _generate_local(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
         counter = readers.SkipCounter(f"st_vqa/{split}")
         self.skip_counts[split] = counter.counts

@@ -34,10 +34,10 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 try:
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, readers
 except ImportError:  # loaded by `tfds build tfds_builders/textvqa` as `textvqa.textvqa_dataset_builder`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, readers
 
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.text.normalize import normalize_text
@@ -122,8 +122,9 @@ def read_rosetta(path: Path, stats: dict) -> dict[str, list[dict]]:
     return out
 
 
-class Builder(tfds.core.GeneratorBasedBuilder):
-    """TextVQA 0.5.1 with Rosetta OCR tokens (module doc)."""
+class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
+    """TextVQA 0.5.1 with Rosetta OCR tokens (module doc). With Beam options (``tfds build ...
+    --beam_pipeline_options=...``) the image decoding runs on Apache Beam (:mod:`tfds_builders.beam_build`)."""
 
     VERSION = tfds.core.Version("1.1.0")
     RELEASE_NOTES = {
@@ -163,9 +164,20 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
         if not splits:
             raise readers.DatasetInputError(
                 f"{manual_dir}: no question file {cfg.question_file.format(split='{train,val,test}')} found")
+        # Images decoded on demand (no OCR engine: Rosetta tokens come from the split's OCR file).
+        self._ocr = None
+        self._images = readers.ImageCache(None, 1)
         return {s: self._generate_examples(s, p, manual_dir) for s, p in splits.items()}
 
-    def _generate_examples(self, split: str, path: Path, manual_dir: Path) -> Iterator[tuple[str, dict]]:
+    def _generate_examples(self, split: str, path: Path, manual_dir: Path):
+        """The split's examples: an iterator, or a Beam ``PTransform`` when the build has Beam options."""
+        if self.use_beam:  # the same generator, its per-image work on Beam (tfds_builders/beam_build.py)
+            return beam_build.from_local_generator(
+                self, lambda: self._generate_local(split, path, manual_dir), name=f"textvqa/{split}",
+                skip_missing_images=self.builder_config.skip_missing_images)
+        return self._generate_local(split, path, manual_dir)
+
+    def _generate_local(self, split: str, path: Path, manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
         counter = readers.SkipCounter(f"textvqa/{split}")
         self.skip_counts[split] = counter.counts
@@ -207,7 +219,7 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
                     raise readers.record_error(
                         path, record, f"image file {image_id}.jpg not found in {[str(d) for d in image_dirs]}",
                         readers.ImageFileError)
-                image = readers.load_image(image_path, source=path, record=record)
+                image = self._images.load(image_path, source=path, record=record)
             except readers.ImageFileError as e:
                 policy.handle("missing_or_corrupt_image", e)
                 continue

@@ -37,10 +37,10 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 try:
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, readers
 except ImportError:  # loaded by `tfds build tfds_builders/vivqa` as `vivqa.vivqa_dataset_builder`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tfds_builders import common, readers
+    from tfds_builders import beam_build, common, readers
 
 _CITATION = """\
 @inproceedings{tran2021vivqa,
@@ -166,8 +166,9 @@ def parse_csv(path: Path, *, answers_required: bool, policy: readers.ErrorPolicy
     return rows
 
 
-class Builder(tfds.core.GeneratorBasedBuilder):
-    """ViVQA from its CSVs and the COCO 2014 images (module doc)."""
+class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
+    """ViVQA from its CSVs and the COCO 2014 images (module doc). With Beam options (``tfds build ...
+    --beam_pipeline_options=...``) the per-image work runs on Apache Beam (:mod:`tfds_builders.beam_build`)."""
 
     VERSION = tfds.core.Version("1.1.0")
     RELEASE_NOTES = {
@@ -217,7 +218,15 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
         logging.info("vivqa: split files %s", {k: [p.name for p in v] for k, v in split_files.items()})
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
-    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
+    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path):
+        """The split's examples: an iterator, or a Beam ``PTransform`` when the build has Beam options."""
+        if self.use_beam:  # the same generator, its per-image work on Beam (tfds_builders/beam_build.py)
+            return beam_build.from_local_generator(
+                self, lambda: self._generate_local(split, files, manual_dir), name=f"vivqa/{split}",
+                skip_missing_images=self.builder_config.skip_missing_images)
+        return self._generate_local(split, files, manual_dir)
+
+    def _generate_local(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
         counter = readers.SkipCounter(f"vivqa/{split}")
         self.skip_counts[split] = counter.counts
