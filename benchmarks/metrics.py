@@ -19,6 +19,12 @@ Timed (wall clock, ``time.perf_counter``, min and median of ``--repeats`` runs):
 - ``pycocoevalcap``: its ``Bleu(4)``, ``Rouge()`` and ``Cider()`` scorers called directly on the same
   sanitized, whitespace-tokenized strings (the toolkit has no ANLS, VQA accuracy, EM/F1 or WMD).
 
+- ``cli_process_vs_pycocoevalcap_process``: whole processes, start-up included, on the same two JSON files:
+  ``python -m openvivqa_jax.evaluate --metrics BLEU ROUGE-L CIDEr`` (sanitization included) against a
+  Python process that imports pycocoevalcap, reads the same files and runs ``Bleu(4)``, ``Rouge()`` and
+  ``Cider()`` on the strings as written (no PTBTokenizer: that Java step would only add to the toolkit's
+  time). ``speedup`` is the ratio of the medians; the target is 3x.
+
 Prints one JSON object on stdout: timings in seconds, the 5-second target, and the largest absolute
 difference between our and the toolkit's BLEU/ROUGE-L/CIDEr on this input.
 """
@@ -31,6 +37,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -92,6 +99,55 @@ def _write_vectors(path: str, words: set[str], dim: int, seed: int) -> None:
         f.write(f"{len(words)} {dim}\n")
         for w in sorted(words):
             f.write(w + " " + " ".join(f"{x:.5f}" for x in rng.standard_normal(dim)) + "\n")
+
+
+_COCO_SCRIPT = """
+import json, sys
+from pycocoevalcap.bleu.bleu import Bleu
+from pycocoevalcap.cider.cider import Cider
+from pycocoevalcap.rouge.rouge import Rouge
+preds = json.load(open(sys.argv[1], encoding="utf-8"))
+refs = json.load(open(sys.argv[2], encoding="utf-8"))
+res = {q: [p] for q, p in preds.items()}
+gts = {q: refs[q] for q in preds}
+b, _ = Bleu(4).compute_score(gts, res, verbose=0)
+r, _ = Rouge().compute_score(gts, res)
+c, _ = Cider().compute_score(gts, res)
+print(json.dumps({"BLEU": b, "ROUGE-L": r, "CIDEr": c}))
+"""
+
+
+def _process_times(preds: dict, refs: dict, repeats: int) -> dict:
+    """Wall time of the evaluate CLI and of a pycocoevalcap process on the same files (module doc)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with tempfile.TemporaryDirectory() as tmp:
+        p_path, r_path, s_path = (os.path.join(tmp, n) for n in ("preds.json", "refs.json", "coco.py"))
+        with open(p_path, "w", encoding="utf-8") as f:
+            json.dump(preds, f, ensure_ascii=False)
+        with open(r_path, "w", encoding="utf-8") as f:
+            json.dump(refs, f, ensure_ascii=False)
+        with open(s_path, "w", encoding="utf-8") as f:
+            f.write(_COCO_SCRIPT)
+        cmds = {
+            "ours_cli": [sys.executable, "-m", "openvivqa_jax.evaluate", "--predictions", p_path, "--references", r_path,
+                         "--metrics", "BLEU", "ROUGE-L", "CIDEr"],
+            "pycocoevalcap": [sys.executable, s_path, p_path, r_path],
+        }
+        times: dict[str, list[float]] = {k: [] for k in cmds}
+        for _ in range(repeats):
+            for name, cmd in cmds.items():  # interleaved, so both see the same machine load
+                t0 = time.perf_counter()
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=repo)
+                times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "ours_cli_s": {"min": min(times["ours_cli"]), "median": med["ours_cli"]},
+        "pycocoevalcap_s": {"min": min(times["pycocoevalcap"]), "median": med["pycocoevalcap"]},
+        "speedup": med["pycocoevalcap"] / med["ours_cli"],
+        "target_speedup": 3.0,
+        "meets_target": med["pycocoevalcap"] / med["ours_cli"] >= 3.0,
+    }
 
 
 def _timed(fn, repeats: int) -> tuple[list[float], object]:
@@ -178,6 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
         "meets_target": max(statistics.median(ours_times), statistics.median(wmd_times)) < 5.0,
         "max_abs_diff_vs_pycocoevalcap": max(abs(ours["overall"][k] - v) for k, v in coco.items()),
         "overall": {k: v for k, v in with_wmd["overall"].items()},
+        "cli_process_vs_pycocoevalcap_process": _process_times(preds, refs, args.repeats),
     }
     print(json.dumps(report, indent=2, ensure_ascii=False))
     return report

@@ -355,8 +355,9 @@ def score(
             t = remove_control_characters(t).replace(METEOR_SEPARATOR, " ")
             return " ".join(normalize_text(t, spaced_punctuation=False).split(" ")[:max_tokens])
 
-        squad_hyps = [squad_text(t) for t in raw_hyps]
-        squad_refs = [[squad_text(r) for r in rs] for rs in raw_refs_kept]
+        want_squad = "EM" in names or "F1" in names
+        squad_hyps = [squad_text(t) for t in raw_hyps] if want_squad else []
+        squad_refs = [[squad_text(r) for r in rs] for rs in raw_refs_kept] if want_squad else []
     empty_idx = np.asarray([i for i, qid in enumerate(ids) if qid in set(empty_refs)], np.int64)
     empty_hit = np.asarray([not hyps[i] for i in empty_idx], np.float64)
 

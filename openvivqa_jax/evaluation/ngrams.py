@@ -12,7 +12,6 @@ Named axes: ``items`` (questions), ``refs`` (all reference strings, grouped by i
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -54,16 +53,24 @@ class NgramCorpus:
     r_count: np.ndarray
 
 
-def _count(words: list[str], n: int) -> Counter:
-    counts: Counter = Counter()
-    for k in range(1, n + 1):
-        if len(words) >= k:
-            counts.update(zip(*[words[i:] for i in range(k)]))
-    return counts
+def _gram_ids(tok: np.ndarray, starts: np.ndarray, k: int, num_words: int) -> tuple[np.ndarray, int]:
+    """Ids (dense, 0-based) of the k-grams starting at ``starts`` of the word-id array ``tok``, and their count."""
+    if num_words ** k < 2**62:  # one int64 key per k-gram
+        key = np.zeros(starts.shape, np.int64)
+        for j in range(k):
+            key = key * num_words + tok[starts + j]
+        uniq, inv = np.unique(key, return_inverse=True)
+    else:
+        uniq, inv = np.unique(np.stack([tok[starts + j] for j in range(k)], axis=1), axis=0, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), len(uniq)
 
 
 def build_ngram_corpus(hyps: Sequence[str], refs: Sequence[Sequence[str]], n: int = MAX_N) -> NgramCorpus:
     """Counts the 1..n-grams of every hypothesis and reference.
+
+    Vectorized: words become integer ids (one dict pass), each order's n-grams become one int64 key per
+    occurrence (word ids in base ``num_words``), ``np.unique`` numbers the distinct n-grams (order by order)
+    and counts the (string, n-gram) pairs. N-gram ids carry no meaning beyond identity.
 
     Args:
       hyps: ``items`` sanitized hypothesis strings.
@@ -78,59 +85,54 @@ def build_ngram_corpus(hyps: Sequence[str], refs: Sequence[Sequence[str]], n: in
     """
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} reference lists")
-    vocab: dict[tuple[str, ...], int] = {}
-    order: list[int] = []
-
-    def ids_of(counts: Counter) -> tuple[list[int], list[int]]:
-        gid, cnt = [], []
-        for gram, c in counts.items():
-            i = vocab.get(gram)
-            if i is None:
-                i = len(vocab)
-                vocab[gram] = i
-                order.append(len(gram))
-            gid.append(i)
-            cnt.append(c)
-        return gid, cnt
-
-    hyp_len, h_item, h_gram, h_count = [], [], [], []
-    ref_len, ref_item, refs_per_item, r_row, r_gram, r_count = [], [], [], [], [], []
-    row = 0
-    for item, (hyp, item_refs) in enumerate(zip(hyps, refs)):
+    for item, item_refs in enumerate(refs):
         if not item_refs:
             raise ValueError(f"item {item} has no reference")
-        words = hyp.split()
-        hyp_len.append(len(words))
-        g, c = ids_of(_count(words, n))
-        h_item.extend([item] * len(g))
-        h_gram.extend(g)
-        h_count.extend(c)
-        refs_per_item.append(len(item_refs))
-        for ref in item_refs:
-            words = ref.split()
-            ref_len.append(len(words))
-            ref_item.append(item)
-            g, c = ids_of(_count(words, n))
-            r_row.extend([row] * len(g))
-            r_gram.extend(g)
-            r_count.extend(c)
-            row += 1
-
-    def arr(x: list[int]) -> np.ndarray:
-        return np.asarray(x, dtype=np.int64)
-
+    texts = [*hyps, *(r for item_refs in refs for r in item_refs)]
+    num_hyps = len(hyps)
+    words: list[str] = []
+    lengths = np.zeros((len(texts),), np.int64)
+    for i, text in enumerate(texts):
+        w = text.split()
+        lengths[i] = len(w)
+        words.extend(w)
+    vocab: dict[str, int] = {}
+    setdefault = vocab.setdefault
+    tok = np.fromiter((setdefault(w, len(vocab)) for w in words), np.int64, count=len(words))
+    num_words = max(len(vocab), 1)
+    row_of = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
+    pos = np.arange(len(words), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    rows, gids, order = [], [], []
+    num_grams = 0
+    for k in range(1, n + 1):
+        starts = np.flatnonzero(pos + k <= lengths[row_of])
+        if not starts.size:
+            break
+        ids, count = _gram_ids(tok, starts, k, num_words)
+        rows.append(row_of[starts])
+        gids.append(ids + num_grams)
+        order.append(np.full((count,), k, np.int64))
+        num_grams += count
+    G = max(num_grams, 1)
+    if rows:
+        uniq, cnt = np.unique(np.concatenate(rows) * G + np.concatenate(gids), return_counts=True)
+    else:
+        uniq, cnt = np.zeros((0,), np.int64), np.zeros((0,), np.int64)
+    row, gram, cnt = uniq // G, uniq % G, cnt.astype(np.int64)
+    is_hyp = row < num_hyps
+    refs_per_item = [len(item_refs) for item_refs in refs]
     return NgramCorpus(
         num_items=len(hyps),
-        num_grams=len(vocab),
-        gram_order=arr(order),
-        hyp_len=arr(hyp_len),
-        ref_len=arr(ref_len),
-        ref_item=arr(ref_item),
-        refs_per_item=arr(refs_per_item),
-        h_item=arr(h_item),
-        h_gram=arr(h_gram),
-        h_count=arr(h_count),
-        r_row=arr(r_row),
-        r_gram=arr(r_gram),
-        r_count=arr(r_count),
+        num_grams=num_grams,
+        gram_order=np.concatenate(order) if order else np.zeros((0,), np.int64),
+        hyp_len=lengths[:num_hyps],
+        ref_len=lengths[num_hyps:],
+        ref_item=np.repeat(np.arange(len(refs), dtype=np.int64), refs_per_item),
+        refs_per_item=np.asarray(refs_per_item, np.int64),
+        h_item=row[is_hyp],
+        h_gram=gram[is_hyp],
+        h_count=cnt[is_hyp],
+        r_row=row[~is_hyp] - num_hyps,
+        r_gram=gram[~is_hyp],
+        r_count=cnt[~is_hyp],
     )

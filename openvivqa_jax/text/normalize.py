@@ -27,6 +27,7 @@ The function is idempotent: ``normalize_text(normalize_text(s)) == normalize_tex
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -56,6 +57,7 @@ _FORMAT_RE = re.compile("[" + _FORMAT_RANGES + "]")
 
 #: Look-alikes of đ (after lowercasing): eth U+00F0 and African d U+0256.
 _D_LOOKALIKES = "\u00f0\u0256"
+_D_LOOKALIKE_CHAR_RE = re.compile("[" + _D_LOOKALIKES + "]")
 _D_LOOKALIKE_WORD_RE = re.compile(r"[^\W\d_]*[" + _D_LOOKALIKES + r"][^\W\d_]*", re.UNICODE)
 # Letters of the Vietnamese alphabet (lowercase, NFC), the Latin letters f j w z of loanwords included.
 _VI_BASE = set("abcdefghijklmnopqrstuvwxyzđăâêôơư")
@@ -95,7 +97,7 @@ def map_d_lookalikes(text: str) -> str:
             return word.translate({0xF0: "đ", 0x256: "đ"})
         return word
 
-    if not any(ch in text for ch in _D_LOOKALIKES):
+    if not _D_LOOKALIKE_CHAR_RE.search(text):
         return text
     return _D_LOOKALIKE_WORD_RE.sub(fix, text)
 
@@ -103,8 +105,13 @@ def map_d_lookalikes(text: str) -> str:
 # Combining tone marks (NFD): grave, acute, hook above, tilde, dot below.
 _TONE_MARKS = {"\u0300", "\u0301", "\u0309", "\u0303", "\u0323"}
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
+# A quick test for the syllables _move_tone can change: o/u (any tone) followed by a/e/y (any tone).
+_O_FORMS = "oòóỏõọ"
+_U_FORMS = "uùúủũụ"
+_OPEN_PAIR_WORD_RE = re.compile(f"\\w*(?:[{_O_FORMS}][aàáảãạeèéẻẽẹ]|[{_U_FORMS}][yỳýỷỹỵ])\\w*")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _move_tone(word: str) -> str:
     """Puts the tone of an open ``oa``/``oe``/``uy`` syllable on its first vowel.
 
@@ -167,7 +174,8 @@ def normalize_tone_marks(text: str) -> str:
     Returns:
       NFC text with one tone convention.
     """
-    return _WORD_RE.sub(lambda m: _move_tone(m.group(0)), text)
+    # Only words holding an "oa"/"oe"/"uy" pair (any tones) can change; the others are not visited.
+    return _OPEN_PAIR_WORD_RE.sub(lambda m: _move_tone(m.group(0)), text)
 
 
 # Price: digits with optional thousands groups (".", ",", " " separators) then a currency
@@ -182,6 +190,7 @@ _PREFIX_PRICE_RE = re.compile(
     r"(?<!\w)(₫|vnđ|vnd)\s*(\d{1,3}(?:[., ]\d{3})+|\d+)(?![\w.,]?\d)(?!\s*(?:vnđ|vnd|đồng|đ|₫)(?!\w))",
     re.UNICODE,
 )
+_DIGIT_RE = re.compile(r"\d")
 _MULTIPLIER = {"k": 1_000, "nghìn": 1_000, "ngàn": 1_000, "triệu": 1_000_000}
 
 
@@ -216,8 +225,13 @@ def normalize_prices(text: str) -> str:
     Returns:
       Text with normalized prices.
     """
+    if not _DIGIT_RE.search(text):  # every price has a digit; most answers have none
+        return text
     text = _PRICE_RE.sub(_format_price, text)
     return _PREFIX_PRICE_RE.sub(lambda m: f"{int(re.sub(r'[., ]', '', m.group(2))):,} đồng", text)
+
+
+_PUNCT_CANDIDATE_RE = re.compile(r"[^\w\s]|_")
 
 
 def _is_punct(ch: str) -> bool:
@@ -235,21 +249,24 @@ def space_punctuation(text: str) -> str:
     Returns:
       Text with punctuation as separate whitespace-delimited tokens (not collapsed).
     """
-    out = []
     n = len(text)
-    for i, ch in enumerate(text):
-        if _is_punct(ch):
-            if ch in ",." and 0 < i < n - 1 and text[i - 1].isdigit() and text[i + 1].isdigit():
-                out.append(ch)
-            else:
-                out.append(f" {ch} ")
-        else:
-            out.append(ch)
-    return "".join(out)
+
+    def spaced(m: re.Match) -> str:
+        ch, i = m.group(0), m.start()
+        if not _is_punct(ch):
+            return ch
+        if ch in ",." and 0 < i < n - 1 and text[i - 1].isdigit() and text[i + 1].isdigit():
+            return ch
+        return f" {ch} "
+
+    # Every punctuation or symbol character is outside \w and \s except "_" (Pc): only those are visited.
+    return _PUNCT_CANDIDATE_RE.sub(spaced, text)
 
 
 def normalize_text(text: str, *, spaced_punctuation: bool = True) -> str:
     """Normalizes one string (question, answer, OCR token or prediction); see the module doc.
+
+    Results are cached (the last 65,536 distinct strings): answers repeat across questions and splits.
 
     Args:
       text: any Python string. ``None`` is rejected.
@@ -264,6 +281,12 @@ def normalize_text(text: str, *, spaced_punctuation: bool = True) -> str:
     """
     if not isinstance(text, str):
         raise TypeError(f"normalize_text expects str, got {type(text).__name__}: {text!r}")
+    return _normalize(text, spaced_punctuation)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _normalize(text: str, spaced_punctuation: bool) -> str:
+    """The steps of the module doc, in order (uncached body of :func:`normalize_text`)."""
     text = remove_format_characters(text)
     text = unicodedata.normalize("NFC", text)
     text = map_d_lookalikes(text.lower())
