@@ -191,3 +191,27 @@ def test_tfds_build_command_line_prints_one_line(tmp_path):
     assert errors[0].strip().endswith(
         f"error: DatasetInputError: {manual / 'train_data.json'}: question 7: question id repeated in "
         "'annotations' (a repeated JSON key); skip_invalid_records keeps the first entry")
+
+
+def test_cli_hook_one_line_for_input_errors_also_from_beam_workers(monkeypatch, capsys):
+    """The hook the `tfds` command line gets: our input errors (also a Beam worker's, which reaches the
+    driver as traceback text in a RuntimeError) print one line; other exceptions go to the previous hook."""
+    import sys
+    import types
+
+    calls = []
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets.scripts.cli.main", types.ModuleType("cli"))
+    monkeypatch.setattr(sys, "excepthook", lambda *a: calls.append(a))
+    assert readers.install_cli_error_hook()
+    hook = sys.excepthook
+    hook(readers.DatasetInputError, readers.DatasetInputError("a.json: question 7: bad\nsecond line"), None)
+    worker_text = ("Traceback (most recent call last):\n  File \"beam_build.py\", line 1, in image_examples\n"
+                   "tfds_builders.readers.ImageFileError: a.json: question 3: image x.jpg: not a recognised image "
+                   "file [while running 'test/PerImage']")
+    hook(RuntimeError, RuntimeError(worker_text), None)
+    other = KeyError("x")
+    hook(KeyError, other, None)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["error: DatasetInputError: a.json: question 7: bad second line",
+                   "error: ImageFileError: a.json: question 3: image x.jpg: not a recognised image file"]
+    assert calls == [(KeyError, other, None)]

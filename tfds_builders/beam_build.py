@@ -135,7 +135,7 @@ def image_examples(group: ImageGroup, settings: image_work.ImageSettings, skip_m
       ImageFileError: a bad image (one line: annotation file, question, image) unless skipped.
     """
     if result is None:
-        result = image_work.process_image(image_work.ImageTask(group.path, _first(group)), settings)
+        result = image_work.process_image(image_work.ImageTask(group.path), settings)  # record named below
     if result.error is not None:
         error = readers.record_error(group.source, _first(group), result.error, readers.ImageFileError)
         if not skip_missing_images:
@@ -160,7 +160,7 @@ def image_examples(group: ImageGroup, settings: image_work.ImageSettings, skip_m
 
 def _in_process(groups: Sequence[ImageGroup], settings, skip_missing_images, name, num_workers, policy,
                 ocr_stats) -> Iterator[tuple[str, dict]]:
-    tasks = [image_work.ImageTask(g.path, _first(g)) for g in groups]
+    tasks = [image_work.ImageTask(g.path) for g in groups]
     for group, result in zip(groups, image_work.map_images(tasks, settings, num_workers)):
         for key, n in result.stats.items():
             ocr_stats[key] = ocr_stats.get(key, 0) + n

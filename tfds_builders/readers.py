@@ -83,13 +83,24 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+def _with_subclasses(classes: tuple[type, ...]) -> list[type]:
+    out, todo = [], list(classes)
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.append(c)
+            todo.extend(c.__subclasses__())
+    return out
+
+
 def install_cli_error_hook() -> bool:
     """Makes the ``tfds build`` command line report input errors as one ``error: <Class>: <message>`` line.
 
     ``tfds build`` lets every exception escape ``absl.app.run`` and Python prints a 19-frame traceback before
     the message. Under the ``tfds`` command line (``tensorflow_datasets.scripts.cli.main`` imported), this
     wraps ``sys.excepthook``: an error of :func:`cli_input_errors` (also one that Apache Beam re-raised with
-    the original as its cause or context) prints the single line; any other exception keeps its traceback.
+    the original as its cause or context, or as the last line of a worker's traceback text) prints the single
+    line; any other exception keeps its traceback.
     The exit status stays 1. Installed once; a no-op outside the ``tfds`` command line.
 
     Returns:
@@ -108,6 +119,15 @@ def install_cli_error_hook() -> bool:
             if isinstance(e, errors):
                 print(f"error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
                 return
+            # A Beam worker process's error reaches this process as text: its traceback, ending with
+            # "<module>.<Class>: <message> [while running '<step>']".
+            lines = [x for x in str(e).splitlines() if x.strip()]
+            for cls in _with_subclasses(errors):
+                prefix = f"{cls.__module__}.{cls.__qualname__}: "
+                if lines and lines[-1].startswith(prefix):
+                    message = lines[-1][len(prefix):].split(" [while running ")[0]
+                    print(f"error: {cls.__name__}: {_one_line(message)}", file=sys.stderr)
+                    return
             seen.add(id(e))
             e = e.__cause__ or e.__context__
         previous(exc_type, exc, tb)
