@@ -74,3 +74,21 @@ def test_deterministic_and_rate_zero_are_identity():
     np.testing.assert_array_equal(Dropout(0.0)(x, deterministic=False, rngs=nnx.Rngs(dropout=0)), x)
     with pytest.raises(ValueError, match="no rngs"):
         Dropout(0.5)(x, deterministic=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(__import__("openvivqa_jax.models", fromlist=["MODEL_REGISTRY"]).MODEL_REGISTRY))
+def test_every_model_drops_out_with_the_seed(name):
+    """Each model of the zoo runs with dropout on: the same key gives the same logits, another key others."""
+    from conftest import random_batch, tiny_model_config
+    from openvivqa_jax.models import build_model
+
+    cfg = tiny_model_config(name)
+    cfg.model.dropout = 0.3
+    model = build_model(cfg.model, 40, seed=0)
+    batch = random_batch(cfg, 40, batch=2)
+    run = lambda seed: np.asarray(model(batch, deterministic=False, rngs=nnx.Rngs(dropout=seed)))  # noqa: E731
+    a, b, c = run(0), run(0), run(1)
+    assert np.isfinite(a[a > -1e8]).all()
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)

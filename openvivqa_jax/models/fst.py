@@ -43,7 +43,7 @@ from flax import nnx
 from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.decoder import AnswerDecoder
 from openvivqa_jax.models.embeddings import vision_encoder
-from openvivqa_jax.models.layers import NEG_INF, _ln, dense
+from openvivqa_jax.models.layers import NEG_INF, Dropout, _ln, dense
 
 __all__ = ["FST", "LstmQuestionEncoder", "StackedAttention", "stacked_fusion",
            "glimpse_vectors", "vocab_only_ocr"]
@@ -68,7 +68,7 @@ class LstmQuestionEncoder(nnx.Module):
         self.embedding = nnx.Embed(vocab_size, word_dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         cell = nnx.OptimizedLSTMCell(word_dim, hidden_dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.lstm = nnx.RNN(cell, return_carry=True, rngs=False)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, ids: jax.Array, mask: jax.Array, *, deterministic=True, rngs=None):
         """Encodes questions.
@@ -101,7 +101,7 @@ class StackedAttention(nnx.Module):
         self.w_image = dense(image_dim, attention_dim, rngs, dtype, use_bias=False)  # W_I (bias in W_Q)
         self.w_question = dense(question_dim, attention_dim, rngs, dtype)  # W_Q
         self.w_x = dense(attention_dim, num_glimpses, rngs, dtype)  # W_x
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x_i: jax.Array, i_mask: jax.Array, x_q: jax.Array, *, deterministic=True, rngs=None):
         """Attention weights.

@@ -28,7 +28,7 @@ from flax import nnx
 from openvivqa_jax.models.classifier import ClassifierModel
 from openvivqa_jax.models.embeddings import OcrEmbedding
 from openvivqa_jax.models.fst import LstmQuestionEncoder, glimpse_vectors, vision_encoder
-from openvivqa_jax.models.layers import NEG_INF, dense
+from openvivqa_jax.models.layers import NEG_INF, Dropout, dense
 from openvivqa_jax.models.mcan import AttentionReduce
 
 __all__ = ["LoRRA", "TopDownAttention"]
@@ -47,7 +47,7 @@ class TopDownAttention(nnx.Module):
         self.w_feature = dense(feature_dim, hidden_dim, rngs, dtype)
         self.w_query = dense(query_dim, hidden_dim, rngs, dtype)
         self.w_logit = dense(hidden_dim, num_glimpses, rngs, dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x, mask, q, *, deterministic=True, rngs=None):
         """``x`` ``(batch, n, f)``, ``mask`` ``(batch, n)``, ``q`` ``(batch, query_dim)`` -> ``a`` ``(batch, n, G)``
@@ -94,7 +94,7 @@ class LoRRA(ClassifierModel):
         self.combine_question = dense(d, cfg.classifier_dim, rngs, dtype)
         self.hidden = dense(cfg.classifier_dim, cfg.classifier_dim, rngs, dtype)
         self.head = dense(cfg.classifier_dim, cfg.num_answers + cfg.num_ocr, rngs, dtype)
-        self.dropout = nnx.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def __call__(self, batch, *, deterministic=True, rngs=None):
         """Logits ``(batch, K + N)`` float32 (OCR padding slots are masked by :meth:`output_mask`)."""

@@ -29,7 +29,7 @@ from flax import nnx
 
 from openvivqa_jax.models.classifier import ClassifierModel
 from openvivqa_jax.models.fst import LstmQuestionEncoder, vision_encoder
-from openvivqa_jax.models.layers import NEG_INF, CrossBlock, EncoderBlock, _ln, dense
+from openvivqa_jax.models.layers import NEG_INF, CrossBlock, Dropout, EncoderBlock, _ln, dense
 
 __all__ = ["MCAN", "GuidedAttentionStack", "AttentionReduce"]
 
@@ -84,7 +84,7 @@ class AttentionReduce(nnx.Module):
         self.mlp_in = dense(d_model, hidden_dim, rngs, dtype)
         self.mlp_out = dense(hidden_dim, num_glimpses, rngs, dtype)
         self.merge = dense(num_glimpses * d_model, flat_dim, rngs, dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x, mask, *, deterministic=True, rngs=None):
         """``x`` ``(batch, len, d)``, ``mask`` ``(batch, len)`` -> ``(batch, flat_dim)``."""

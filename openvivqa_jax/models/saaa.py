@@ -25,7 +25,7 @@ from flax import nnx
 
 from openvivqa_jax.models.classifier import ClassifierModel
 from openvivqa_jax.models.fst import LstmQuestionEncoder, StackedAttention, glimpse_vectors, vision_encoder
-from openvivqa_jax.models.layers import dense
+from openvivqa_jax.models.layers import Dropout, dense
 
 __all__ = ["SAAA"]
 
@@ -52,7 +52,7 @@ class SAAA(ClassifierModel):
                                           num_glimpses=cfg.num_glimpses, dropout=cfg.dropout, rngs=rngs, dtype=dtype)
         self.hidden = dense(cfg.num_glimpses * d + cfg.lstm_dim, cfg.classifier_dim, rngs, dtype)
         self.head = dense(cfg.classifier_dim, cfg.num_answers, rngs, dtype)
-        self.dropout = nnx.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def __call__(self, batch, *, deterministic=True, rngs=None):
         """Logits ``(batch, K)`` float32."""

@@ -47,7 +47,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from openvivqa_jax.models.layers import MultiHeadAttention, _ln, dense
+from openvivqa_jax.models.layers import Dropout, MultiHeadAttention, _ln, dense
 
 __all__ = ["VIT_VARIANTS", "ViT", "ViTBlock", "ViTMlp", "CheckpointError", "vit_settings", "resample_posemb",
            "load_big_vision_npz", "read_npz"]
@@ -158,7 +158,7 @@ class ViTMlp(nnx.Module):
     def __init__(self, width: int, mlp_dim: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         self.wi = dense(width, mlp_dim, rngs, dtype)
         self.wo = dense(mlp_dim, width, rngs, dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
         """``x``: ``(batch, tokens, width)`` -> same shape."""
@@ -175,7 +175,7 @@ class ViTBlock(nnx.Module):
         self.attn = MultiHeadAttention(width, heads, 0.0, rngs=rngs, dtype=dtype)
         self.norm2 = _ln(width, rngs, dtype)
         self.mlp = ViTMlp(width, mlp_dim, dropout, rngs=rngs, dtype=dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
         """``x``: ``(batch, tokens, width)`` -> same shape."""
@@ -218,7 +218,7 @@ class ViT(nnx.Module):
         self.blocks = nnx.List([ViTBlock(width, heads, mlp_dim, dropout, rngs=rngs, dtype=dtype)
                                 for _ in range(depth)])
         self.encoder_norm = _ln(width, rngs, dtype)
-        self.dropout = nnx.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def __call__(self, images: jax.Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None) -> jax.Array:
         """``images``: ``(batch, H, W, 3)`` float in [0, 1] -> grid ``(batch, H // ph, W // pw, width)``.
