@@ -81,7 +81,8 @@ from openvivqa_jax.evaluation.sanitize import (
 )
 from openvivqa_jax.text.normalize import normalize_text
 
-__all__ = ["ALL_METRICS", "DEFAULT_METRICS", "GROUPS", "resolve_metrics", "score", "evaluate_split", "format_table"]
+__all__ = ["ALL_METRICS", "DEFAULT_METRICS", "GROUPS", "TEXT_MODES", "resolve_metrics", "score", "evaluate_split",
+           "format_table"]
 
 BLEU_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4")
 EVJVQA_METRICS = ("EVJVQA-F1", "EVJVQA-BLEU")
@@ -358,7 +359,8 @@ def score(
         want_squad = "EM" in names or "F1" in names
         squad_hyps = [squad_text(t) for t in raw_hyps] if want_squad else []
         squad_refs = [[squad_text(r) for r in rs] for rs in raw_refs_kept] if want_squad else []
-    empty_idx = np.asarray([i for i, qid in enumerate(ids) if qid in set(empty_refs)], np.int64)
+    empty_set = set(empty_refs)
+    empty_idx = np.asarray([i for i, qid in enumerate(ids) if qid in empty_set], np.int64)
     empty_hit = np.asarray([not hyps[i] for i in empty_idx], np.float64)
 
     def empty_override(name: str, values: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
