@@ -215,3 +215,28 @@ def test_cli_hook_one_line_for_input_errors_also_from_beam_workers(monkeypatch, 
     assert err == ["error: DatasetInputError: a.json: question 7: bad second line",
                    "error: ImageFileError: a.json: question 3: image x.jpg: not a recognised image file"]
     assert calls == [(KeyError, other, None)]
+
+
+def test_textvqa_stvqa_viquad_count_unknown_fields(tmp_path):
+    """Fields the builders do not store (TextVQA's image_classes and set_name, ST-VQA's set_name, a SQuAD
+    question's is_impossible) are counted per file."""
+    import test_dataset_configs as files
+    from tfds_builders import st_vqa, textvqa, viquad
+
+    def build(module, cfg, manual):
+        b = module.Builder(config=cfg, data_dir=str(tmp_path / cfg.name), file_format="array_record")
+        b.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual)))
+        return b
+
+    tv = build(textvqa, textvqa.TextVqaConfig(name="u"), files.make_textvqa(tmp_path / "tv"))
+    path = str(tmp_path / "tv" / "TextVQA_0.5.1_train.json")
+    assert tv.unknown_fields["train"] == {path: {"image_classes": 8, "set_name": 8}}
+    st = build(st_vqa, st_vqa.StVqaConfig(name="u1", task=1), files.make_stvqa(tmp_path / "st"))
+    assert st.unknown_fields["train"] == {str(tmp_path / "st" / "train_task_1.json"): {"set_name": 10}}
+    manual = files.make_viquad(tmp_path / "vq")
+    data = json.loads((manual / "dev_ViQuAD.json").read_text(encoding="utf-8"))
+    data["data"][0]["paragraphs"][0]["qas"][0]["is_impossible"] = False
+    (manual / "dev_ViQuAD.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    vq = build(viquad, viquad.ViquadConfig(name="u"), manual)
+    assert vq.unknown_fields["dev"] == {str(manual / "dev_ViQuAD.json"): {"is_impossible": 1}}
+    assert vq.unknown_fields["train"] == {}

@@ -127,6 +127,7 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
         """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts`` / ``ocr_stats``."""
         super().__init__(**kwargs)
         self.skip_counts: dict[str, dict[str, int]] = {}
+        self.unknown_fields: dict[str, dict] = {}  # split -> {file: Counter(field -> records)}, not stored
         self.ocr_stats: dict[str, int] = {}
 
     def _info(self) -> tfds.core.DatasetInfo:
@@ -186,6 +187,8 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
             roots = [manual_dir, manual_dir / "images", manual_dir / split, manual_dir / f"{split}_images"]
         required = split in cfg.answers_required_splits
         seen: set[str] = set()
+        unknown = readers.UnknownFields(f"st_vqa/{split}")  # set_name, ...: counted and logged once per file
+        self.unknown_fields[split] = unknown.counts
         kept = 0
         for path in files:
             data = readers.read_json(path)
@@ -197,6 +200,8 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
                                  and it["file_path"].strip())
             for i, item in enumerate(data["data"]):
                 record = f"data[{i}]"
+                if isinstance(item, dict):
+                    unknown.check(item, ("question_id", "file_path", "question", "answers", "dictionary"), path=path)
                 try:
                     if not isinstance(item, dict):
                         raise readers.record_error(path, record, f"expected an object, got {item!r}")
@@ -245,4 +250,5 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
                     "dictionary": dictionary,
                 }
         counter.log_summary(kept)
+        unknown.log_summary()
         self._ocr.log_summary(f"st_vqa/{split}")

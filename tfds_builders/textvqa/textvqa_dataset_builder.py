@@ -147,6 +147,7 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
         """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts`` / ``ocr_stats``."""
         super().__init__(**kwargs)
         self.skip_counts: dict[str, dict[str, int]] = {}
+        self.unknown_fields: dict[str, dict] = {}  # split -> {file: Counter(field -> records)}, not stored
         self.ocr_stats: dict[str, int] = {}
 
     def _info(self) -> tfds.core.DatasetInfo:
@@ -195,9 +196,13 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
             raise readers.DatasetInputError(f"{path}: expected {{\"data\": [records]}} (TextVQA format)")
         required = split in cfg.answers_required_splits
         seen: set[str] = set()
+        unknown = readers.UnknownFields(f"textvqa/{split}")  # image_classes, flickr URLs, ...: logged once
+        self.unknown_fields[split] = unknown.counts
         kept = 0
         for i, item in enumerate(data["data"]):
             record = f"data[{i}]"
+            if isinstance(item, dict):
+                unknown.check(item, ("question_id", "image_id", "question", "answers"), path=path)
             try:
                 if not isinstance(item, dict):
                     raise readers.record_error(path, record, f"expected an object, got {item!r}"[:300])
@@ -241,4 +246,5 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
                 "ocr": readers.ocr_feature(tokens),
             }
         counter.log_summary(kept)
+        unknown.log_summary()
         logging.info("textvqa/%s: OCR stats %s", split, self.ocr_stats)

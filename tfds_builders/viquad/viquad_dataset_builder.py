@@ -86,6 +86,7 @@ Then: tfds build tfds_builders/viquad --manual_dir=<manual_dir> --file_format=ar
         """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts``."""
         super().__init__(**kwargs)
         self.skip_counts: dict[str, dict[str, int]] = {}
+        self.unknown_fields: dict[str, dict] = {}  # split -> {file: Counter(field -> records)}, not stored
 
     def _info(self) -> tfds.core.DatasetInfo:
         feats = dict(common.vqa_features(with_image=False).items())
@@ -110,6 +111,8 @@ Then: tfds build tfds_builders/viquad --manual_dir=<manual_dir> --file_format=ar
         policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
         required = split in cfg.answers_required_splits
         seen: set[str] = set()
+        unknown = readers.UnknownFields(f"viquad/{split}")  # e.g. is_impossible: counted and logged once per file
+        self.unknown_fields[split] = unknown.counts
         kept = 0
         for path in files:
             data = readers.read_json(path)
@@ -130,6 +133,8 @@ Then: tfds build tfds_builders/viquad --manual_dir=<manual_dir> --file_format=ar
                     context = normalize_text(para["context"])
                     for qi, qa in enumerate(para["qas"]):
                         record = f"{where}.qas[{qi}]"
+                        if isinstance(qa, dict):
+                            unknown.check(qa, ("id", "question", "answers"), path=path)
                         try:
                             if not isinstance(qa, dict) or qa.get("id") is None:
                                 raise readers.record_error(path, record, f"expected an object with 'id', got {qa!r}"[:300])
@@ -161,3 +166,4 @@ Then: tfds build tfds_builders/viquad --manual_dir=<manual_dir> --file_format=ar
                             "context": context,
                         }
         counter.log_summary(kept)
+        unknown.log_summary()
