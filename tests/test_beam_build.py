@@ -196,3 +196,21 @@ def test_every_image_builder_on_beam_equals_plain(tmp_path, name):
     if name == "openvivqa":  # the engine's tokens came from the Beam workers
         ocr = [t for ex in _generic_examples(beam, "train") for t in ex["ocr.text"]]
         assert len(ocr) > 0
+
+
+@pytest.mark.slow
+def test_tfds_command_line_with_beam_pipeline_options(tmp_path):
+    """The README's command with `--beam_pipeline_options` (DirectRunner, 2 processes) builds the evjvqa photos
+    exactly as the plain builder does (1-3 min on 2 busy cores: the tfds script imports TensorFlow, Beam starts
+    workers)."""
+    from test_tfds_cli import tfds_build
+
+    manual = make_photos(tmp_path / "manual", n=6)
+    tfds_build("evjvqa", manual, tmp_path / "cli", "--config", "default",
+               "--beam_pipeline_options=runner=DirectRunner,direct_running_mode=multi_processing,direct_num_workers=2")
+    cli = tfds.builder_from_directory(str(tmp_path / "cli" / "evjvqa" / "default" / "1.0.0"))
+    plain = Builder(config=EvjvqaConfig(name="plain", num_workers=1), data_dir=str(tmp_path / "plain"),
+                    file_format="array_record")
+    plain.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual)))
+    _assert_same_builds(plain, cli)
+    assert len(_generic_examples(cli, "test")) == 18
