@@ -240,3 +240,17 @@ def test_textvqa_stvqa_viquad_count_unknown_fields(tmp_path):
     vq = build(viquad, viquad.ViquadConfig(name="u"), manual)
     assert vq.unknown_fields["dev"] == {str(manual / "dev_ViQuAD.json"): {"is_impossible": 1}}
     assert vq.unknown_fields["train"] == {}
+
+
+def test_vivqa_logs_unstored_csv_columns_once(tmp_path, caplog):
+    from tfds_builders.vivqa.vivqa_dataset_builder import parse_csv
+
+    p = tmp_path / "train.csv"
+    p.write_text(",question,answer,img_id,type,source\n0,màu gì,màu đỏ,1,2,web\n1,ở đâu,trên bàn,2,3,web\n",
+                 encoding="utf-8")
+    policy = readers.ErrorPolicy(readers.SkipCounter("t"), False, False)
+    with caplog.at_level(logging.WARNING):
+        rows = parse_csv(p, answers_required=True, policy=policy)
+    assert [r.question for r in rows] == ["màu gì", "ở đâu"]
+    lines = [r.getMessage() for r in caplog.records if "columns not stored" in r.getMessage()]
+    assert lines == [f"{p}: columns not stored by this builder: ['source']"]

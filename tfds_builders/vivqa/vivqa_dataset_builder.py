@@ -122,6 +122,9 @@ def parse_csv(path: Path, *, answers_required: bool, policy: readers.ErrorPolicy
             raise readers.DatasetInputError(
                 f"{path}: header {header} lacks columns {missing} (expected ,question,answer,img_id,type)")
         index_col = cols.get("", None)
+        unstored = [c for c in cols if c not in ("", *REQUIRED_COLUMNS, "type")]
+        if unstored:  # not an error, but never dropped without a word
+            logging.warning("%s: columns not stored by this builder: %s", path, unstored)
         rows = []
         data_row = 0
         while True:
