@@ -185,10 +185,6 @@ def main(argv) -> None:
     except ConfigError as e:  # before _input_errors(), which imports the data and model modules
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
-    except _input_errors() as e:
-        logging.debug("traceback of the error below", exc_info=True)
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        sys.exit(1)
     except interrupts.TrainingInterrupted as e:
         print(str(e), file=sys.stderr)
         sys.exit(e.exit_code)
@@ -196,6 +192,10 @@ def main(argv) -> None:
         logging.debug("traceback of the interruption", exc_info=True)
         print(interrupts.interrupted_message(None, interrupts.last_checkpoint_step(FLAGS.workdir)), file=sys.stderr)
         sys.exit(interrupts.EXIT_CODES[_received[-1] if _received else "SIGINT"])
+    except _input_errors() as e:  # evaluated only for an exception none of the clauses above took
+        logging.debug("traceback of the error below", exc_info=True)
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def _main(argv) -> None:

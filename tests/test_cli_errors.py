@@ -158,7 +158,13 @@ def _tiny_args(tmp_path, data_dir, *extra):
 
 @pytest.mark.slow
 def test_dataset_smaller_than_one_batch_names_the_flag(tmp_path):
-    tiny = json.dumps({"name": "one_image", "num_train_images": 1, "num_validation_images": 1, "num_test_images": 1})
+    from tfds_builders.synthetic_openvivqa import Builder, SyntheticOpenVivqaConfig
+
+    sizes = {"name": "one_image", "num_train_images": 1, "num_validation_images": 1, "num_test_images": 1}
+    # Built here, so the run's stderr holds no TFDS progress bars, only what the run itself says.
+    Builder(config=SyntheticOpenVivqaConfig(**sizes), data_dir=str(tmp_path / "tfds"),
+            file_format="array_record").download_and_prepare()
+    tiny = json.dumps(sizes)
     res = _main(*_tiny_args(tmp_path, tmp_path / "tfds", f"--config.data.builder_config={tiny}",
                             "--config.train.batch_size=64"), timeout=600)
     line = _assert_one_line(res, 1, "error: DatasetError: synthetic_openvivqa/train: ",
@@ -168,12 +174,22 @@ def test_dataset_smaller_than_one_batch_names_the_flag(tmp_path):
     assert "Unable to initialize backend" not in res.stderr  # JAX's start-up notice is quiet on CPU
 
 
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    """The tiny synthetic set, built here (the runs' stderr then holds no TFDS progress bars)."""
+    from tfds_builders.synthetic_openvivqa import Builder
+
+    data = tmp_path_factory.mktemp("tfds")
+    Builder(config="tiny", data_dir=str(data), file_format="array_record").download_and_prepare()
+    return data
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupt_saves_a_checkpoint_and_the_rerun_resumes(tmp_path, sig, code):
+def test_interrupt_saves_a_checkpoint_and_the_rerun_resumes(tmp_path, tiny_data, sig, code):
     """A signal during training: the step is finished and saved, one line says where, and the same command
     resumes from that step (before the first periodic checkpoint, which would otherwise lose everything)."""
-    data = tmp_path / "tfds"
+    data = tiny_data
     args = _tiny_args(tmp_path, data, "--config.train.num_train_steps=100000",
                       "--config.train.checkpoint_every_steps=100000", "--config.train.eval_every_steps=0",
                       "--config.train.log_every_steps=2")
@@ -205,3 +221,24 @@ def test_interrupt_saves_a_checkpoint_and_the_rerun_resumes(tmp_path, sig, code)
     assert f"Resumed from step {step} " in res.stderr
     steps = [json.loads(ln)["step"] for ln in jsonl.read_text().splitlines() if '"kind": "train"' in ln]
     assert steps[-1] == step + 2 and all(s <= step for s in steps[:-1])
+
+
+@pytest.mark.slow
+def test_interrupt_during_setup_is_one_line(tmp_path, tiny_data):
+    """Ctrl-C before the training loop (here: once the tokenizer is written, while the model is built) gives
+    one line too, saying that there is no checkpoint to resume from."""
+    args = _tiny_args(tmp_path, tiny_data, "--config.train.num_train_steps=100000")
+    proc = subprocess.Popen([PY, "-m", "openvivqa_jax.main", *map(str, args)], cwd=ROOT, env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (tmp_path / "run" / "spm.model").exists():
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    lines = _error_lines(err)
+    assert len(lines) == 1, err[-3000:]
+    assert re.fullmatch(r"interrupted(?: at step \d+)?; (?:no checkpoint yet; rerun the same command to start again "
+                        r"from step 0|last checkpoint step \d+; rerun the same command to resume)", lines[0]), lines[0]
