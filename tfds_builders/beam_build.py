@@ -17,6 +17,15 @@ questions about it, everything but the ``image`` and ``ocr`` features already fi
 Both paths call the same function on the same groups, and TFDS orders the written examples by a hash of their
 keys in both writers, so the two builds hold the same examples in the same order.
 
+Two ways in: the ``evjvqa`` builder plans its groups itself (:class:`GroupPlanner`) and uses :func:`generate`
+for both paths; the older builders (``openvivqa``, ``vivqa``, ``st_vqa``, ``textvqa``) keep their own generator
+for plain builds and, with Beam options, run that same generator through :func:`from_local_generator`, which
+swaps in stand-ins that decode nothing and sends the grouped examples to Beam.
+
+Files: the launching process reads the annotation files and every worker opens the image files by their path,
+so the manual folder must be visible at the same local path everywhere (true for the DirectRunner and for
+clusters with a shared filesystem; ``gs://`` manual folders are not supported by the builders' readers).
+
 Bad images: under the builder's ``skip_missing_images`` the questions of a bad image are skipped, counted
 and logged (in this process: in the builder's skip counter; on Beam: in the Beam counter
 ``<name>/missing_or_corrupt_image`` and the worker's log); otherwise the build stops with a
