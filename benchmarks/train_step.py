@@ -53,13 +53,15 @@ MODELS = ("default",) + common.PAPER_MODELS
 TOP_OPS = 15
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s+([\w\-]+)\((.*)$")
-_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)")
 _COMP = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 
 
 def _hlo_index(hlo_text: str) -> tuple[dict, dict]:
-    """``(instructions, computations)``: name -> (opcode, called computation) and computation -> opcodes."""
-    instrs, comps = {}, collections.defaultdict(list)
+    """``(instructions, computations)``: name -> (opcode, called computation) and computation -> the opcodes
+    in it and, transitively, in the computations it calls (a ``call`` of JAX's threefry holds fusions of
+    xor/shift ops)."""
+    instrs, comps, calls = {}, collections.defaultdict(list), collections.defaultdict(set)
     current = None
     for line in hlo_text.splitlines():
         m = _COMP.match(line.strip()) if not line.startswith(" ") else None
@@ -69,11 +71,21 @@ def _hlo_index(hlo_text: str) -> tuple[dict, dict]:
         m = _INSTR.match(line)
         if m:
             name, _, opcode, rest = m.groups()
-            c = _CALLS.search(rest)
-            instrs[name] = (opcode, c.group(1) if c else None)
+            c = _CALLS.findall(rest)
+            instrs[name] = (opcode, c[0] if c else None)
             if current:
                 comps[current].append(opcode)
-    return instrs, comps
+                calls[current].update(c)
+
+    def closure(comp, seen):
+        ops = list(comps.get(comp, ()))
+        for sub in calls.get(comp, ()):
+            if sub not in seen:
+                seen.add(sub)
+                ops += closure(sub, seen)
+        return ops
+
+    return instrs, {c: closure(c, {c}) for c in list(comps)}
 
 
 def _category(name: str, instrs: dict, comps: dict) -> str:
@@ -98,7 +110,7 @@ def _category(name: str, instrs: dict, comps: dict) -> str:
         return "gather/scatter (embeddings)"
     if opcode in ("copy", "transpose", "concatenate", "pad", "slice", "broadcast", "reshape", "bitcast"):
         return "data movement (copy/transpose/concat)"
-    if opcode == "rng-bit-generator" or "rng-bit-generator" in ops or {"xor", "shift-right-logical"} <= ops:
+    if opcode == "rng-bit-generator" or "rng-bit-generator" in ops or "xor" in ops:  # threefry rounds
         return "random bits (dropout masks)"
     if opcode == "fusion":
         return "elementwise fusion"

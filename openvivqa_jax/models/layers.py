@@ -185,6 +185,12 @@ def dense(din: int, dout: int, rngs: nnx.Rngs, dtype: Any = jnp.float32, use_bia
 class MultiHeadAttention(nnx.Module):
     """Scaled dot-product multi-head attention (Vaswani et al. 2017) with an explicit KV cache.
 
+    ``softmax(q k^T / sqrt(head_dim)) v`` runs through :func:`jax.nn.dot_product_attention` with
+    ``implementation = self.implementation`` (``config.model.attention_impl``, set by
+    :func:`set_attention_impl`; ``"xla"`` by default), masks passed as its boolean ``mask``. Two cases keep
+    the explicit einsum-softmax (same math): attention-probability dropout in training (it acts on the
+    softmax output, which ``dot_product_attention`` does not expose) and ``return_weights``.
+
     Args:
       d_model: model width ``d``.
       num_heads: ``H``; ``d`` must be divisible by ``H``.
@@ -280,21 +286,44 @@ class MultiHeadAttention(nnx.Module):
         Args:
           q_in: queries before projection.
           segments: ``[(k, v), ...]``, each ``(batch, H, head_dim, n_i)`` (:meth:`project_kv_heads`), taken
-            as one key axis of length ``sum n_i`` in order (M4C: the prefix, then the decoder cache),
-            without concatenating the keys/values themselves.
+            as one key axis of length ``sum n_i`` in order (M4C: the prefix, then the decoder cache).
+            One segment goes through :func:`jax.nn.dot_product_attention`; several segments with
+            ``implementation == "xla"`` take one dot per segment (the same computation, without
+            concatenating the keys/values at every step), with ``"cudnn"`` they are concatenated for
+            one fused call.
           mask: bool, broadcastable to ``(batch, H, q_len, sum n_i)``; ``None`` attends everywhere.
 
         Returns:
           ``(batch, q_len, d)``, equal to :meth:`attend` over the concatenated keys/values.
         """
         q = self._split(self.query(q_in))
-        # Head-major (batch, H, head_dim, n) -> (batch, n, H, head_dim): XLA folds this transpose into the
-        # dots' operand layout (the head-major cache is the dot's canonical right-hand side).
-        ks = [jnp.transpose(k, (0, 3, 1, 2)) for k, _ in segments]
-        vs = [jnp.transpose(v, (0, 3, 1, 2)) for _, v in segments]
-        k = ks[0] if len(ks) == 1 else jnp.concatenate(ks, 1)
-        v = vs[0] if len(vs) == 1 else jnp.concatenate(vs, 1)
-        ctx = self._fused(q, k.astype(q.dtype), v.astype(q.dtype), mask)
+        if len(segments) > 1 and self.implementation == "xla":
+            # Several segments (M4C: prefix, then cache) with XLA: the same computation as
+            # dot_product_attention's XLA path, one dot per segment. Concatenating the segments for one
+            # call copied and transposed the prefix keys/values at every step and layer (the compiled
+            # beam-search loop of M4C held 12 more transposes and 16 more copies; notes of issue 19).
+            scale = 1.0 / float(self.head_dim) ** 0.5
+            logits = jnp.concatenate([jnp.einsum("bqhd,bhdk->bhqk", q, k.astype(q.dtype),
+                                                 preferred_element_type=jnp.float32) for k, _ in segments], -1)
+            logits = logits * scale
+            if mask is not None:
+                logits = jnp.where(mask, logits, NEG_INF)
+            probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)
+            ctx, start = None, 0
+            for k, v in segments:
+                n = k.shape[-1]
+                part = jnp.einsum("bhqk,bhdk->bqhd", probs[..., start:start + n], v.astype(q.dtype))
+                ctx = part if ctx is None else ctx + part
+                start += n
+        else:
+            # Head-major (batch, H, head_dim, n) -> (batch, n, H, head_dim): with one segment XLA folds
+            # this transpose into the dots (the head-major cache is the dot's canonical right-hand side;
+            # the compiled loop has the same ops as with explicit head-major einsums).
+            ks = [jnp.transpose(k, (0, 3, 1, 2)) for k, _ in segments]
+            vs = [jnp.transpose(v, (0, 3, 1, 2)) for _, v in segments]
+            k = ks[0] if len(ks) == 1 else jnp.concatenate(ks, 1)
+            v = vs[0] if len(vs) == 1 else jnp.concatenate(vs, 1)
+            ctx = self._fused(q, k.astype(q.dtype), v.astype(q.dtype), mask)
         return self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
 
 
