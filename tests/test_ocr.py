@@ -288,6 +288,10 @@ def test_detector_engine_reads_words_with_their_own_boxes():
 def test_engines_listed_and_unknown_engine_refused():
     assert ocr.DEFAULT_ENGINE == "detector+tesseract" and set(ocr.ENGINES) == {"detector+tesseract", "tesseract", "none"}
     assert ocr.run_ocr(Image.new("RGB", (50, 40)), "none") == []
+    stats: dict[str, int] = {}
+    for engine in ("tesseract", "detector+tesseract"):  # one colour: no engine runs, counted
+        assert ocr.run_ocr(Image.new("RGB", (50, 40), (120, 60, 30)), engine, stats=stats) == []
+    assert stats == {"uniform_images_skipped": 2}
     with pytest.raises(ValueError, match="unknown OCR engine 'paddle'"):
         ocr.run_ocr(Image.new("RGB", (50, 40)), "paddle")
 

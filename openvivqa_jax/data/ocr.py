@@ -696,8 +696,9 @@ def run_ocr(image: Any, engine: str = DEFAULT_ENGINE, *, lang: str = "vie", stat
     """Runs one OCR engine on one image and returns copyable word tokens.
 
     Engines (:data:`ENGINES`): ``tesseract`` (:func:`run_ocr_passes`), ``detector+tesseract``
-    (:func:`run_detector_tesseract`), ``none`` (no tokens). The tokens are then split into single words
-    with their own boxes by :func:`split_copyable`. A pure function of its arguments (the same image
+    (:func:`run_detector_tesseract`), ``none`` (no tokens). An image of one colour has no text and
+    gets no tokens without running an engine (counted as ``uniform_images_skipped``). The tokens are then
+    split into single words with their own boxes by :func:`split_copyable`. A pure function of its arguments (the same image
     gives the same tokens), so it can run in worker processes.
 
     Args:
@@ -718,12 +719,17 @@ def run_ocr(image: Any, engine: str = DEFAULT_ENGINE, *, lang: str = "vie", stat
     """
     if engine == "none":
         return []
+    if engine not in ENGINES:
+        raise ValueError(f"unknown OCR engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    image = _to_pil(image)
+    extrema = image.getextrema()  # per band (min, max)
+    if all(b[0] == b[1] for b in extrema):  # one colour everywhere: no text to read
+        _bump(stats, "uniform_images_skipped")
+        return []
     if engine == "tesseract":
         tokens = run_ocr_passes(image, passes, stats, filter_tokens=filter_tokens, lang=lang)
-    elif engine == "detector+tesseract":
-        tokens = run_detector_tesseract(image, lang=lang, threads=threads, filter_tokens=filter_tokens, stats=stats)
     else:
-        raise ValueError(f"unknown OCR engine {engine!r}; expected one of {', '.join(ENGINES)}")
+        tokens = run_detector_tesseract(image, lang=lang, threads=threads, filter_tokens=filter_tokens, stats=stats)
     return split_copyable(tokens, stats)
 
 
