@@ -23,7 +23,7 @@ Timed (wall clock, ``time.perf_counter``, min and median of ``--repeats`` runs):
   ``python -m openvivqa_jax.evaluate --metrics BLEU ROUGE-L CIDEr`` (sanitization included) against a
   Python process that imports pycocoevalcap, reads the same files and runs ``Bleu(4)``, ``Rouge()`` and
   ``Cider()`` on the strings as written (no PTBTokenizer: that Java step would only add to the toolkit's
-  time). ``speedup`` is the ratio of the medians; the target is 3x.
+  time). ``speedup`` is the ratio of the medians (the target is 3x), ``speedup_of_min`` that of the minima.
 
 Prints one JSON object on stdout: timings in seconds, the 5-second target, and the largest absolute
 difference between our and the toolkit's BLEU/ROUGE-L/CIDEr on this input.
@@ -145,6 +145,7 @@ def _process_times(preds: dict, refs: dict, repeats: int) -> dict:
         "ours_cli_s": {"min": min(times["ours_cli"]), "median": med["ours_cli"]},
         "pycocoevalcap_s": {"min": min(times["pycocoevalcap"]), "median": med["pycocoevalcap"]},
         "speedup": med["pycocoevalcap"] / med["ours_cli"],
+        "speedup_of_min": min(times["pycocoevalcap"]) / min(times["ours_cli"]),  # less sensitive to load spikes
         "target_speedup": 3.0,
         "meets_target": med["pycocoevalcap"] / med["ours_cli"] >= 3.0,
     }

@@ -75,6 +75,8 @@ def remove_format_characters(text: str) -> str:
 
     ``"\ufeffcon mèo"`` → ``"con mèo"``, ``"xe\u200bmáy"`` → ``"xe máy"``, ``"cà\u00adphê"`` → ``"càphê"``.
     """
+    if text.isascii():  # every format character is above U+00AC
+        return text
     if _ZERO_WIDTH_SPACE in text:
         text = text.replace(_ZERO_WIDTH_SPACE, " ")
     return _FORMAT_RE.sub("", text)
@@ -108,7 +110,9 @@ _WORD_RE = re.compile(r"\w+", re.UNICODE)
 # A quick test for the syllables _move_tone can change: o/u (any tone) followed by a/e/y (any tone).
 _O_FORMS = "oòóỏõọ"
 _U_FORMS = "uùúủũụ"
-_OPEN_PAIR_WORD_RE = re.compile(f"\\w*(?:[{_O_FORMS}][aàáảãạeèéẻẽẹ]|[{_U_FORMS}][yỳýỷỹỵ])\\w*")
+_OPEN_PAIR_RE = re.compile(f"[{_O_FORMS}][aàáảãạeèéẻẽẹ]|[{_U_FORMS}][yỳýỷỹỵ]")
+# (?<!\w): matches start only at word starts, so a word without a pair costs one pass, not one per letter.
+_OPEN_PAIR_WORD_RE = re.compile(f"(?<!\\w)\\w*(?:[{_O_FORMS}][aàáảãạeèéẻẽẹ]|[{_U_FORMS}][yỳýỷỹỵ])\\w*")
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -175,6 +179,8 @@ def normalize_tone_marks(text: str) -> str:
       NFC text with one tone convention.
     """
     # Only words holding an "oa"/"oe"/"uy" pair (any tones) can change; the others are not visited.
+    if not _OPEN_PAIR_RE.search(text):
+        return text
     return _OPEN_PAIR_WORD_RE.sub(lambda m: _move_tone(m.group(0)), text)
 
 
@@ -260,6 +266,8 @@ def space_punctuation(text: str) -> str:
         return f" {ch} "
 
     # Every punctuation or symbol character is outside \w and \s except "_" (Pc): only those are visited.
+    if not _PUNCT_CANDIDATE_RE.search(text):
+        return text
     return _PUNCT_CANDIDATE_RE.sub(spaced, text)
 
 
