@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ConfigError", "check_config", "MIN_VOCAB_SIZE"]
+from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
+from openvivqa_jax.text.tokenizer import MODEL_TYPES
+
+__all__ = ["ConfigError", "check_config", "MIN_VOCAB_SIZE", "CHOICES"]
 
 #: The smallest ``tokenizer.vocab_size``: the 256 byte-fallback pieces and the 4 specials (pad, unk, bos, eos)
 #: of :mod:`openvivqa_jax.text.tokenizer`, plus one learned piece.
@@ -70,6 +73,17 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
 )
 
 
+#: (dotted field, allowed values) for fields that name a choice; a typo would otherwise fail only when the
+#: value is first used (``eval.answer_rules`` at the first evaluation, after training).
+CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tokenizer.model_type", MODEL_TYPES),
+    ("eval.answer_rules", ANSWER_RULES),
+    ("eval.decoding", ("greedy", "beam")),
+    ("model.attention_impl", ("xla", "cudnn")),
+    ("train.dropout_prng", ("threefry2x32", "rbg", "unsafe_rbg")),
+)
+
+
 def _get(cfg, dotted: str):
     node = cfg
     for part in dotted.split("."):
@@ -94,7 +108,8 @@ def check_config(cfg) -> None:
       cfg: the experiment ``ml_collections.ConfigDict``.
 
     Raises:
-      ConfigError: the first value out of range (one line: field, value, allowed range, flag); also
+      ConfigError: the first value out of range (one line: field, value, allowed range, flag), or a choice
+        field (:data:`CHOICES`) with a value it does not know; also
         ``model.d_model`` not divisible by ``model.num_heads``, or a ``data.image_size`` that is not two
         integers >= 8.
     """
@@ -104,6 +119,12 @@ def check_config(cfg) -> None:
             continue
         if not ok(value):
             _fail(field, value, allowed)
+    for field, allowed_values in CHOICES:
+        value = _get(cfg, field)
+        if value is _MISSING or value is None or value == "":
+            continue
+        if value not in allowed_values:
+            _fail(field, value, "one of " + ", ".join(repr(v) for v in allowed_values))
     d, h = _get(cfg, "model.d_model"), _get(cfg, "model.num_heads")
     if _int(d) and _int(h) and d % h:
         raise ConfigError(f"config value model.d_model={d} is not divisible by model.num_heads={h} (attention "

@@ -91,6 +91,13 @@ def test_config_value_out_of_range(tmp_path, override, needle):
     ("tokenizer.vocab_size", 261, None),  # the smallest that holds 256 byte pieces + 4 specials + 1
     ("data.image_size", (64, 4), "config value data.image_size=(64, 4) is out of range: must be (width, height), "
                                  "two integers >= 8 (set it with --config.data.image_size=...)"),
+    ("eval.answer_rules", "englsh", "config value eval.answer_rules='englsh' is out of range: must be one of "
+                                    "'vietnamese', 'english' (set it with --config.eval.answer_rules=...)"),
+    ("tokenizer.model_type", "word", "config value tokenizer.model_type='word' is out of range: must be one of "
+                                     "'bpe', 'unigram' (set it with --config.tokenizer.model_type=...)"),
+    ("eval.decoding", "beams", "config value eval.decoding='beams' is out of range: must be one of 'greedy', "
+                               "'beam' (set it with --config.eval.decoding=...)"),
+    ("eval.answer_rules", "english", None),
 ])
 def test_check_config_ranges(field, value, message):
     from openvivqa_jax.config_check import ConfigError, check_config
