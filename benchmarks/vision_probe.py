@@ -1,0 +1,113 @@
+"""Linear probe of the grid CNN: how well does the grid cell under a synthetic object encode its colour and kind?
+
+Usage::
+
+    python benchmarks/vision_probe.py [--channels 32,64,96,128] [--image_size 128,96] [--train_images 300]
+                                      [--test_images 150] [--seed 0]
+
+Renders synthetic street scenes (``tfds_builders.synthetic_openvivqa.generator``; train split images for
+fitting, validation split images for scoring) at 256x192, resizes them bilinearly to ``--image_size`` like the
+input pipeline, and runs a freshly initialized :class:`openvivqa_jax.models.layers.SmallCNN` with
+``--channels`` (one stride-2 stage per entry; grid ``(H / 2**stages, W / 2**stages)``). Each drawn object
+gives one sample: the backbone's ``(C,)`` feature of the grid cell holding the centre of its box. A ridge
+one-vs-rest linear classifier (features standardized, ``lambda = 1``) is fitted on the train objects and
+scored on the held-out ones, for the object's colour (12 classes) and kind (5 classes).
+
+Prints one JSON object: ``grid`` ``[gh, gw]``, ``colour_accuracy``, ``kind_accuracy``, their majority-class
+rates on the held-out objects, and the object counts. An untrained backbone is probed: the number says how
+much of an object's colour survives the downsampling, before any training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _pairs(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def render(split: str, n: int, image_size: tuple[int, int]):
+    """``n`` scenes of ``split``: ``(images uint8 (n, H, W, 3), objects per image)``."""
+    from PIL import Image
+
+    from tfds_builders.synthetic_openvivqa import generator as g
+
+    images, objects = [], []
+    for i in range(n):
+        img, info = g.render_scene(g.image_rng(0, split, i), (256, 192), split=split)
+        images.append(np.asarray(img.resize(image_size, Image.BILINEAR), np.uint8))
+        objects.append(info["objects"])
+    return np.stack(images), objects
+
+
+def cell_features(grid: np.ndarray, objects) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Features ``(num_objects, C)`` of the cell under each object's box centre, colour and kind indices."""
+    from tfds_builders.synthetic_openvivqa import generator as g
+
+    colours, kinds = list(g.COLORS), [k.key for k in g.OBJECT_KINDS]
+    _, gh, gw, _ = grid.shape
+    feats, ys_colour, ys_kind = [], [], []
+    for j, objs in enumerate(objects):
+        for o in objs:
+            x0, y0, x1, y1 = o["box"]
+            row = min(int((y0 + y1) / 2 * gh), gh - 1)
+            col = min(int((x0 + x1) / 2 * gw), gw - 1)
+            feats.append(grid[j, row, col])
+            ys_colour.append(colours.index(o["color"]))
+            ys_kind.append(kinds.index(o["kind"]))
+    return np.asarray(feats, np.float64), np.asarray(ys_colour), np.asarray(ys_kind)
+
+
+def ridge_accuracy(f_train, y_train, f_test, y_test, num_classes: int, lam: float = 1.0) -> float:
+    """Held-out accuracy of a ridge one-vs-rest linear classifier on standardized features."""
+    mu, sd = f_train.mean(0), f_train.std(0) + 1e-6
+    a = np.c_[(f_train - mu) / sd, np.ones(len(f_train))]
+    b = np.c_[(f_test - mu) / sd, np.ones(len(f_test))]
+    w = np.linalg.solve(a.T @ a + lam * np.eye(a.shape[1]), a.T @ np.eye(num_classes)[y_train])
+    return float(((b @ w).argmax(1) == y_test).mean())
+
+
+def main(argv=None) -> dict:
+    """Runs the probe and prints (and returns) the JSON result."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--channels", type=_pairs, default=(32, 64, 96, 128))
+    p.add_argument("--image_size", type=_pairs, default=(128, 96), help="width,height")
+    p.add_argument("--train_images", type=int, default=300)
+    p.add_argument("--test_images", type=int, default=150)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    from flax import nnx
+
+    from openvivqa_jax.models.layers import SmallCNN
+
+    cnn = SmallCNN(tuple(args.channels), rngs=nnx.Rngs(args.seed))
+    out = {"channels": list(args.channels), "image_size": list(args.image_size)}
+    data = {}
+    for split, n in (("train", args.train_images), ("validation", args.test_images)):
+        images, objects = render(split, n, tuple(args.image_size))
+        grid = np.asarray(cnn(images.astype(np.float32) / 255.0))
+        out["grid"] = list(grid.shape[1:3])
+        data[split] = cell_features(grid, objects)
+    (f_tr, c_tr, k_tr), (f_te, c_te, k_te) = data["train"], data["validation"]
+    out.update(colour_accuracy=ridge_accuracy(f_tr, c_tr, f_te, c_te, 12),
+               kind_accuracy=ridge_accuracy(f_tr, k_tr, f_te, k_te, 5),
+               colour_majority_rate=float(np.bincount(c_te).max() / len(c_te)),
+               kind_majority_rate=float(np.bincount(k_te).max() / len(k_te)),
+               num_train_objects=int(len(c_tr)), num_test_objects=int(len(c_te)))
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()
