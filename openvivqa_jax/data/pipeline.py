@@ -256,10 +256,10 @@ def decode_record(ex: dict, index: int, source_name: str = "", counter: SkipCoun
         objects = {"features": np.asarray(ex["objects"]["features"], np.float32),
                    "boxes": np.asarray(ex["objects"]["boxes"], np.float32)}
     extra = {k: ex[k] for k in ("context", "dictionary") if k in ex}
-    raw_answers = [normalize_text(_str(a)) for a in ex.get("answers", [])]
-    answers = [a for a in raw_answers if a]
     if "language" in ex:  # ISO 639-1 code (tfds_builders.common); datasets built before it have none
         extra["language"] = _str(ex["language"])
+    raw_answers = [normalize_text(_str(a)) for a in ex.get("answers", [])]
+    answers = [a for a in raw_answers if a]
     if counter is not None and len(answers) < len(raw_answers):
         counter.add("answers_empty_after_normalization", len(raw_answers) - len(answers))
     return Record(
