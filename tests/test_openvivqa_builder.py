@@ -197,6 +197,10 @@ def test_ocr_engine_runs_once_per_image(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ocr_lib, "run_ocr_passes", fake)  # the `tesseract` engine, in this process (1 worker)
     small_dataset(tmp_path / "m")
+    for name, size in (("a.jpg", (40, 30)), ("b.jpg", (20, 50))):  # not one colour: such images skip OCR
+        pixels = np.zeros((size[1], size[0], 3), np.uint8)
+        pixels[:, : size[0] // 2] = 255
+        Image.fromarray(pixels).save(tmp_path / "m" / "images" / name, format="JPEG")
     config = OpenVivqaConfig(name="tess", ocr_engine="tesseract", num_workers=1)
     builder = build(tmp_path / "m", tmp_path / "d", config=config)
     assert sorted(calls) == [(20, 50), (40, 30)]  # 3 questions, 2 images
