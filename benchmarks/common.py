@@ -1,7 +1,7 @@
 """Shared helpers of the throughput benchmarks (``benchmarks/decode.py``, ``train_step.py``, ``input_pipeline.py``).
 
 * configs: ``default`` is ``configs/default.py``; ``mlpag``, ``m4c``, ``qumlag``, ``fst`` are
-  ``configs/openvivqa/<name>.py:benchmark``, DESIGN §10's shapes (batch 64, 50 regions x 1024 with boxes,
+  ``configs/openvivqa/<name>.py:benchmark``, docs/design.md §10's shapes (batch 64, 50 regions x 1024 with boxes,
   question 20, answer 20, 50 OCR tokens with det 256 / rec 256 / fastText 300 features and boxes,
   vocabulary 4,000). ``--smoke`` shrinks every size so that a benchmark runs in seconds (tests only).
 * random model inputs: ``tests/conftest.py``'s ``random_batch`` plus the config's extra OCR features
@@ -43,10 +43,10 @@ __all__ = ["PAPER_MODELS", "load_config", "model_inputs", "shrink_for_smoke", "p
            "time_calls", "log", "emit", "machine_info", "run_worker", "parse_models", "bench_trainer",
            "cost_flops", "set_field"]
 
-#: The paper-size generators of DESIGN §10 (``configs/openvivqa/<name>.py:benchmark``).
+#: The paper-size generators of docs/design.md §10 (``configs/openvivqa/<name>.py:benchmark``).
 PAPER_MODELS = ("mlpag", "m4c", "qumlag", "fst")
 
-#: DESIGN §10's vocabulary size (the benchmark configs set it; random inputs draw pieces below it).
+#: docs/design.md §10's vocabulary size (the benchmark configs set it; random inputs draw pieces below it).
 BENCHMARK_VOCAB = 4000
 
 

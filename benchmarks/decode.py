@@ -5,7 +5,7 @@ Usage::
     python benchmarks/decode.py [--models mlpag,m4c,qumlag] [--batch 64] [--beam_size 3] [--repeats 3]
                                 [--reference_repeats 1] [--no_reference] [--smoke]
 
-Models are the ``benchmark`` variants of ``configs/openvivqa/<name>.py`` (DESIGN §10 shapes: batch 64, 50
+Models are the ``benchmark`` variants of ``configs/openvivqa/<name>.py`` (docs/design.md §10 shapes: batch 64, 50
 regions x 1024 with boxes, question 20, answer 20 steps, 50 OCR tokens with det 256 / rec 256 / fastText
 300 features and boxes, vocabulary 4,000), randomly initialized, on random inputs
 (:func:`benchmarks.common.model_inputs`). For each model, each in a fresh process (peak RSS per
@@ -23,7 +23,7 @@ measurement):
 Answers per second are ``batch / seconds``. With random weights EOS is rare, so every answer runs all
 ``max_answer_len`` steps (reported as ``steps``). ``reference_agreement`` is the fraction of answers on
 which the full-recompute loop and the cached greedy search emit identical ids (cached decoding must give
-the full recompute's logits, DESIGN §7). Prints one JSON object on stdout.
+the full recompute's logits, docs/design.md §7). Prints one JSON object on stdout.
 """
 
 from __future__ import annotations

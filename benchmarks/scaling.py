@@ -16,7 +16,7 @@ one process on the same CPU cores, so this measures what partitioning costs (per
 all-reduces of the gradients), not a speed-up: the same program on K real chips would divide the per-device
 work by K.
 
-Part 2, estimated (``estimates``): for each paper model (``configs/openvivqa/<name>.py:benchmark``, DESIGN §10
+Part 2, estimated (``estimates``): for each paper model (``configs/openvivqa/<name>.py:benchmark``, docs/design.md §10
 shapes: batch 64, 50 regions x 1024, 50 OCR tokens with det/rec/fastText features, question 20, answer 20,
 vocabulary 4,000) the training step is lowered and compiled on one CPU device from abstract values only
 (``jax.eval_shape`` of the model, parameters, optimizer state and batch; nothing is initialized or run)

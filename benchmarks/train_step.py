@@ -6,7 +6,7 @@ Usage::
     python benchmarks/train_step.py --models default --profile      # where the default step's time goes
 
 Models: ``default`` (``configs/default.py``, the synthetic-data MLPAG, batch 32) or the ``benchmark`` variants
-of ``configs/openvivqa/<name>.py`` (DESIGN §10 shapes, batch 64, vocabulary 4,000), randomly initialized, on
+of ``configs/openvivqa/<name>.py`` (docs/design.md §10 shapes, batch 64, vocabulary 4,000), randomly initialized, on
 random inputs (:func:`benchmarks.common.model_inputs`). Each model runs in a fresh process. The step is the
 trainer's own (:meth:`openvivqa_jax.train.Trainer.train_step_fn`: forward, loss, gradients, optimizer update,
 donated state, dropout on), built by :func:`benchmarks.common.bench_trainer`.

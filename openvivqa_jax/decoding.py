@@ -1,4 +1,4 @@
-"""Jitted greedy and beam search over the extended output space (vocabulary + OCR slots), DESIGN §7.
+"""Jitted greedy and beam search over the extended output space (vocabulary + OCR slots), docs/design.md §7.
 
 Both are one ``lax.while_loop`` with fixed shapes over a model implementing the generator interface
 of :mod:`openvivqa_jax.models.base`:

@@ -1,4 +1,4 @@
-"""Mesh construction and parameter sharding from regex rules (the big_vision habit, DESIGN §8).
+"""Mesh construction and parameter sharding from regex rules (the big_vision habit, docs/design.md §8).
 
 Models never mention devices. A config lists ``sharding_rules``: ``(regex, spec)`` pairs matched
 against the parameter path (``"decoder/layers/0/self_attn/query/kernel"``); ``spec`` is a tuple of

@@ -1,4 +1,4 @@
-"""``train_and_evaluate``: mesh, shardings, jitted steps, checkpoints, periodic evaluation (DESIGN §8).
+"""``train_and_evaluate``: mesh, shardings, jitted steps, checkpoints, periodic evaluation (docs/design.md §8).
 
 The workdir holds everything needed to resume or to predict::
 

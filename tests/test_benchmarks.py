@@ -53,7 +53,7 @@ def test_decode_smoke():
         m["greedy"]["answers_per_s"] / m["reference"]["answers_per_s"])
     assert m["speedup_beam_vs_reference"] == pytest.approx(
         m["beam"]["answers_per_s"] / m["reference"]["answers_per_s"])
-    # The full-recompute loop and the cached jitted greedy search emit the same answers (DESIGN §7).
+    # The full-recompute loop and the cached jitted greedy search emit the same answers (docs/design.md §7).
     assert m["reference_agreement"] == 1.0
     assert m["peak_rss_mb"] == max(m[k]["peak_rss_mb"] for k in ("greedy", "beam", "reference"))
 

@@ -1,4 +1,4 @@
-"""Multi-controller training (DESIGN §8): two processes x 4 fake CPU devices against one process x 8,
+"""Multi-controller training (docs/design.md §8): two processes x 4 fake CPU devices against one process x 8,
 per-process input shares, eval scored exactly once, a (4, 2)-mesh FSDP checkpoint decoded on 1 device,
 FSDP shardings, bfloat16 compute with float32 master weights, and gradient accumulation.
 

@@ -1,4 +1,4 @@
-"""Robustness of the evaluator (DESIGN §9): bad items neither crash, hang, nor move other items' scores.
+"""Robustness of the evaluator (docs/design.md §9): bad items neither crash, hang, nor move other items' scores.
 
 Each case puts one bad item into a corpus of normal ones and checks that (a) scoring finishes,
 (b) every other question's per-question scores are exactly those obtained when the bad item is

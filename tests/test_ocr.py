@@ -50,7 +50,7 @@ def test_reads_vietnamese_words_normalized(tokens):
     toks, stats = tokens
     texts = [t["text"] for t in toks]
     # Expected values written out by hand: lowercase NFC, HOÀ in the classic tone placement (hòa),
-    # the price rewritten as "#,### đồng" (DESIGN §4). Tesseract 5.3 reads all five; allow one miss so a
+    # the price rewritten as "#,### đồng" (docs/design.md §4). Tesseract 5.3 reads all five; allow one miss so a
     # different Tesseract build does not break the test, but nothing that was not drawn.
     assert len(set(texts) & set(EXPECTED)) >= 4, texts
     assert set(texts) <= set(EXPECTED) | {"hoa", "mi", "banh"}, texts

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("OPENVIVQA_SHARED", REPO.parent / "shared"))  # as in tests/conftest.py
 SAMPLE = SHARED / "data" / "openvivqa_examples"
 
-# question_id -> (image_id, question, answer) of examples_data.json, normalized by hand (DESIGN §4: a space
+# question_id -> (image_id, question, answer) of examples_data.json, normalized by hand (docs/design.md §4: a space
 # before "?"; the text is already lowercase NFC).
 SAMPLE_EXPECTED = {
     "0": ("0", "cửa tiệm này tên gì ?", "cửa tiệm này tên mộc"),

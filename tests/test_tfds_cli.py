@@ -143,7 +143,7 @@ def test_st_vqa_every_config(tmp_path):
     tfds_build("st_vqa", manual, data)
 
     train_file = json.loads((manual / "train_task_1.json").read_text(encoding="utf-8"))["data"]
-    # The normalizer lowercases and spaces out "?" (DESIGN §4); the answers are plain ASCII words.
+    # The normalizer lowercases and spaces out "?" (docs/design.md §4); the answers are plain ASCII words.
     expected_train = {str(r["question_id"]): (r["question"].lower().replace("?", " ?"),
                                               [a.lower() for a in r["answers"]]) for r in train_file}
     for config in ("task1", "task2", "task3", "task3_tesseract"):

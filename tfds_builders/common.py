@@ -1,4 +1,4 @@
-"""The feature schema shared by every VQA builder (DESIGN §3) and helpers to fill it.
+"""The feature schema shared by every VQA builder (docs/design.md §3) and helpers to fill it.
 
 Schema (one example = one question):
 
@@ -8,7 +8,7 @@ feature         type                                                          no
 ``image``       ``tfds.features.Image`` (encoded JPEG/PNG bytes)              RGB, any size
 ``image_id``    ``Text``                                                      id as in the source files
 ``question_id`` ``Text``                                                      id as in the source files
-``question``    ``Text``                                                      normalized (DESIGN §4)
+``question``    ``Text``                                                      normalized (docs/design.md §4)
 ``answers``     ``Sequence(Text)``                                            all references, normalized;
                                                                                                                                                             empty when a split has none
 ``qa_type``     ``int32``                                                     1 text QA, 0 non-text, -1 unknown

@@ -1,4 +1,4 @@
-"""Parsing helpers shared by the VQA dataset builders (DESIGN §3): errors, skips, splits, images, OCR.
+"""Parsing helpers shared by the VQA dataset builders (docs/design.md §3): errors, skips, splits, images, OCR.
 
 House rule for bad input: a clear error naming the file, the record (question id or CSV row) and what is
 wrong (:class:`DatasetInputError`); or, where the builder config asks for it, the record is skipped and the
@@ -375,7 +375,7 @@ def assign_split_files(
 
 
 def clean_question(value: Any, *, path: Any, record: str) -> str:
-    """Normalizes a question (DESIGN §4).
+    """Normalizes a question (docs/design.md §4).
 
     Raises:
         DatasetInputError: the value is not a string, or is empty after normalization.

@@ -1,4 +1,4 @@
-"""LoRRA at paper sizes on the real OpenViVQA dataset (Singh et al. 2019; paper §5.1; DESIGN §6).
+"""LoRRA at paper sizes on the real OpenViVQA dataset (Singh et al. 2019; paper §5.1; docs/design.md §6).
 
 Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
 
@@ -7,7 +7,7 @@ Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openv
 
 Variants (``--config configs/openvivqa/lorra.py:<variant>``): ``images`` (default; images + OCR, grid
 features from a CNN), ``features`` (the authors' pre-extracted region features and scene text, the paper's
-setting), ``benchmark`` (``features`` at DESIGN §10's benchmark shapes). Data, tokenizer, training and
+setting), ``benchmark`` (``features`` at docs/design.md §10's benchmark shapes). Data, tokenizer, training and
 evaluation settings are configs/openvivqa/mlpag.py's, so the models compare on equal terms.
 
 Classifier: ``model.num_answers`` is ``K``, the top-K training answers

@@ -1,4 +1,4 @@
-"""M4C at paper sizes on the real OpenViVQA dataset (Hu et al. 2020; paper §5.1; DESIGN §6).
+"""M4C at paper sizes on the real OpenViVQA dataset (Hu et al. 2020; paper §5.1; docs/design.md §6).
 
 Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
 
@@ -7,7 +7,7 @@ Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openv
 
 Variants (``--config configs/openvivqa/m4c.py:<variant>``): ``images`` (default; images + OCR, grid
 features from a CNN), ``features`` (the authors' pre-extracted region features and scene text, the paper's
-setting), ``benchmark`` (``features`` at DESIGN §10's benchmark shapes). Data, tokenizer, training and
+setting), ``benchmark`` (``features`` at docs/design.md §10's benchmark shapes). Data, tokenizer, training and
 evaluation settings are configs/openvivqa/mlpag.py's, so the models compare on equal terms.
 
 M4C's own recipe (Hu et al. §4): Adam 1e-4 with linear warmup over 1,000 steps, x0.1 at 14k and 19k of 24k

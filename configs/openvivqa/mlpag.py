@@ -1,4 +1,4 @@
-"""MLPAG at the paper's sizes on the real OpenViVQA dataset (paper §4.3, §5; DESIGN §6).
+"""MLPAG at the paper's sizes on the real OpenViVQA dataset (paper §4.3, §5; docs/design.md §6).
 
 Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
 
@@ -10,7 +10,7 @@ Variants (``--config configs/openvivqa/mlpag.py:<variant>``):
 * ``images`` (default): images + tesseract OCR at build time; a CNN backbone gives grid features.
 * ``features``: the authors' pre-extracted per-image feature files (region features 2048-d + boxes,
   scene-text tokens), i.e. the paper's setting.
-* ``benchmark``: ``features`` at DESIGN §10's benchmark shapes (50 regions of 1024-d, 50 OCR tokens with
+* ``benchmark``: ``features`` at docs/design.md §10's benchmark shapes (50 regions of 1024-d, 50 OCR tokens with
   det 256 / rec 256 / fastText 300 features, question 20, answer 20, vocabulary 4,000, batch 64).
 """
 

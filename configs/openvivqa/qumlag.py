@@ -1,4 +1,4 @@
-"""QuMLAG at paper sizes on the real OpenViVQA dataset (paper §4.2; DESIGN §6).
+"""QuMLAG at paper sizes on the real OpenViVQA dataset (paper §4.2; docs/design.md §6).
 
 Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
 
@@ -7,7 +7,7 @@ Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openv
 
 Variants (``--config configs/openvivqa/qumlag.py:<variant>``): ``images`` (default; images + OCR, grid
 features from a CNN), ``features`` (the authors' pre-extracted region features and scene text, the paper's
-setting), ``benchmark`` (``features`` at DESIGN §10's benchmark shapes). Data, tokenizer, training and
+setting), ``benchmark`` (``features`` at docs/design.md §10's benchmark shapes). Data, tokenizer, training and
 evaluation settings are configs/openvivqa/mlpag.py's, so the models compare on equal terms.
 """
 
@@ -32,7 +32,7 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     m.num_heads = 8
     m.ffn_dim = 2048
     m.dropout = 0.1
-    m.num_fusion_layers = 3  # SA units on the question; SA + GA units on the image (DESIGN §10: 3+3)
+    m.num_fusion_layers = 3  # SA units on the question; SA + GA units on the image (docs/design.md §10: 3+3)
     m.num_decoder_layers = 3
     m.word_dim = 300  # the paper's FastText width (embeddings trained here)
     return c

@@ -1,4 +1,4 @@
-"""Metrics and the evaluator of openvivqa_jax (DESIGN §9).
+"""Metrics and the evaluator of openvivqa_jax (docs/design.md §9).
 
 Public API (the contract): :func:`score`, :func:`evaluate_split`, :func:`format_table`. The metric
 modules (``bleu``, ``rouge``, ``cider``, ``meteor``, ``anls``, ``vqa_accuracy``, ``squad``, ``wmd``)

@@ -1,4 +1,4 @@
-"""The evaluator: every metric of DESIGN §9, overall and per QA type, with counted notes.
+"""The evaluator: every metric of docs/design.md §9, overall and per QA type, with counted notes.
 
 ``score`` is what the trainer (through ``evaluate_split``) and ``python -m openvivqa_jax.evaluate``
 both call, so the two give the same numbers for the same predictions.
@@ -33,7 +33,7 @@ Answer rules (``answer_rules``): ``"vietnamese"`` (default) or ``"english"``, th
 processing for VQA-accuracy on TextVQA/ST-VQA (:mod:`.vqa_accuracy`). EM/F1 follow SQuAD (punctuation
 deleted, :mod:`.squad`) on the normalized text without spaced punctuation.
 
-Robustness (DESIGN §9): inputs are sanitized (:mod:`.sanitize`); an empty prediction scores 0; a
+Robustness (docs/design.md §9): inputs are sanitized (:mod:`.sanitize`); an empty prediction scores 0; a
 question without any reference is excluded; a question whose references are all empty (``""``, only
 whitespace or form feeds) stays in the corpus with one empty reference, and an empty prediction scores
 the maximum there (1, CIDEr 10) on every per-question score, any other prediction 0 (corpus BLEU and

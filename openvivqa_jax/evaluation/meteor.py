@@ -16,7 +16,7 @@ package) or a jar given by the user. pycocoevalcap's own wrapper is not used: it
   missing Java runtime, a missing jar or a crashed JVM it kills the process and raises
   :class:`MeteorUnavailable`, which the evaluator turns into ``None`` scores and a note.
 
-Two modes (DESIGN §9):
+Two modes (docs/design.md §9):
 
 - ``"METEOR"``: with ``-norm``, as published papers ran it (pycocoevalcap's setting);
 - ``"METEOR-vi"``: without ``-norm``. Meteor's ``-norm`` tokenizer treats ``ơ``, ``ư`` and the

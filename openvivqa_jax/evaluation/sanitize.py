@@ -1,4 +1,4 @@
-"""Input sanitization for the metrics (DESIGN §9: "Inputs are sanitized first").
+"""Input sanitization for the metrics (docs/design.md §9: "Inputs are sanitized first").
 
 Every prediction and reference goes through :func:`sanitize_text` before any metric sees it:
 
@@ -18,7 +18,7 @@ Every prediction and reference goes through :func:`sanitize_text` before any met
    document would otherwise make ROUGE-L's LCS quadratic and Meteor's aligner slow. Every cap is
    counted and reported in the result's ``notes``.
 
-Source: DESIGN.md §4 (normalization) and §9 (sanitization); the separator rule follows
+Source: docs/design.md §4 (normalization) and §9 (sanitization); the separator rule follows
 pycocoevalcap 1.2 ``meteor/meteor.py`` ``_stat``.
 """
 

@@ -1,6 +1,6 @@
 """Transformer answer decoder with the dynamic pointer network over OCR tokens.
 
-Output space: ``V`` vocabulary pieces + ``N`` OCR slots (DESIGN §5). At each step the decoder
+Output space: ``V`` vocabulary pieces + ``N`` OCR slots (docs/design.md §5). At each step the decoder
 hidden state ``h`` gives vocabulary logits ``h' = W_v h`` and pointer scores (MLPAG eq. 11; M4C's
 dynamic pointer network)::
 

@@ -1,6 +1,6 @@
 """Input embeddings shared by the zoo: vision (grid or region features), question, OCR tokens.
 
-Batch keys read here (DESIGN §5; built by :mod:`openvivqa_jax.data.pipeline`):
+Batch keys read here (docs/design.md §5; built by :mod:`openvivqa_jax.data.pipeline`):
 
 * ``image``: ``(batch, H, W, 3)`` uint8 pixels (vision kind ``cnn``), or
   ``region_features`` ``(batch, num_regions, region_dim)``, ``region_boxes`` ``(batch, num_regions, 4)``,

@@ -55,7 +55,7 @@ class LstmQuestionEncoder(nnx.Module):
     """Piece embeddings and a one-layer LSTM over the question (SAAA, MCAN, LoRRA, FST, QuMLAG).
 
     Uses ``nnx.RNN`` over ``nnx.OptimizedLSTMCell`` with ``seq_lengths``, so the final state is read at
-    each question's last real token (questions are right-padded; DESIGN §5).
+    each question's last real token (questions are right-padded; docs/design.md §5).
 
     Args:
       vocab_size: ``V``; ``word_dim``: embedding width (the papers' 300-d word vectors, trained here);

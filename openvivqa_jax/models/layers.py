@@ -489,7 +489,7 @@ def grid_boxes(grid_h: int, grid_w: int) -> jax.Array:
 def box_overlap_weights(boxes: jax.Array, cells: jax.Array) -> jax.Array:
     """Area-overlap weights of each box over grid cells, rows normalized to sum 1.
 
-    Used to pool appearance features "from the grid under the box" (DESIGN §5).
+    Used to pool appearance features "from the grid under the box" (docs/design.md §5).
 
     Args:
       boxes: ``(batch, num_boxes, 4)`` xyxy in [0, 1].

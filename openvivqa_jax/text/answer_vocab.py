@@ -1,4 +1,4 @@
-"""The extended answer vocabulary: ``V`` SentencePiece pieces plus ``N`` OCR slots (DESIGN §5).
+"""The extended answer vocabulary: ``V`` SentencePiece pieces plus ``N`` OCR slots (docs/design.md §5).
 
 Extended ids: ``[0, V)`` are pieces, ``V + j`` copies OCR token ``j`` (the dynamic pointer network's
 output, M4C; MLPAG eq. 11-12).

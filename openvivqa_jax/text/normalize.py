@@ -1,7 +1,7 @@
 """Vietnamese text normalization applied to every string that enters the system.
 
 Questions, answers, OCR tokens and predictions all pass through :func:`normalize_text`
-before tokenization or scoring (DESIGN §4; OpenViVQA paper §3.2.4, "setting the text to
+before tokenization or scoring (docs/design.md §4; OpenViVQA paper §3.2.4, "setting the text to
 lowercase, placing whitespaces between words and punctuation marks, and normalizing prices").
 
 The steps, in order:

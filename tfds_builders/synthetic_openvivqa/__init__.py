@@ -1,4 +1,4 @@
-"""Embedded synthetic OpenViVQA dataset (DESIGN §3): TFDS builder plus the pure-Python generator behind it."""
+"""Embedded synthetic OpenViVQA dataset (docs/design.md §3): TFDS builder plus the pure-Python generator behind it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Deterministic generator of the embedded synthetic OpenViVQA stand-in (DESIGN §3).
+"""Deterministic generator of the embedded synthetic OpenViVQA stand-in (docs/design.md §3).
 
 Pure Python / numpy / PIL: no TFDS or TensorFlow import, so training, prediction and OCR code may use it
 directly (e.g. :func:`render_scene` makes a fresh signboard photo with a shop name never seen in training).

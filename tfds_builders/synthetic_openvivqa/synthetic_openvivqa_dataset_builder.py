@@ -1,4 +1,4 @@
-"""TFDS builder of the embedded synthetic OpenViVQA stand-in (DESIGN §3).
+"""TFDS builder of the embedded synthetic OpenViVQA stand-in (docs/design.md §3).
 
 Street-scene renders with Vietnamese signboards, prices and coloured objects; QAs follow the OpenViVQA guideline
 (paper Table 1, §3.2.4); ground-truth word-level OCR with an optional noise model; the test (and validation)

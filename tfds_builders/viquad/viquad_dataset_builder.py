@@ -10,7 +10,7 @@ Files: every ``manual_dir/*.json`` mapped to a split by a train/dev/val/test key
 (``train_ViQuAD.json`` -> ``train``, ``dev_ViQuAD.json`` -> ``dev``), or config ``split_files``.
 
 Schema: the common VQA features without ``image`` (``with_image=False``) plus ``context`` (Text): the
-paragraph, normalized like every other string (DESIGN §4), so ``answer_start`` offsets no longer apply and
+paragraph, normalized like every other string (docs/design.md §4), so ``answer_start`` offsets no longer apply and
 are not kept (the models generate answers). ``question_id`` is the SQuAD ``id``; ``image_id`` is the
 article ``title`` (there is no image); ``answers`` are the answer texts in order, duplicates kept;
 ``qa_type`` -1; ``ocr`` empty. Answers are required in ``answers_required_splits`` (default all).
