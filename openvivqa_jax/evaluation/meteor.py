@@ -50,6 +50,7 @@ __all__ = [
     "MeteorUnavailable",
     "find_java",
     "find_meteor_jar",
+    "find_pycocoevalcap_jar",
     "meteor_scores",
     "meteor_scores_all_modes",
 ]
@@ -89,6 +90,45 @@ def _failure_cause(stderr: str, returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
+def find_pycocoevalcap_jar(explicit: str | os.PathLike | None, env_var: str, inside: tuple[str, ...], what: str,
+                           hint: str = "") -> str:
+    """Locates a jar: ``explicit``, then ``$env_var``, then ``inside`` an installed pycocoevalcap (found with
+    ``importlib.util.find_spec``, which does not import it). Used for the Meteor 1.5 and CoreNLP jars.
+
+    Args:
+      explicit: a path given by the caller, or None.
+      env_var: the environment variable that may name the jar.
+      inside: the jar's path inside the pycocoevalcap package, e.g. ``("meteor", "meteor-1.5.jar")``.
+      what: the jar's name in the error message; hint: appended to it.
+
+    Returns:
+      The absolute path of an existing jar file.
+
+    Raises:
+      MeteorUnavailable: if no jar is found (the message lists where it looked).
+    """
+    tried = []
+    for cand in (explicit, os.environ.get(env_var)):
+        if cand:
+            cand = os.path.abspath(os.fspath(cand))
+            if os.path.isfile(cand):
+                return cand
+            tried.append(cand)
+    try:
+        spec = importlib.util.find_spec("pycocoevalcap")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            cand = os.path.join(loc, *inside)
+            if os.path.isfile(cand):
+                return cand
+            tried.append(cand)
+    else:
+        tried.append("pycocoevalcap (not installed)")
+    raise MeteorUnavailable(f"{what} not found (looked at: {', '.join(tried)}){hint}")
+
+
 def find_meteor_jar(meteor_jar: str | os.PathLike | None = None) -> str:
     """Locates the Meteor 1.5 jar.
 
@@ -101,26 +141,8 @@ def find_meteor_jar(meteor_jar: str | os.PathLike | None = None) -> str:
     Raises:
       MeteorUnavailable: if no jar is found (the message lists where it looked).
     """
-    tried = []
-    for cand in (meteor_jar, os.environ.get("OPENVIVQA_METEOR_JAR")):
-        if cand:
-            cand = os.path.abspath(os.fspath(cand))
-            if os.path.isfile(cand):
-                return cand
-            tried.append(cand)
-    try:
-        spec = importlib.util.find_spec("pycocoevalcap")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            cand = os.path.join(loc, "meteor", _JAR_NAME)
-            if os.path.isfile(cand):
-                return cand
-            tried.append(cand)
-    else:
-        tried.append("pycocoevalcap (not installed)")
-    raise MeteorUnavailable(f"Meteor 1.5 jar not found (looked at: {', '.join(tried)}); pass --meteor_jar")
+    return find_pycocoevalcap_jar(meteor_jar, "OPENVIVQA_METEOR_JAR", ("meteor", _JAR_NAME), "Meteor 1.5 jar",
+                                  hint="; pass --meteor_jar")
 
 
 def find_java(java: str | os.PathLike | None = None) -> str:

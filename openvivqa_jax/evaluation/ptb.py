@@ -19,14 +19,13 @@ package) when Java or the jar is missing, the jar fails, or its output does not 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 import tempfile
 from collections.abc import Sequence
 
-from openvivqa_jax.evaluation.meteor import MeteorUnavailable, find_java
+from openvivqa_jax.evaluation.meteor import MeteorUnavailable, find_java, find_pycocoevalcap_jar
 from openvivqa_jax.text.normalize import LINE_BREAKS
 
 __all__ = ["PUNCTUATIONS", "find_corenlp_jar", "ptb_tokenize"]
@@ -44,25 +43,8 @@ def find_corenlp_jar(jar: str | os.PathLike | None = None) -> str:
     Raises:
       MeteorUnavailable: no jar found (the message lists where it looked).
     """
-    tried = []
-    for cand in (jar, os.environ.get("OPENVIVQA_CORENLP_JAR")):
-        if cand:
-            cand = os.path.abspath(os.fspath(cand))
-            if os.path.isfile(cand):
-                return cand
-            tried.append(cand)
-    try:
-        spec = importlib.util.find_spec("pycocoevalcap")
-    except (ImportError, ValueError):
-        spec = None
-    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
-        cand = os.path.join(loc, "tokenizer", _JAR_NAME)
-        if os.path.isfile(cand):
-            return cand
-        tried.append(cand)
-    if spec is None:
-        tried.append("pycocoevalcap (not installed)")
-    raise MeteorUnavailable(f"Stanford CoreNLP jar {_JAR_NAME} not found (looked at: {', '.join(tried)})")
+    return find_pycocoevalcap_jar(jar, "OPENVIVQA_CORENLP_JAR", ("tokenizer", _JAR_NAME),
+                                  f"Stanford CoreNLP jar {_JAR_NAME}")
 
 
 def ptb_tokenize(texts: Sequence[str], *, java: str | os.PathLike | None = None,
