@@ -151,7 +151,7 @@ def test_accelerator_script_keeps_its_one_minute_budget():
     overruns its share is killed and reported, not dropped) and prints one JSON object."""
     out, wall = _accelerator("--budget_s=60")
     assert out["benchmark"] == "accelerator" and out["budget_s"] == 60
-    assert out["wall_s"] < 60 + 5 and wall < 60 + 30  # + the parent's own start-up and exit
+    assert out["wall_s"] < 60 + 5 and wall < 60 + 120  # + the parent's own start-up and exit (slow when loaded)
     r = out["runs"]["mlpag:float32"]
     if "error" in r:  # a loaded 2-core machine: the job did not fit its share
         assert "budget" in r["error"]
