@@ -157,6 +157,31 @@ def _bump(stats: MutableMapping[str, int] | None, key: str, n: int = 1) -> None:
         stats[key] = stats.get(key, 0) + n
 
 
+def _word_rows(data: dict, min_confidence: float, counts: collections.Counter, keep_symbols: bool = False):
+    """The word rows of a ``pytesseract.image_to_data`` dict that pass the filters, as ``(text, conf, left,
+    top, width, height)`` with ``text`` normalized and ``conf`` a float in [0, 100]; every row dropped is
+    counted in ``counts`` (low confidence, empty after normalization, symbols only unless ``keep_symbols``).
+    Page/block/paragraph/line rows (level != 5) and empty word rows carry no text and are skipped."""
+    for level, raw, conf, left, top, w, h in zip(
+        data["level"], data["text"], data["conf"], data["left"], data["top"], data["width"], data["height"]
+    ):
+        if int(level) != 5 or not str(raw).strip():
+            continue
+        counts["words_raw"] += 1
+        conf = float(conf)
+        if conf < min_confidence:
+            counts["dropped_low_confidence"] += 1
+            continue
+        text = normalize_text(str(raw))
+        if not text:
+            counts["dropped_empty_after_normalization"] += 1
+            continue
+        if not keep_symbols and not any(ch.isalnum() for ch in text):
+            counts["dropped_symbols_only"] += 1
+            continue
+        yield text, conf, left, top, w, h
+
+
 def run_tesseract(
     image: Any,
     lang: str = "vie",
@@ -211,23 +236,7 @@ def run_tesseract(
         raise OcrUnavailableError(f"The tesseract binary was not found: {e}") from e
     counts: collections.Counter[str] = collections.Counter()
     tokens = []
-    for level, raw, conf, left, top, w, h in zip(
-        data["level"], data["text"], data["conf"], data["left"], data["top"], data["width"], data["height"]
-    ):
-        if int(level) != 5 or not str(raw).strip():
-            continue  # page/block/paragraph/line rows, and empty word rows, carry no text
-        counts["words_raw"] += 1
-        conf = float(conf)
-        if conf < min_confidence:
-            counts["dropped_low_confidence"] += 1
-            continue
-        text = normalize_text(str(raw))
-        if not text:
-            counts["dropped_empty_after_normalization"] += 1
-            continue
-        if not keep_symbols and not any(ch.isalnum() for ch in text):
-            counts["dropped_symbols_only"] += 1
-            continue
+    for text, conf, left, top, w, h in _word_rows(data, min_confidence, counts, keep_symbols):
         x0 = min(max(float(left) / big_w, 0.0), 1.0)
         y0 = min(max(float(top) / big_h, 0.0), 1.0)
         x1 = min(max(float(left + w) / big_w, 0.0), 1.0)
@@ -651,27 +660,13 @@ def run_detector_tesseract(
             crop = crop.resize((max(1, round((cx1 - cx0) * scale)), max(1, round((cy1 - cy0) * scale))), Image.LANCZOS)
         sx, sy = crop.size[0] / (cx1 - cx0), crop.size[1] / (cy1 - cy0)
         data = pytesseract.image_to_data(crop, lang=lang, config="--psm 7", output_type=pytesseract.Output.DICT)
-        for level, raw, conf, left, top, w, h in zip(data["level"], data["text"], data["conf"], data["left"],
-                                                     data["top"], data["width"], data["height"]):
-            if int(level) != 5 or not str(raw).strip():
-                continue
-            counts["words_raw"] += 1
-            if float(conf) < min_confidence:
-                counts["dropped_low_confidence"] += 1
-                continue
-            text = normalize_text(str(raw))
-            if not text:
-                counts["dropped_empty_after_normalization"] += 1
-                continue
-            if not any(ch.isalnum() for ch in text):
-                counts["dropped_symbols_only"] += 1
-                continue
+        for text, conf, left, top, w, h in _word_rows(data, min_confidence, counts):
             x0 = (cx0 + left / sx) / width
             y0 = (cy0 + top / sy) / height
             x1 = (cx0 + (left + w) / sx) / width
             y1 = (cy0 + (top + h) / sy) / height
             box = tuple(min(max(v, 0.0), 1.0) for v in (x0, y0, x1, y1))
-            tokens.append({"text": text, "box": box, "score": min(max(float(conf) / 100.0, 0.0), 1.0)})
+            tokens.append({"text": text, "box": box, "score": min(max(conf / 100.0, 0.0), 1.0)})
     if filter_tokens:
         n = len(tokens)
         tokens = [t for t in tokens if plausible_token(t)]
