@@ -114,6 +114,19 @@ class BeamWhenAsked:
                          getattr(download_config, "beam_options", None) or getattr(download_config, "beam_runner"))
         return super()._download_and_prepare(dl_manager, download_config)
 
+    def _beam_applies(self) -> bool:
+        """Whether this build generates on Beam: Beam options were given (a builder may add conditions)."""
+        return self.use_beam
+
+    def _generate_examples(self, split: str, *args):
+        """The split's examples: the builder's ``_generate_local(split, *args)`` iterator, or, when
+        :meth:`_beam_applies`, a Beam ``PTransform`` running the same generator with its per-image work on
+        Beam (:func:`from_local_generator`)."""
+        if self._beam_applies():
+            return from_local_generator(self, lambda: self._generate_local(split, *args), name=f"{self.name}/{split}",
+                                        skip_missing_images=self.builder_config.skip_missing_images)
+        return self._generate_local(split, *args)
+
 
 def _first(group: ImageGroup) -> str:
     return group.records[0][1] if group.records else ""

@@ -457,13 +457,10 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
         dirs += [annotation.parent / annotation.stem, annotation.parent]
         return dirs
 
-    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path):
-        """The split's examples: an iterator, or a Beam ``PTransform`` when the build has Beam options."""
-        if self.use_beam and not self.builder_config.features_dir:  # the same generator, its per-image work on Beam (tfds_builders/beam_build.py)
-            return beam_build.from_local_generator(
-                self, lambda: self._generate_local(split, files, manual_dir), name=f"openvivqa/{split}",
-                skip_missing_images=self.builder_config.skip_missing_images)
-        return self._generate_local(split, files, manual_dir)
+    def _beam_applies(self) -> bool:
+        """Beam options were given, and the config reads images (the ``features`` config builds in process: its
+        feature files need each image's size there)."""
+        return self.use_beam and not self.builder_config.features_dir
 
     def _generate_local(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config

@@ -168,14 +168,6 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
         self._images = readers.ImageCache(self._ocr, cfg.num_workers, cfg.ocr_lang)
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
-    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path):
-        """The split's examples: an iterator, or a Beam ``PTransform`` when the build has Beam options."""
-        if self.use_beam:  # the same generator, its per-image work on Beam (tfds_builders/beam_build.py)
-            return beam_build.from_local_generator(
-                self, lambda: self._generate_local(split, files, manual_dir), name=f"st_vqa/{split}",
-                skip_missing_images=self.builder_config.skip_missing_images)
-        return self._generate_local(split, files, manual_dir)
-
     def _generate_local(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
         counter = readers.SkipCounter(f"st_vqa/{split}")

@@ -170,14 +170,6 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
         self._images = readers.ImageCache(None, 1)
         return {s: self._generate_examples(s, p, manual_dir) for s, p in splits.items()}
 
-    def _generate_examples(self, split: str, path: Path, manual_dir: Path):
-        """The split's examples: an iterator, or a Beam ``PTransform`` when the build has Beam options."""
-        if self.use_beam:  # the same generator, its per-image work on Beam (tfds_builders/beam_build.py)
-            return beam_build.from_local_generator(
-                self, lambda: self._generate_local(split, path, manual_dir), name=f"textvqa/{split}",
-                skip_missing_images=self.builder_config.skip_missing_images)
-        return self._generate_local(split, path, manual_dir)
-
     def _generate_local(self, split: str, path: Path, manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
         counter = readers.SkipCounter(f"textvqa/{split}")

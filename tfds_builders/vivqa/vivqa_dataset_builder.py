@@ -221,14 +221,6 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
         logging.info("vivqa: split files %s", {k: [p.name for p in v] for k, v in split_files.items()})
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
-    def _generate_examples(self, split: str, files: list[Path], manual_dir: Path):
-        """The split's examples: an iterator, or a Beam ``PTransform`` when the build has Beam options."""
-        if self.use_beam:  # the same generator, its per-image work on Beam (tfds_builders/beam_build.py)
-            return beam_build.from_local_generator(
-                self, lambda: self._generate_local(split, files, manual_dir), name=f"vivqa/{split}",
-                skip_missing_images=self.builder_config.skip_missing_images)
-        return self._generate_local(split, files, manual_dir)
-
     def _generate_local(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
         counter = readers.SkipCounter(f"vivqa/{split}")
