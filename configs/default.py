@@ -72,6 +72,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.vision = ml_collections.ConfigDict()
     c.model.vision.kind = "cnn"
     c.model.vision.cnn_channels = (32, 64, 96, 128)
+    # Space-to-depth block of the CNN's last feature map (1: none; 2 stacks each 2x2 block of cells into one
+    # grid cell's channels; models/layers.py SmallCNN).
+    c.model.vision.space_to_depth = 1
 
     c.train = ml_collections.ConfigDict()
     c.train.batch_size = 32  # global batch

@@ -40,6 +40,7 @@ class VisionEncoder(nnx.Module):
       kind: ``"cnn"``, ``"vit"`` or ``"region"``.
       d_model: output width.
       cnn_channels: channels of :class:`SmallCNN` (kind ``cnn``).
+      space_to_depth: :class:`SmallCNN`'s space-to-depth block size (kind ``cnn``; 1: none).
       region_dim: region feature width (kind ``region``).
       dropout: dropout on the output.
       vision_cfg: ``config.model.vision`` (kind ``vit``): ``vit_variant`` / ``patch_size``, ``width``,
@@ -54,12 +55,13 @@ class VisionEncoder(nnx.Module):
     """
 
     def __init__(self, *, kind: str, d_model: int, cnn_channels=(32, 64, 128, 128), region_dim: int = 2048,
-                 dropout: float = 0.1, rngs: nnx.Rngs, dtype: Any = jnp.float32, vision_cfg=None):
+                 dropout: float = 0.1, rngs: nnx.Rngs, dtype: Any = jnp.float32, vision_cfg=None,
+                 space_to_depth: int = 1):
         if kind not in ("cnn", "vit", "region"):
             raise ValueError(f"vision kind must be 'cnn', 'vit' or 'region', got {kind!r}")
         self.kind = kind
         if kind == "cnn":
-            self.backbone = SmallCNN(tuple(cnn_channels), rngs=rngs, dtype=dtype)
+            self.backbone = SmallCNN(tuple(cnn_channels), rngs=rngs, dtype=dtype, space_to_depth=space_to_depth)
             raw_dim = self.backbone.out_dim
         elif kind == "vit":
             if vision_cfg is None:
@@ -184,4 +186,4 @@ def vision_encoder(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisionEncoder:
     v = cfg.vision
     return VisionEncoder(kind=v.kind, d_model=cfg.d_model, cnn_channels=tuple(v.get("cnn_channels", (32, 64, 128))),
                          region_dim=v.get("region_dim", 2048), dropout=cfg.dropout, rngs=rngs, dtype=dtype,
-                         vision_cfg=v)
+                         vision_cfg=v, space_to_depth=int(v.get("space_to_depth", 1) or 1))

@@ -520,15 +520,26 @@ def masked_mean(x: jax.Array, mask: jax.Array, axis: int) -> jax.Array:
 class SmallCNN(nnx.Module):
     """A small convolutional backbone over pixels giving grid features (for the synthetic data).
 
-    ``num_stages`` stride-2 3x3 conv stages with GroupNorm and ReLU.
+    ``num_stages`` stride-2 3x3 conv stages with GroupNorm and ReLU, then optionally a space-to-depth
+    rearrangement (pixel unshuffle) that stacks each ``s x s`` block of the last feature map into one grid
+    cell's channels: the grid gets ``s**2`` times fewer cells (fewer image tokens for the fusion and the
+    decoder) while every finer position keeps its own channels, instead of being averaged away by one more
+    strided convolution (small objects keep their colour; ``benchmarks/vision_probe.py``).
 
     Args:
-      channels: output channels per stage, e.g. ``(32, 64, 128, 128)``; the grid is
-        ``(H / 2**stages, W / 2**stages)``.
+      channels: output channels per stage, e.g. ``(32, 64, 128, 128)``.
+      space_to_depth: ``s`` (1: none). The grid is ``(H / (2**stages * s), W / (2**stages * s))`` with
+        ``channels[-1] * s**2`` channels.
       rngs: parameter RNGs.
+
+    Raises:
+      ValueError: ``space_to_depth`` < 1.
     """
 
-    def __init__(self, channels: tuple[int, ...], *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
+    def __init__(self, channels: tuple[int, ...], *, rngs: nnx.Rngs, dtype: Any = jnp.float32,
+                 space_to_depth: int = 1):
+        if int(space_to_depth) < 1:
+            raise ValueError(f"space_to_depth must be >= 1, got {space_to_depth}")
         convs, norms = [], []
         cin = 3
         for c in channels:
@@ -538,12 +549,25 @@ class SmallCNN(nnx.Module):
             cin = c
         self.convs = nnx.List(convs)
         self.norms = nnx.List(norms)
-        self.out_dim = cin
-        self.stride = 2 ** len(channels)
+        self.space_to_depth = int(space_to_depth)
+        self.out_dim = cin * self.space_to_depth ** 2
+        self.stride = 2 ** len(channels) * self.space_to_depth
 
     def __call__(self, images: jax.Array) -> jax.Array:
-        """``images``: ``(batch, H, W, 3)`` float in [0, 1] -> grid ``(batch, H/s, W/s, C)``."""
+        """``images``: ``(batch, H, W, 3)`` float in [0, 1] -> grid ``(batch, H/stride, W/stride, out_dim)``.
+
+        Raises:
+          ValueError: the last feature map's height or width is not a multiple of ``space_to_depth``.
+        """
         x = images * 2.0 - 1.0
         for conv, norm in zip(self.convs, self.norms):
             x = jax.nn.relu(norm(conv(x)))
+        s = self.space_to_depth
+        if s > 1:
+            b, h, w, c = x.shape
+            if h % s or w % s:
+                raise ValueError(f"SmallCNN: feature map {h}x{w} is not divisible by space_to_depth={s}; "
+                                 f"choose an image size that is a multiple of {self.stride}")
+            # (batch, h/s, s, w/s, s, c) -> (batch, h/s, w/s, s, s, c): channel index = (dy * s + dx) * c + k.
+            x = x.reshape(b, h // s, s, w // s, s, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, h // s, w // s, s * s * c)
         return x
