@@ -40,7 +40,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 __all__ = ["PAPER_MODELS", "load_config", "model_inputs", "shrink_for_smoke", "peak_rss_mb", "matmul_peak",
-           "time_calls", "log", "emit", "machine_info", "run_worker", "parse_models", "bench_trainer",
+           "time_calls", "log", "emit", "machine_info", "run_worker", "parse_models", "bench_state",
            "cost_flops", "set_field"]
 
 #: The paper-size generators of docs/design.md §10 (``configs/openvivqa/<name>.py:benchmark``).
@@ -218,38 +218,32 @@ def run_worker(script: str, args: list[str], timeout: float | None = None) -> di
     return json.loads(text[start:])
 
 
-def bench_trainer(cfg, vocab_size: int):
-    """The training step of :class:`openvivqa_jax.train.Trainer` (its ``loss_fn`` and jitted, state-donating
-    ``train_step_fn``, unchanged) without a dataset, tokenizer or workdir.
-
-    Returns a ``Trainer`` subclass instance whose ``__init__`` keeps only the parts of ``Trainer.__init__``
-    the step needs: the model built for ``vocab_size`` pieces, the mesh, the optimizer, and the state
-    initialized with the parameter/optimizer shardings of the config. (Imported lazily: ``train`` pulls in
-    orbax and the evaluation package, which the decode benchmark does not need.)
+def bench_state(cfg, vocab_size: int, abstract: bool = False):
+    """The trainer's train state without a dataset, tokenizer or workdir:
+    :func:`openvivqa_jax.train.create_train_state` of the model built for ``vocab_size`` pieces, on the
+    config's mesh (``abstract``: a one-device mesh and an ``nnx.eval_shape`` model, nothing initialized, for
+    lowering only). The step is :func:`openvivqa_jax.train.make_train_step` of the returned spec, unchanged.
+    (Imported lazily: ``train`` pulls in orbax and the evaluation package, which the decode benchmark does
+    not need.)
 
     Args:
-      cfg: an experiment config (``configs/*.py``), generator models only.
+      cfg: an experiment config (``configs/*.py``).
       vocab_size: ``V``.
+
+    Returns:
+      ``(spec, state)``: the :class:`openvivqa_jax.train.StateSpec` and the sharded initial
+      :class:`openvivqa_jax.train.TrainState` (None when ``abstract``; ``spec.abstract_state`` then).
     """
+    from flax import nnx
+
     from openvivqa_jax import sharding
-    from openvivqa_jax.models import build_model, model_class
-    from openvivqa_jax.train import Trainer
+    from openvivqa_jax.models import build_model
+    from openvivqa_jax.train import create_train_state
 
-    class BenchTrainer(Trainer):
-        def __init__(self):  # replaces Trainer.__init__'s data/tokenizer/checkpoint parts
-            self.cfg = cfg
-            self.mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
-            self.batch_sharding = sharding.batch_sharding(self.mesh)
-            self.is_generator = model_class(cfg.model.name).is_generator
-            self.setup_model_state(build_model(cfg.model, vocab_size, seed=cfg.seed))
-
-        def global_batch(self, batch: dict) -> dict:
-            """Numpy batch -> global arrays on this trainer's mesh (as the train loop does)."""
-            from openvivqa_jax.data.pipeline import to_global
-
-            return to_global(batch, self.batch_sharding)
-
-    return BenchTrainer()
+    mesh = sharding.create_mesh((1, 1) if abstract else cfg.mesh.shape, cfg.mesh.axes)
+    build = lambda: build_model(cfg.model, vocab_size, seed=cfg.seed)  # noqa: E731
+    model = nnx.eval_shape(build) if abstract else build()
+    return create_train_state(cfg, model, mesh, initialize=not abstract)
 
 
 def cost_flops(compiled) -> float | None:

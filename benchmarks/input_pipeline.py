@@ -72,7 +72,7 @@ def worker(args) -> dict:
     """One pipeline config in this process."""
     from openvivqa_jax.data import pipeline
     from openvivqa_jax.models import model_class
-    from openvivqa_jax.train import load_tokenizer
+    from openvivqa_jax.assets import load_tokenizer
 
     name = args.worker
     cfg = pipeline_config(name, args.smoke, args.data_dir, args.batch)

@@ -8,7 +8,7 @@ Usage::
 
 Part 1, measured (``scaling``): for each device count K a fresh process runs with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=K`` and times the trainer's own step
-(:meth:`openvivqa_jax.train.Trainer.train_step_fn` via :func:`benchmarks.common.bench_trainer`: forward, loss,
+(:func:`openvivqa_jax.train.make_train_step` over :func:`benchmarks.common.bench_state`: forward, loss,
 gradients, Adam, donated state) at ``configs/default.py``'s shapes (global batch 32, mesh ``(-1, 1)``, i.e. the
 batch split K ways along ``data``) on random inputs (:func:`benchmarks.common.model_inputs`). Reported: the
 compile time and the median of ``--repeats`` steps after one warm-up step. The K fake devices are threads of
@@ -70,46 +70,28 @@ def _measure(k: int, repeats: int, smoke: bool) -> dict:
         cfg.train.batch_size = 8
     cfg.mesh.shape = (-1, 1)
     vocab = cfg.tokenizer.vocab_size
-    tr = common.bench_trainer(cfg, vocab)
-    batch = tr.global_batch(common.model_inputs(cfg, vocab, batch=cfg.train.batch_size))
-    step = tr.train_step_fn()
+    from openvivqa_jax.data.pipeline import to_global
+    from openvivqa_jax.train import make_train_step
+    spec, state = common.bench_state(cfg, vocab)
+    batch = to_global(common.model_inputs(cfg, vocab, batch=cfg.train.batch_size), spec.batch_sharding)
+    step = make_train_step(spec)
     t0 = time.perf_counter()
-    with sharding.mesh_context(tr.mesh):
-        compiled = step.lower(tr.state, batch).compile()
+    with sharding.mesh_context(spec.mesh):
+        compiled = step.lower(state, batch).compile()
     compile_s = time.perf_counter() - t0
-    holder = {"state": tr.state}
+    holder = {"state": state}
+    del state
 
     def one():
-        with sharding.mesh_context(tr.mesh):
+        with sharding.mesh_context(spec.mesh):
             holder["state"], m = compiled(holder["state"], batch)
         return m["loss"]
 
     secs = common.time_calls(one, repeats, warmup=1)
-    return {"devices": k, "mesh": dict(tr.mesh.shape), "global_batch": cfg.train.batch_size,
+    return {"devices": k, "mesh": dict(spec.mesh.shape), "global_batch": cfg.train.batch_size,
             "per_device_batch": cfg.train.batch_size // k, "compile_s": round(compile_s, 2),
             "step_s_median": statistics.median(secs), "step_s_min": min(secs),
-            "examples_per_s": cfg.train.batch_size / statistics.median(secs), "num_params": tr.num_params}
-
-
-def _abstract_trainer(cfg, vocab_size: int):
-    """The trainer's step (its ``loss_fn`` and ``train_step_fn``, unchanged) over abstract parameters: the
-    model comes from ``nnx.eval_shape`` (nothing is initialized); ``abstract_state`` holds
-    ``jax.ShapeDtypeStruct`` s on a one-device mesh, for lowering only."""
-    from flax import nnx
-
-    from openvivqa_jax.models import build_model, model_class
-    from openvivqa_jax.train import Trainer
-
-    class AbstractTrainer(Trainer):
-        def __init__(self):  # replaces Trainer.__init__: no data, tokenizer, workdir or initialization
-            self.cfg = cfg
-            self.mesh = sharding.create_mesh((1, 1), cfg.mesh.axes)
-            self.batch_sharding = sharding.batch_sharding(self.mesh)
-            self.is_generator = model_class(cfg.model.name).is_generator
-            self.setup_model_state(nnx.eval_shape(lambda: build_model(cfg.model, vocab_size, seed=cfg.seed)),
-                                   initialize=False)
-
-    return AbstractTrainer()
+            "examples_per_s": cfg.train.batch_size / statistics.median(secs), "num_params": spec.num_params}
 
 
 def _flops(name: str, smoke: bool) -> dict:
@@ -119,14 +101,16 @@ def _flops(name: str, smoke: bool) -> dict:
         cfg = common.shrink_for_smoke(cfg)
     batch_size = cfg.train.batch_size
     vocab = cfg.tokenizer.vocab_size
-    tr = _abstract_trainer(cfg, vocab)
-    spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=tr.batch_sharding)
-            for k, v in common.model_inputs(cfg, vocab, batch=batch_size).items()}
+    from openvivqa_jax.train import make_train_step
+
+    spec, _ = common.bench_state(cfg, vocab, abstract=True)
+    inputs = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=spec.batch_sharding)
+              for k, v in common.model_inputs(cfg, vocab, batch=batch_size).items()}
     t0 = time.perf_counter()
-    with sharding.mesh_context(tr.mesh):
-        compiled = tr.train_step_fn().lower(tr.abstract_state, spec).compile()
+    with sharding.mesh_context(spec.mesh):
+        compiled = make_train_step(spec).lower(spec.abstract_state, inputs).compile()
     flops = common.cost_flops(compiled)
-    return {"model": name, "config": f"configs/openvivqa/{name}.py:benchmark", "num_params": tr.num_params,
+    return {"model": name, "config": f"configs/openvivqa/{name}.py:benchmark", "num_params": spec.num_params,
             "batch": batch_size, "step_flops": flops, "flops_per_example": flops / batch_size if flops else None,
             "compile_s": round(time.perf_counter() - t0, 2), "dtype": cfg.model.dtype}
 

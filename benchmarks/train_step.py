@@ -8,8 +8,8 @@ Usage::
 Models: ``default`` (``configs/default.py``, the synthetic-data MLPAG, batch 32) or the ``benchmark`` variants
 of ``configs/openvivqa/<name>.py`` (docs/design.md §10 shapes, batch 64, vocabulary 4,000), randomly initialized, on
 random inputs (:func:`benchmarks.common.model_inputs`). Each model runs in a fresh process. The step is the
-trainer's own (:meth:`openvivqa_jax.train.Trainer.train_step_fn`: forward, loss, gradients, optimizer update,
-donated state, dropout on), built by :func:`benchmarks.common.bench_trainer`.
+trainer's own (:func:`openvivqa_jax.train.make_train_step`: forward, loss, gradients, optimizer update,
+donated state, dropout on) over the state of :func:`benchmarks.common.bench_state`.
 
 Reported per model:
 
@@ -175,19 +175,21 @@ def worker(args) -> dict:
     b = args.batch or int(cfg.train.batch_size)
     vocab = int(cfg.tokenizer.vocab_size)
     t0 = time.perf_counter()
-    tr = common.bench_trainer(cfg, vocab)
-    batch = tr.global_batch(common.model_inputs(cfg, vocab, b))
-    res = {"model": name, "batch": b, "vocab_size": vocab, "dtype": cfg.model.dtype, "num_params": tr.num_params,
+    from openvivqa_jax.data.pipeline import to_global
+    from openvivqa_jax.train import make_train_step
+    spec, state = common.bench_state(cfg, vocab)
+    batch = to_global(common.model_inputs(cfg, vocab, b), spec.batch_sharding)
+    res = {"model": name, "batch": b, "vocab_size": vocab, "dtype": cfg.model.dtype, "num_params": spec.num_params,
            "setup_s": time.perf_counter() - t0}
-    step = tr.train_step_fn()
+    step = make_train_step(spec)
     t1 = time.perf_counter()
-    with sharding.mesh_context(tr.mesh):
-        compiled = step.lower(tr.state, batch).compile()
+    with sharding.mesh_context(spec.mesh):
+        compiled = step.lower(state, batch).compile()
     res["compile_s"] = time.perf_counter() - t1
     res["peak_rss_after_compile_mb"] = common.peak_rss_mb()  # model, state, inputs and XLA's compilation
     flops = common.cost_flops(compiled)
-    box = {"state": tr.state}
-    tr.state = None
+    box = {"state": state}
+    del state
 
     def call():
         box["state"], m = compiled(box["state"], batch)

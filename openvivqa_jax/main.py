@@ -214,12 +214,9 @@ def _main(argv) -> None:
     if FLAGS.mode == "train":
         train.train_and_evaluate(cfg, FLAGS.workdir)
     else:
-        tr = train.Trainer(cfg, FLAGS.workdir)
-        tr.restore_params("best")
-        from clu import metric_writers
-
-        writer = metric_writers.create_default_writer(tr.workdir, just_logging=True)
-        train.final_evaluation(tr, writer, int(tr.state.step))
+        # The model is built abstractly and only the parameters of the best checkpoint are restored.
+        exp, _ = train.create_experiment(cfg, FLAGS.workdir, initialize=False)
+        train.final_evaluation(exp, step=None)
 
 
 def run() -> None:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["MetricsFileError", "read_metrics", "plot_training_curves", "plot_prediction", "heat_from_boxes",
-           "build_parser", "run"]
+           "attention_heat", "build_parser", "run"]
 
 #: Dev metrics drawn on the CIDEr axis (scale 0-10) instead of the [0, 1] axis.
 _WIDE_SCALE = ("CIDEr",)
@@ -190,6 +190,43 @@ def heat_from_boxes(boxes: np.ndarray, weights: np.ndarray, height: int, width: 
         rx = (xs >= x0) & (xs < x1)
         heat[np.ix_(ry, rx)] += w
     return heat
+
+
+def attention_heat(step_weights: np.ndarray, boxes: np.ndarray, mask: np.ndarray, layout: tuple[int, int],
+                   num_ocr: int) -> tuple[np.ndarray | None, str]:
+    """The heat map of one answer's cross-attention over the image, and a note saying what it shows.
+
+    The weights of the image's memory positions (``layout``, from the model's ``decoder_memory_layout``)
+    are averaged over the answer steps, masked, normalized to sum 1 and rasterized with
+    :func:`heat_from_boxes` (on the cells' own grid when the boxes tile one, else 96 x 128).
+
+    Args:
+      step_weights: ``(steps, memory)`` the decoder's cross-attention at the answer's steps (mean over layers
+        and heads), e.g. ``answer_attention(...)["weights"][i, :n]``.
+      boxes: ``(S, 4)`` the image cells' xyxy boxes in ``[0, 1]``; mask: ``(S,)`` the valid cells.
+      layout: ``(start, stop)`` of the ``S`` cells in the memory.
+      num_ocr: ``N`` (MLPAG's eq. 9 sum fusion puts OCR token ``j`` on cell ``j``, which the note says).
+
+    Returns:
+      ``(heat (gh, gw) float64 or None, note)``; None with "no attention on the image" when the image's
+      positions get no weight.
+    """
+    S = boxes.shape[0]
+    lo, hi = layout
+    vis = step_weights[:, lo:hi].mean(0) * mask
+    share = float(vis.sum())
+    if share <= 0:
+        return None, "no attention on the image"
+    xs, ys = np.unique(np.round(boxes[:, 0], 6)), np.unique(np.round(boxes[:, 1], 6))
+    gh, gw = (len(ys), len(xs)) if len(xs) * len(ys) == S else (96, 128)
+    heat = heat_from_boxes(boxes, vis / share, gh, gw)
+    note = (f"heat map: answer-decoder cross-attention over {S} image cells, mean over layers, heads and "
+            f"{len(step_weights)} answer steps")
+    if (lo, hi) != (0, step_weights.shape[-1]):
+        note += f"; {share:.0%} of it is on image positions"
+    else:
+        note += " (MLPAG eq. 9: memory slot j = image cell j + OCR token j)" if num_ocr and lo == 0 else ""
+    return heat, note
 
 
 def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: str,

@@ -15,11 +15,12 @@ the data iterator where it was; per-step dropout keys are ``fold_in(seed, step)`
 computes exactly what the uninterrupted run would have.
 """
 
+
 from __future__ import annotations
 
-import dataclasses
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import time
@@ -34,16 +35,16 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx, struct
 
-from openvivqa_jax import decoding, evaluation, interrupts, sharding
+from openvivqa_jax import assets, evaluation, inference, interrupts, sharding
 from openvivqa_jax.evaluation import copying
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.models import build_model, model_class
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
-from openvivqa_jax.text.answer_list import AnswerList
-from openvivqa_jax.text.answer_vocab import AnswerVocab
-from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
 
-__all__ = ["TrainState", "make_schedule", "make_optimizer", "Trainer", "train_and_evaluate", "load_tokenizer"]
+__all__ = ["TrainState", "make_schedule", "make_optimizer", "frozen_param_regex", "freeze_params", "StateSpec",
+           "create_train_state", "make_loss_fn", "make_train_step", "DataSplits", "Experiment", "create_experiment",
+           "checkpoint_managers", "decode_fn", "predict_split", "evaluate", "train_and_evaluate", "final_evaluation"]
+
 
 
 class TrainState(struct.PyTreeNode):
@@ -147,57 +148,6 @@ def freeze_params(tx: optax.GradientTransformation, params, regex: str | None) -
     return optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()}, labels)
 
 
-def _exists_on_process_0(path: str) -> bool:
-    """``os.path.exists(path)`` as process 0 sees it, on every process.
-
-    Each process checking for itself races with process 0 writing the file: a process that already sees
-    it skips the barrier process 0 waits at, and the next collective fails with a name mismatch.
-    """
-    exists = os.path.exists(path)
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        exists = bool(multihost_utils.broadcast_one_to_all(np.int32(exists)))
-    return exists
-
-
-def load_tokenizer(cfg, workdir: str, train_records=None) -> Tokenizer:
-    """Loads ``<workdir>/spm.model`` or trains it on the normalized train split (questions, answers,
-    OCR tokens) and writes it there."""
-    path = os.path.join(workdir, "spm.model")
-    if _exists_on_process_0(path):
-        return Tokenizer(path)
-    if train_records is None:
-        raise FileNotFoundError(f"{path} does not exist and no train split was given to train it")
-    sents = []
-    for r in train_records:
-        sents.append(r.question)
-        sents.extend(r.answers)
-        if r.ocr_texts:
-            sents.append(" ".join(r.ocr_texts))
-    if jax.process_index() == 0:
-        train_sentencepiece(sents, path, cfg.tokenizer.vocab_size,
-                            model_type=cfg.tokenizer.get("model_type", "bpe"))
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices("spm_trained")
-    return Tokenizer(path)
-
-
-def load_answer_list(cfg, workdir: str, train_records_fn) -> AnswerList:
-    """Loads ``<workdir>/answers.json`` or builds the top-``model.num_answers`` list from the train split
-    (never dev/test) and writes it; sets ``cfg.model.num_answers`` to the list's length."""
-    path = os.path.join(workdir, "answers.json")
-    if _exists_on_process_0(path):
-        alist = AnswerList.load(path)
-    else:
-        answers = [a for r in train_records_fn() for a in r.answers]
-        alist = AnswerList.build(answers, int(cfg.model.num_answers))
-        if jax.process_index() == 0:
-            alist.save(path)
-    with cfg.unlocked():
-        cfg.model.num_answers = len(alist)
-    return alist
-
 
 class _JsonlWriter:
     def __init__(self, path: str):
@@ -212,274 +162,330 @@ class _JsonlWriter:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
-class Trainer:
-    """Holds the model, mesh, shardings, jitted functions and data for one experiment.
+# ----------------------------------------------------------------------------------------- train state
+@dataclasses.dataclass(frozen=True)
+class StateSpec:
+    """The fixed half of a train state: everything the jitted step needs besides the arrays.
 
-    Args:
-      cfg: the experiment config (``configs/*.py``).
-      workdir: the run folder (created).
+    Attributes:
+      cfg: the experiment config.
+      mesh: the device mesh (``cfg.mesh``); batch_sharding: the batch's leading axis along ``data``.
+      graphdef: the model's graph (``nnx.split(model, nnx.Param)[0]``).
+      tx: the optimizer (frozen parameters masked); schedule: its learning rate by step.
+      state_sharding: a :class:`TrainState` of shardings (parameters by ``sharding_rules`` / FSDP; frozen
+        parameters have no optimizer state).
+      abstract_state: a :class:`TrainState` of ``jax.ShapeDtypeStruct`` s with those shardings (the target
+        of checkpoint restores and of lowering).
+      num_params: the number of parameters.
+      is_generator: whether the model generates answers (else it classifies).
     """
 
-    def __init__(self, cfg: ml_collections.ConfigDict, workdir: str):
-        metric_names = evaluation.evaluator.resolve_metrics(tuple(cfg.eval.metrics))
-        if cfg.train.best_metric not in metric_names:
-            raise ValueError(f"train.best_metric {cfg.train.best_metric!r} is not among the computed eval.metrics "
-                             f"{metric_names}; add it or choose one of them")
-        self.cfg = cfg
-        self.workdir = os.path.abspath(os.path.expanduser(workdir))
-        os.makedirs(self.workdir, exist_ok=True)
-        self.mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
-        self.batch_sharding = sharding.batch_sharding(self.mesh)
-        self.counter = pipeline.SkipCounter()
+    cfg: ml_collections.ConfigDict
+    mesh: Any
+    batch_sharding: Any
+    graphdef: Any
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+    state_sharding: TrainState
+    abstract_state: TrainState
+    num_params: int
+    is_generator: bool
+
+
+def create_train_state(cfg: ml_collections.ConfigDict, model: nnx.Module, mesh,
+                       initialize: bool = True) -> tuple[StateSpec, TrainState | None]:
+    """Splits ``model`` into graph and parameters, builds the optimizer (frozen parameters masked), the
+    train-state shardings over ``mesh`` and, with ``initialize``, the sharded initial state (step 0,
+    ``tx.init`` of the parameters, made by one jit with those output shardings).
+
+    Args:
+      cfg: the experiment config (``train``, ``model.d_model``, ``sharding_rules``, ``fsdp``).
+      model: the model; may be abstract (``nnx.eval_shape``) when ``initialize`` is False.
+      mesh: the device mesh (:func:`openvivqa_jax.sharding.create_mesh`).
+
+    Returns:
+      ``(spec, state)``; ``state`` is None when ``initialize`` is False.
+
+    Raises:
+      ValueError: an unknown optimizer or schedule, or a frozen-parameter regex matching nothing.
+    """
+    graphdef, params = nnx.split(model, nnx.Param)
+    tx, schedule = make_optimizer(cfg.train, cfg.model.d_model)
+    tx = freeze_params(tx, params, frozen_param_regex(cfg))
+    num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+    abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, tx.init(p)), params)
+    p_shard = sharding.param_shardings(abstract.params, mesh, tuple(cfg.get("sharding_rules", ())),
+                                       fsdp=cfg.get("fsdp", False))
+    repl = sharding.replicated(mesh)
+    masked = lambda v: isinstance(v, optax.MaskedNode)  # noqa: E731  (frozen parameters have no state)
+    o_shard = optax.tree_map_params(tx, lambda v, s: v if masked(v) else s, abstract.opt_state, p_shard,
+                                    transform_non_params=lambda _: repl, is_leaf=masked)
+    state_sharding = TrainState(repl, p_shard, o_shard)
+    abstract_state = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, state_sharding)
+    spec = StateSpec(cfg, mesh, sharding.batch_sharding(mesh), graphdef, tx, schedule, state_sharding,
+                     abstract_state, num_params, model_class(cfg.model.name).is_generator)
+    state = None
+    if initialize:
+        init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, tx.init(p)), out_shardings=state_sharding)
+        with sharding.mesh_context(mesh):
+            state = init_fn(params)
+    return spec, state
+
+
+def make_loss_fn(spec: StateSpec):
+    """``loss_fn(params, batch, key, deterministic=False) -> (loss, metrics)``: the mean loss of ``batch``
+    (classifiers: the model's own loss; generators: ``train.loss`` softmax / softmax_prefer_copy / bce over
+    ``V + N``, :mod:`openvivqa_jax.models.base`), pure in ``params``; dropout masks from ``key``.
+
+    Raises (when traced):
+      ValueError: an unknown ``train.loss``.
+    """
+    cfg, graphdef, is_generator = spec.cfg, spec.graphdef, spec.is_generator
+
+    def loss_fn(params, batch, key, deterministic: bool = False):
+        model = nnx.merge(graphdef, params)
+        logits = model(batch, deterministic=deterministic, rngs=nnx.Rngs(dropout=key))
+        if not is_generator:
+            return model.loss(logits, batch)
+        if cfg.train.loss == "bce":
+            return pointer_bce_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
+                                    batch["ocr_mask"])
+        if cfg.train.loss not in ("softmax", "softmax_prefer_copy"):
+            raise ValueError(f"unknown train.loss {cfg.train.loss!r}; expected softmax, softmax_prefer_copy, bce")
+        return pointer_softmax_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
+                                    prefer_copy=cfg.train.loss == "softmax_prefer_copy")
+
+    return loss_fn
+
+
+def make_train_step(spec: StateSpec):
+    """The jitted ``(state, batch) -> (state, metrics)``: in/out shardings of ``spec``, the state donated.
+
+    Metrics are the loss function's plus ``grad_norm`` and ``learning_rate``. Dropout masks come from
+    ``fold_in(key(seed, impl=train.dropout_prng), step)``, so a resumed run draws what the uninterrupted
+    run would have.
+
+    Raises:
+      ValueError: for an unknown ``train.dropout_prng``.
+    """
+    cfg, tx, schedule = spec.cfg, spec.tx, spec.schedule
+    seed = cfg.seed
+    impl = cfg.train.get("dropout_prng") or "threefry2x32"
+    if impl not in ("threefry2x32", "rbg", "unsafe_rbg"):
+        raise ValueError(f"train.dropout_prng must be 'threefry2x32', 'rbg' or 'unsafe_rbg', got {impl!r}")
+    loss_fn = make_loss_fn(spec)
+    # With grad_accum_steps = K the schedule advances once per K micro-steps (optax.MultiSteps).
+    k = max(1, int(cfg.train.get("grad_accum_steps", 1)))
+
+    def step(state: TrainState, batch):
+        key = jax.random.fold_in(jax.random.key(seed, impl=impl), state.step)
+        (loss, m), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, key)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        m = dict(m, grad_norm=optax.tree.norm(grads), learning_rate=schedule(state.step // k))
+        return TrainState(state.step + 1, params, opt_state), m
+
+    return jax.jit(step, in_shardings=(spec.state_sharding, spec.batch_sharding),
+                   out_shardings=(spec.state_sharding, None), donate_argnums=(0,))
+
+
+# ----------------------------------------------------------------------------------------- experiment
+class DataSplits:
+    """The TFDS builder of ``data_cfg`` (built on first use: predicting from a workdir needs no dataset), and
+    per split its data source and metadata records (each read once)."""
+
+    def __init__(self, data_cfg):
+        self.data_cfg = data_cfg
         self._builder = None
         self._sources: dict[str, Any] = {}
         self._records: dict[str, list] = {}
-        spm_path = os.path.join(self.workdir, "spm.model")
-        train_records = None
-        if not _exists_on_process_0(spm_path):
-            train_records = self.records(cfg.data.train_split)
-        self.tokenizer = load_tokenizer(cfg, self.workdir, train_records)
-        klass = model_class(cfg.model.name)
-        self.is_generator = klass.is_generator
-        self.answer_list = None
-        if not self.is_generator:
-            self.answer_list = load_answer_list(cfg, self.workdir, lambda: self.records(cfg.data.train_split))
-        model = build_model(cfg.model, self.tokenizer.vocab_size, seed=cfg.seed)
-        kw = dict(counter=self.counter, allow_copy=getattr(klass, "copies_ocr", False),
-                  answer_list=self.answer_list, num_ocr_classes=getattr(model, "num_ocr_classes", 0))
-        self.vocab = AnswerVocab(self.tokenizer, cfg.model.num_ocr, cfg.model.max_answer_len,
-                                 allow_copy=kw["allow_copy"])
-        self.pre = pipeline.Preprocessor(cfg, self.tokenizer, **kw)
-        self.pre_no_ocr = pipeline.Preprocessor(cfg, self.tokenizer, mask_ocr=True, **kw)
-        self.setup_model_state(model)
-        del model
-        self.jsonl = _JsonlWriter(os.path.join(self.workdir, "metrics.jsonl"))
 
-    # ----------------------------------------------------------------- data
     @property
     def builder(self):
-        """The TFDS builder, built on first use (predicting from a workdir does not need the dataset)."""
+        """The TFDS builder (:func:`openvivqa_jax.data.pipeline.load_builder`)."""
         if self._builder is None:
-            self._builder = pipeline.load_builder(self.cfg.data)
+            self._builder = pipeline.load_builder(self.data_cfg)
         return self._builder
 
-    def setup_model_state(self, model, initialize: bool = True) -> None:
-        """Splits ``model`` into graph and parameters and builds the optimizer (frozen parameters masked),
-        the train-state shardings (regex rules / FSDP over ``self.mesh``; frozen parameters have no
-        optimizer state), ``abstract_state`` and, with ``initialize``, the sharded initial ``state``.
-
-        Needs ``self.cfg`` and ``self.mesh``. ``model`` may be abstract (``nnx.eval_shape``) when
-        ``initialize`` is False; ``state`` is then None.
-        """
-        cfg = self.cfg
-        self.graphdef, params = nnx.split(model, nnx.Param)
-        self.tx, self.schedule = make_optimizer(cfg.train, cfg.model.d_model)
-        self.tx = freeze_params(self.tx, params, frozen_param_regex(cfg))
-        self.num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
-        abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)), params)
-        p_shard = sharding.param_shardings(abstract.params, self.mesh, tuple(cfg.get("sharding_rules", ())),
-                                           fsdp=cfg.get("fsdp", False))
-        repl = sharding.replicated(self.mesh)
-        masked = lambda v: isinstance(v, optax.MaskedNode)  # noqa: E731  (frozen parameters have no state)
-        o_shard = optax.tree_map_params(self.tx, lambda v, s: v if masked(v) else s, abstract.opt_state, p_shard,
-                                        transform_non_params=lambda _: repl, is_leaf=masked)
-        self.state_sharding = TrainState(repl, p_shard, o_shard)
-        self.abstract_state = jax.tree.map(
-            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, self.state_sharding)
-        self.state = None
-        if initialize:
-            init_fn = jax.jit(lambda p: TrainState(jnp.int32(0), p, self.tx.init(p)),
-                              out_shardings=self.state_sharding)
-            with sharding.mesh_context(self.mesh):
-                self.state = init_fn(params)
-        self._train_step = None
-        self._decode_fns: dict[tuple, Any] = {}
-
     def source(self, split: str):
-        """The data source of ``split`` (cached)."""
+        """The random-access data source of ``split``."""
         if split not in self._sources:
             self._sources[split] = pipeline.load_source(self.builder, split)
         return self._sources[split]
 
-    def records(self, split: str):
-        """Metadata records of ``split`` (cached)."""
+    def records(self, split: str) -> list:
+        """The :class:`~openvivqa_jax.data.pipeline.Record` s of ``split`` in split order."""
         if split not in self._records:
             self._records[split] = pipeline.read_records(self.source(split), f"{self.builder.name}/{split}")
         return self._records[split]
 
-    # ----------------------------------------------------------------- steps
-    def loss_fn(self, params, batch, key, deterministic: bool = False):
-        """Mean loss of ``batch`` and metrics; pure in ``params``."""
-        model = nnx.merge(self.graphdef, params)
-        logits = model(batch, deterministic=deterministic, rngs=nnx.Rngs(dropout=key))
-        if not self.is_generator:
-            return model.loss(logits, batch)
-        if self.cfg.train.loss == "bce":
-            return pointer_bce_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
-                                    batch["ocr_mask"])
-        if self.cfg.train.loss not in ("softmax", "softmax_prefer_copy"):
-            raise ValueError(f"unknown train.loss {self.cfg.train.loss!r}; expected softmax, softmax_prefer_copy, bce")
-        return pointer_softmax_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
-                                    prefer_copy=self.cfg.train.loss == "softmax_prefer_copy")
 
-    def train_step_fn(self):
-        """The jitted ``(state, batch) -> (state, metrics)`` with donated state (compiled once).
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One run's fixed parts: config, folder, train-state spec, text assets, data, metrics log.
 
-        Dropout masks come from ``fold_in(key(seed, impl=train.dropout_prng), step)``.
+    Attributes:
+      cfg: the experiment config; workdir: the run folder (absolute, created).
+      spec: the :class:`StateSpec` (mesh, shardings, model graph, optimizer).
+      inputs: tokenizer, answer list, preprocessors, answer vocabulary (:class:`openvivqa_jax.assets.Inputs`).
+      data: the dataset's splits (:class:`DataSplits`).
+      jsonl: appends to ``<workdir>/metrics.jsonl`` (process 0).
+    """
 
-        Raises:
-          ValueError: for an unknown ``train.dropout_prng``.
-        """
-        if self._train_step is None:
-            seed = self.cfg.seed
-            impl = self.cfg.train.get("dropout_prng") or "threefry2x32"
-            if impl not in ("threefry2x32", "rbg", "unsafe_rbg"):
-                raise ValueError(f"train.dropout_prng must be 'threefry2x32', 'rbg' or 'unsafe_rbg', got {impl!r}")
+    cfg: ml_collections.ConfigDict
+    workdir: str
+    spec: StateSpec
+    inputs: assets.Inputs
+    data: DataSplits
+    jsonl: _JsonlWriter
 
-            def step(state: TrainState, batch):
-                key = jax.random.fold_in(jax.random.key(seed, impl=impl), state.step)
-                (loss, m), grads = jax.value_and_grad(self.loss_fn, has_aux=True)(state.params, batch, key)
-                updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
-                params = optax.apply_updates(state.params, updates)
-                # With grad_accum_steps = K the schedule advances once per K micro-steps (optax.MultiSteps).
-                k = max(1, int(self.cfg.train.get("grad_accum_steps", 1)))
-                m = dict(m, grad_norm=optax.tree.norm(grads), learning_rate=self.schedule(state.step // k))
-                return TrainState(state.step + 1, params, opt_state), m
 
-            self._train_step = jax.jit(step, in_shardings=(self.state_sharding, self.batch_sharding),
-                                       out_shardings=(self.state_sharding, None), donate_argnums=(0,))
-        return self._train_step
+def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
+                      initialize: bool = True) -> tuple[Experiment, TrainState | None]:
+    """Builds a run's :class:`Experiment` and, with ``initialize``, its initial :class:`TrainState`.
 
-    def decode_fn(self, method: str | None = None, beam_size: int | None = None, alpha: float | None = None):
-        """The jitted decoder ``(params, batch) -> (ids, scores)`` for the eval config (cached)."""
-        e = self.cfg.eval
-        key = (method or e.decoding, beam_size or e.beam_size, e.alpha if alpha is None else alpha)
-        if key not in self._decode_fns and not self.is_generator:
-            graphdef = self.graphdef
+    The tokenizer (and the classifiers' answer list) are loaded from ``workdir`` or made from the train
+    split (:mod:`openvivqa_jax.assets`); the model is built with ``cfg.seed`` (abstractly, with its
+    pretrained-backbone checkpoint cleared, when ``initialize`` is False: the parameters then come from a
+    checkpoint).
 
-            @jax.jit
-            def classify(params, batch):
-                model = nnx.merge(graphdef, params)
-                logits = model(batch)
-                return model.predict(logits, batch), jnp.max(logits, -1)
+    Raises:
+      ValueError: ``train.best_metric`` is not among the computed ``eval.metrics``; see also
+        :func:`create_train_state`.
+    """
+    metric_names = evaluation.evaluator.resolve_metrics(tuple(cfg.eval.metrics))
+    if cfg.train.best_metric not in metric_names:
+        raise ValueError(f"train.best_metric {cfg.train.best_metric!r} is not among the computed eval.metrics "
+                         f"{metric_names}; add it or choose one of them")
+    workdir = os.path.abspath(os.path.expanduser(workdir))
+    os.makedirs(workdir, exist_ok=True)
+    mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
+    data = DataSplits(cfg.data)
+    train_records = None
+    if not assets.exists_on_process_0(os.path.join(workdir, "spm.model")):
+        train_records = data.records(cfg.data.train_split)
+    tokenizer = assets.load_tokenizer(cfg, workdir, train_records)
+    answer_list = None
+    if not model_class(cfg.model.name).is_generator:
+        answer_list = assets.load_answer_list(cfg, workdir, lambda: data.records(cfg.data.train_split))
+    if initialize:
+        model = build_model(cfg.model, tokenizer.vocab_size, seed=cfg.seed)
+    else:
+        with cfg.unlocked():
+            if cfg.model.get("vision") is not None and cfg.model.vision.get("checkpoint"):
+                cfg.model.vision.checkpoint = None  # the trained weights come from the run's checkpoint
+        model = nnx.eval_shape(lambda: build_model(cfg.model, tokenizer.vocab_size, seed=cfg.seed))
+    inputs = assets.make_inputs(cfg, tokenizer, answer_list, model)
+    spec, state = create_train_state(cfg, model, mesh, initialize=initialize)
+    del model
+    return Experiment(cfg, workdir, spec, inputs, data, _JsonlWriter(os.path.join(workdir, "metrics.jsonl"))), state
 
-            self._decode_fns[key] = classify
-        if key not in self._decode_fns:
-            self._decode_fns[key] = decoding.make_decode_fn(
-                self.graphdef, max_len=self.cfg.model.max_answer_len, method=key[0], beam_size=key[1], alpha=key[2])
-        return self._decode_fns[key]
 
-    # ----------------------------------------------------------------- eval
-    def predict_split(self, split: str, params=None, mask_ocr: bool = False, max_examples: int = 0, **decode_kw):
-        """Decodes ``split``; returns prediction records ``{question_id, question, prediction,
-        references, qa_type}`` (plus ``language`` and ``kind`` where the dataset has them) in split order
-        (each example exactly once)."""
-        params = self.state.params if params is None else params
-        src = self.source(split)
-        recs = self.records(split)
-        if max_examples:
-            src = _Head(src, max_examples)
-            recs = recs[:max_examples]
-        pre = self.pre_no_ocr if mask_ocr else self.pre
-        fn = self.decode_fn(**decode_kw)
-        preds: dict[int, str] = {}
-        decode_notes: dict[int, dict] = {}  # dropped byte-fallback bytes / unknown pieces, for the metrics notes
-        for local in pipeline.eval_batches(src, pre, batch_size=self._local_eval_batch(), source_name=split):
-            batch = pipeline.to_global(local, self.batch_sharding)
-            with sharding.mesh_context(self.mesh):
-                ids, _ = fn(params, batch)
-            ids, index, valid = _gather(ids), _gather(batch["index"]), _gather(batch["valid"])
-            for row, i, v in zip(ids, index, valid):
-                if v:
-                    ocr = [] if mask_ocr else recs[int(i)].ocr_texts[: self.cfg.model.num_ocr]
-                    if self.is_generator:
-                        preds[int(i)], notes = self.vocab.decode_with_notes(row, ocr)
-                        if notes:
-                            decode_notes[int(i)] = dataclasses.asdict(notes)
-                    else:
-                        preds[int(i)] = self.answer_list.decode(int(row), ocr)
-        missing = [r.question_id for r in recs if r.index not in preds]
-        if missing:
-            raise RuntimeError(f"evaluation of {split} produced no prediction for {len(missing)} questions, "
-                               f"e.g. {missing[:3]}")
-        return [{"question_id": r.question_id, "question": r.question, "prediction": preds[r.index],
-                 "references": r.answers, "qa_type": r.qa_type,
-                 **({"language": r.extra["language"]} if "language" in r.extra else {}),
-                 **({"kind": r.kind} if r.kind else {}),
-                 **({"decode_notes": decode_notes[r.index]} if r.index in decode_notes else {})} for r in recs]
+def checkpoint_managers(workdir: str, tcfg) -> tuple[ocp.CheckpointManager, ocp.CheckpointManager]:
+    """``(latest, best)`` orbax CheckpointManagers of ``<workdir>/checkpoints`` (items ``state`` and
+    ``data_iter``, the last ``tcfg.keep_checkpoints``) and ``<workdir>/best`` (item ``state``, the one with the
+    highest ``score``)."""
+    latest = ocp.CheckpointManager(
+        os.path.join(workdir, "checkpoints"),
+        options=ocp.CheckpointManagerOptions(max_to_keep=tcfg.keep_checkpoints, create=True,
+                                             enable_async_checkpointing=False),
+        item_names=("state", "data_iter"))
+    best = ocp.CheckpointManager(
+        os.path.join(workdir, "best"),
+        options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True, best_fn=lambda m: m["score"],
+                                             best_mode="max", enable_async_checkpointing=False),
+        item_names=("state",))
+    return latest, best
 
-    def _local_eval_batch(self) -> int:
-        b = self.cfg.eval.batch_size
-        data = self.mesh.shape["data"]
-        b = -(-b // data) * data
-        return b // jax.process_count()
 
-    def evaluate(self, split: str, params=None, write: bool = True, mask_ocr: bool = False, tag: str | None = None,
-                 **decode_kw) -> tuple[dict, list]:
-        """Decodes and scores ``split``; writes ``eval/<tag>_metrics.json`` and ``_predictions.json``.
+# ----------------------------------------------------------------------------------------- evaluation
+def decode_fn(exp: Experiment, method: str | None = None, beam_size: int | None = None, alpha: float | None = None):
+    """The jitted decoder ``(params, batch) -> (ids, scores)`` of ``exp``
+    (:func:`openvivqa_jax.inference.decode_fn_for`; None arguments take ``cfg.eval``'s)."""
+    return inference.decode_fn_for(exp.cfg, exp.spec.graphdef, exp.spec.is_generator, method, beam_size, alpha)
 
-        The metrics carry ``decoding``: how the predictions were made (``method`` greedy/beam/argmax,
-        ``beam_size``, ``alpha``, ``ocr_masked``, the parameters' training ``step``), so files rewritten by a
-        later ``--mode evaluate`` with other decoding settings say so.
-        """
-        preds = self.predict_split(split, params, mask_ocr=mask_ocr, max_examples=self.cfg.eval.max_eval_examples,
-                                   **decode_kw)
-        out_dir = os.path.join(self.workdir, "eval")
-        writes = write and jax.process_index() == 0
-        metrics = evaluation.evaluate_split(preds, out_dir if writes else None, tag or split,
-                                            metrics=tuple(self.cfg.eval.metrics),
-                                            answer_rules=self.cfg.eval.get("answer_rules", "vietnamese"))
-        e = self.cfg.eval
-        if self.is_generator:
-            method = decode_kw.get("method") or e.decoding
-            decoding = {"method": method, "beam_size": (decode_kw.get("beam_size") or e.beam_size)
-                        if method == "beam" else 1, "alpha": e.alpha if decode_kw.get("alpha") is None
-                        else decode_kw["alpha"]}
-        else:
-            decoding = {"method": "argmax"}
-        metrics["decoding"] = dict(decoding, ocr_masked=bool(mask_ocr),
-                                   step=int(jax.device_get(self.state.step)) if self.state is not None else None)
-        if writes:
-            _rewrite_metrics(self, tag or split, metrics)
-        return metrics, preds
 
-    # ----------------------------------------------------------------- checkpoints
-    def checkpoint_managers(self):
-        """``(latest, best)`` orbax CheckpointManagers."""
-        t = self.cfg.train
-        latest = ocp.CheckpointManager(
-            os.path.join(self.workdir, "checkpoints"),
-            options=ocp.CheckpointManagerOptions(max_to_keep=t.keep_checkpoints, create=True,
-                                                 enable_async_checkpointing=False),
-            item_names=("state", "data_iter"))
-        best = ocp.CheckpointManager(
-            os.path.join(self.workdir, "best"),
-            options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True, best_fn=lambda m: m["score"],
-                                                 best_mode="max", enable_async_checkpointing=False),
-            item_names=("state",))
-        return latest, best
+def predict_split(exp: Experiment, params, split: str, mask_ocr: bool = False, max_examples: int = 0,
+                  **decode_kw) -> list[dict]:
+    """Decodes ``split`` with ``params``; returns prediction records ``{question_id, question, prediction,
+    references, qa_type}`` (plus ``language`` and ``kind`` where the dataset has them) in split order
+    (each example exactly once).
 
-    def restore_params(self, which: str = "best"):
-        """Restores parameters from ``best`` (falling back on ``checkpoints``) onto this mesh.
+    Raises:
+      RuntimeError: a question of the split got no prediction.
+    """
+    src = exp.data.source(split)
+    recs = exp.data.records(split)
+    if max_examples:
+        src = _Head(src, max_examples)
+        recs = recs[:max_examples]
+    inp, spec = exp.inputs, exp.spec
+    pre = inp.pre_no_ocr if mask_ocr else inp.pre
+    fn = decode_fn(exp, **decode_kw)
+    preds: dict[int, str] = {}
+    decode_notes: dict[int, dict] = {}  # dropped byte-fallback bytes / unknown pieces, for the metrics notes
+    for local in pipeline.eval_batches(src, pre, batch_size=_local_eval_batch(exp), source_name=split):
+        batch = pipeline.to_global(local, spec.batch_sharding)
+        with sharding.mesh_context(spec.mesh):
+            ids, _ = fn(params, batch)
+        ids, index, valid = _gather(ids), _gather(batch["index"]), _gather(batch["valid"])
+        for row, i, v in zip(ids, index, valid):
+            if v:
+                ocr = [] if mask_ocr else recs[int(i)].ocr_texts[: exp.cfg.model.num_ocr]
+                if spec.is_generator:
+                    preds[int(i)], notes = inp.vocab.decode_with_notes(row, ocr)
+                    if notes:
+                        decode_notes[int(i)] = dataclasses.asdict(notes)
+                else:
+                    preds[int(i)] = inp.answer_list.decode(int(row), ocr)
+    missing = [r.question_id for r in recs if r.index not in preds]
+    if missing:
+        raise RuntimeError(f"evaluation of {split} produced no prediction for {len(missing)} questions, "
+                           f"e.g. {missing[:3]}")
+    return [{"question_id": r.question_id, "question": r.question, "prediction": preds[r.index],
+             "references": r.answers, "qa_type": r.qa_type,
+             **({"language": r.extra["language"]} if "language" in r.extra else {}),
+             **({"kind": r.kind} if r.kind else {}),
+             **({"decode_notes": decode_notes[r.index]} if r.index in decode_notes else {})} for r in recs]
 
-        Raises:
-          FileNotFoundError: if the workdir holds no checkpoint.
-        """
-        for sub in ([which, "checkpoints"] if which == "best" else [which]):
-            d = os.path.join(self.workdir, sub)
-            if not os.path.isdir(d):
-                continue
-            mngr = ocp.CheckpointManager(d, item_names=("state",) if sub == "best" else ("state", "data_iter"))
-            step = mngr.best_step() if sub == "best" else mngr.latest_step()
-            if step is None:
-                step = mngr.latest_step()
-            if step is None:
-                continue
-            restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(self.abstract_state)))
-            self.state = restored["state"]
-            logging.info("Restored %s checkpoint at step %d from %s", sub, step, d)
-            return step
-        raise FileNotFoundError(f"no checkpoint in {self.workdir} (looked in best/ and checkpoints/)")
+
+def _local_eval_batch(exp: Experiment) -> int:
+    b = exp.cfg.eval.batch_size
+    data = exp.spec.mesh.shape["data"]
+    b = -(-b // data) * data
+    return b // jax.process_count()
+
+
+def evaluate(exp: Experiment, params, step: int | None, split: str, write: bool = True, mask_ocr: bool = False,
+             tag: str | None = None, **decode_kw) -> tuple[dict, list]:
+    """Decodes and scores ``split`` with ``params`` (saved at training ``step``); writes
+    ``eval/<tag>_metrics.json`` and ``_predictions.json`` when ``write`` (process 0).
+
+    The metrics carry ``decoding``: how the predictions were made (``method`` greedy/beam/argmax,
+    ``beam_size``, ``alpha``, ``ocr_masked``, the parameters' training ``step``), so files rewritten by a
+    later ``--mode evaluate`` with other decoding settings say so.
+    """
+    cfg = exp.cfg
+    preds = predict_split(exp, params, split, mask_ocr=mask_ocr, max_examples=cfg.eval.max_eval_examples,
+                          **decode_kw)
+    out_dir = os.path.join(exp.workdir, "eval")
+    writes = write and jax.process_index() == 0
+    metrics = evaluation.evaluate_split(preds, out_dir if writes else None, tag or split,
+                                        metrics=tuple(cfg.eval.metrics),
+                                        answer_rules=cfg.eval.get("answer_rules", "vietnamese"))
+    e = cfg.eval
+    if exp.spec.is_generator:
+        method = decode_kw.get("method") or e.decoding
+        how = {"method": method, "beam_size": (decode_kw.get("beam_size") or e.beam_size)
+               if method == "beam" else 1, "alpha": e.alpha if decode_kw.get("alpha") is None
+               else decode_kw["alpha"]}
+    else:
+        how = {"method": "argmax"}
+    metrics["decoding"] = dict(how, ocr_masked=bool(mask_ocr), step=None if step is None else int(step))
+    if writes:
+        _rewrite_metrics(exp, tag or split, metrics)
+    return metrics, preds
 
 
 class _Head:
@@ -511,32 +517,32 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     """
     from clu import metric_writers, periodic_actions
 
-    tr = Trainer(cfg, workdir)
-    t = cfg.train
+    exp, state = create_experiment(cfg, workdir)
+    spec, t = exp.spec, cfg.train
     if jax.process_index() == 0:
-        with open(os.path.join(tr.workdir, "config.json"), "w", encoding="utf-8") as f:
+        with open(os.path.join(exp.workdir, "config.json"), "w", encoding="utf-8") as f:
             f.write(cfg.to_json_best_effort(indent=2))
-    logging.info("Model %s: %d parameters; mesh %s", cfg.model.name, tr.num_params, dict(tr.mesh.shape))
-    writer = metric_writers.create_default_writer(tr.workdir, just_logging=jax.process_index() > 0)
-    latest, best = tr.checkpoint_managers()
+    logging.info("Model %s: %d parameters; mesh %s", cfg.model.name, spec.num_params, dict(spec.mesh.shape))
+    writer = metric_writers.create_default_writer(exp.workdir, just_logging=jax.process_index() > 0)
+    latest, best = checkpoint_managers(exp.workdir, t)
 
     global_batch = t.batch_size
     local_batch = global_batch // jax.process_count()
-    train_src = tr.source(cfg.data.train_split)
+    train_src = exp.data.source(cfg.data.train_split)
     # Training inputs get their own counters, so the truncation rates logged at the end are the training
     # batches' (evaluation encodes other splits).
-    train_pre = copy.copy(tr.pre)
+    train_pre = copy.copy(exp.inputs.pre)
     train_pre.counter = pipeline.SkipCounter()
     it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
-                                 source_name=f"{tr.builder.name}/{cfg.data.train_split}",
+                                 source_name=f"{exp.data.builder.name}/{cfg.data.train_split}",
                                  num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch)
     start = 0
     best_score, bad_evals = -np.inf, 0
     if latest.latest_step() is not None:
         step = latest.latest_step()
         restored = latest.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(tr.abstract_state), data_iter=ocp.args.JsonRestore()))
-        tr.state = restored["state"]
+            state=ocp.args.StandardRestore(spec.abstract_state), data_iter=ocp.args.JsonRestore()))
+        state = restored["state"]
         it.set_state(restored["data_iter"]["iterator"])
         best_score = restored["data_iter"].get("best_score", -np.inf)
         bad_evals = restored["data_iter"].get("bad_evals", 0)
@@ -544,25 +550,25 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
         logging.info("Resumed from step %d (%s)", start, latest.directory)
     else:
         logging.info("No checkpoint in %s: training starts at step 0", latest.directory)
-    step_fn = tr.train_step_fn()
+    step_fn = make_train_step(spec)
     hooks = []
     if jax.process_index() == 0:
         hooks.append(periodic_actions.ReportProgress(num_train_steps=t.num_train_steps, writer=writer,
                                                      every_steps=t.log_every_steps))
         if t.get("profile"):
-            hooks.append(periodic_actions.Profile(logdir=tr.workdir, num_profile_steps=5))
+            hooks.append(periodic_actions.Profile(logdir=exp.workdir, num_profile_steps=5))
 
     def save(step: int) -> None:
         latest.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(tr.state),
+            state=ocp.args.StandardSave(state),
             data_iter=ocp.args.JsonSave({"iterator": it.get_state(), "best_score": float(best_score),
                                          "bad_evals": int(bad_evals)})))
 
     def eval_dev(step: int) -> float:
-        metrics, _ = tr.evaluate(cfg.data.eval_split, write=True)
+        metrics, _ = evaluate(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split, write=True)
         overall = metrics["overall"]
         writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items() if v is not None})
-        tr.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})
+        exp.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})
         logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items() if v is not None})
         return float(overall.get(t.best_metric) or 0.0)
 
@@ -575,9 +581,9 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     signals = interrupts.StopSignals() if jax.process_count() == 1 else contextlib.nullcontext()
     with signals:
         for step in range(start + 1, t.num_train_steps + 1):
-            batch = pipeline.to_global(next(it), tr.batch_sharding)
-            with sharding.mesh_context(tr.mesh):
-                tr.state, m = step_fn(tr.state, batch)
+            batch = pipeline.to_global(next(it), spec.batch_sharding)
+            with sharding.mesh_context(spec.mesh):
+                state, m = step_fn(state, batch)
             for h in hooks:
                 h(step)
             for k, v in m.items():
@@ -586,7 +592,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                 vals = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
                 acc = {}
                 writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
-                tr.jsonl.write(step, "train", vals)
+                exp.jsonl.write(step, "train", vals)
                 logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
                              vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
                              vals["learning_rate"],
@@ -594,7 +600,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                 t0 = time.time()
             if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
                 score = eval_dev(step)
-                best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(tr.state)),
+                best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
                           metrics={"score": score})
                 if score > best_score:
                     best_score, bad_evals = score, 0
@@ -620,15 +626,15 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     latest.wait_until_finished()
     best.wait_until_finished()
     train_pre.counter.log("Training input counts (truncated/skipped)")
-    tr.counter.log("Evaluation input counts (truncated/skipped)")
+    exp.inputs.counter.log("Evaluation input counts (truncated/skipped)")
     rates = train_pre.counter.truncation_rates()
     if rates:
         m = cfg.model
         logging.info("Training inputs cut: %s of questions at model.max_question_len=%d, %s of answers at "
                      "model.max_answer_len=%d", _pct(rates.get("question_truncation_rate")), m.max_question_len,
                      _pct(rates.get("answer_truncation_rate")), m.max_answer_len)
-        tr.jsonl.write(step, "train_inputs", {f"train/{k}": v for k, v in rates.items()})
-    results = final_evaluation(tr, writer, step)
+        exp.jsonl.write(step, "train_inputs", {f"train/{k}": v for k, v in rates.items()})
+    results = final_evaluation(exp, step, state)
     writer.flush()
     return results
 
@@ -637,31 +643,45 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
 
-def _rewrite_metrics(tr: Trainer, tag: str, metrics: dict) -> None:
+def _rewrite_metrics(exp: Experiment, tag: str, metrics: dict) -> None:
     if jax.process_index() == 0:
-        with open(os.path.join(tr.workdir, "eval", f"{tag}_metrics.json"), "w", encoding="utf-8") as f:
+        with open(os.path.join(exp.workdir, "eval", f"{tag}_metrics.json"), "w", encoding="utf-8") as f:
             json.dump(metrics, f, ensure_ascii=False, indent=2)
 
 
-def final_evaluation(tr: Trainer, writer, step: int) -> dict:
-    """Scores dev and test with the best checkpoint, prints tables and example answers, and the test
-    split again with OCR tokens masked out (``eval.ocr_ablation``)."""
-    cfg = tr.cfg
+def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None = None) -> dict:
+    """Scores dev and test with the best checkpoint's parameters (:func:`openvivqa_jax.inference.restore_params`:
+    ``best/``, else the latest of ``checkpoints/``; no optimizer state), prints tables and example answers,
+    and scores the test split again with OCR tokens masked out (``eval.ocr_ablation``).
+
+    Args:
+      exp: the run.
+      step: the step logged in ``metrics.jsonl`` (None: the restored parameters' step).
+      state: the current train state, evaluated when the workdir holds no checkpoint.
+
+    Raises:
+      FileNotFoundError: no checkpoint and no ``state``.
+    """
+    cfg = exp.cfg
     try:
-        tr.restore_params("best")
+        params, p_step = inference.restore_params(exp.workdir, exp.spec.abstract_state.params, "best")
     except FileNotFoundError:
+        if state is None:
+            raise
         logging.warning("no best checkpoint; evaluating the current parameters")
+        params, p_step = state.params, int(jax.device_get(state.step))
+    step = p_step if step is None else step
     results = {}
     lines = []
     for split in dict.fromkeys([cfg.data.eval_split, cfg.data.test_split]):
         # Split specs may slice ("train[90%:]") or join ("train+test") the builder's splits.
         names = [s.split("[", 1)[0].strip() for s in split.split("+")]
-        if not all(n in tr.builder.info.splits for n in names):
+        if not all(n in exp.data.builder.info.splits for n in names):
             logging.warning("final evaluation: split %r is not in %s (splits %s); not scored. Override "
-                            "--config.data.eval_split / --config.data.test_split.", split, tr.builder.name,
-                            sorted(tr.builder.info.splits))
+                            "--config.data.eval_split / --config.data.test_split.", split, exp.data.builder.name,
+                            sorted(exp.data.builder.info.splits))
             continue
-        metrics, preds = tr.evaluate(split)
+        metrics, preds = evaluate(exp, params, p_step, split)
         results[split] = metrics
         lines.append(_print_table(f"{split} ({len(preds)} questions)", metrics))
         copy = copying.shop_name_copy_rate(preds)
@@ -669,30 +689,30 @@ def final_evaluation(tr: Trainer, writer, step: int) -> dict:
             metrics["shop_name_copy_rate"] = copy
             lines.append(f"shop-name questions whose answer contains the full name: {copy['rate']:.1%} "
                          f"({copy['num_copied']}/{copy['num_questions']})")
-            tr.jsonl.write(step, "final", {f"{split}/shop_name_copy_rate": copy["rate"]})
-            _rewrite_metrics(tr, split, metrics)
+            exp.jsonl.write(step, "final", {f"{split}/shop_name_copy_rate": copy["rate"]})
+            _rewrite_metrics(exp, split, metrics)
         if split == cfg.data.test_split:
             lines.append(f"\n== example answers ({split}) ==")
             for p in preds[: cfg.eval.num_examples_to_print]:
                 lines.append(f"Q: {p['question']}\n   predicted: {p['prediction']}\n   reference: "
                              f"{' | '.join(p['references'])}")
-        tr.jsonl.write(step, "final", {f"{split}/{k}": v for k, v in metrics["overall"].items() if v is not None})
+        exp.jsonl.write(step, "final", {f"{split}/{k}": v for k, v in metrics["overall"].items() if v is not None})
     test = cfg.data.test_split
     if cfg.eval.get("ocr_ablation") and test in results:
-        metrics, preds = tr.evaluate(test, mask_ocr=True, tag=f"{test}_no_ocr")
+        metrics, preds = evaluate(exp, params, p_step, test, mask_ocr=True, tag=f"{test}_no_ocr")
         results[f"{test}_no_ocr"] = metrics
         lines.append(_print_table(f"{test} with OCR tokens masked out", metrics))
         copy = copying.shop_name_copy_rate(preds)
         if copy["rate"] is not None:
             metrics["shop_name_copy_rate"] = copy
             lines.append(f"shop-name copy rate without OCR: {copy['rate']:.1%}")
-            _rewrite_metrics(tr, f"{test}_no_ocr", metrics)
+            _rewrite_metrics(exp, f"{test}_no_ocr", metrics)
         with_ocr = (results[test].get("text_qa") or {}).get("CIDEr")
         without = (metrics.get("text_qa") or {}).get("CIDEr")
         if with_ocr is not None and without is not None:
             ratio = with_ocr / without if without > 0 else float("inf")
             lines.append(f"text-QA CIDEr with OCR {with_ocr:.3f} vs masked {without:.3f}: ratio {ratio:.2f}")
-            tr.jsonl.write(step, "final", {f"{test}/text_qa_cider_ocr_ratio": ratio})
+            exp.jsonl.write(step, "final", {f"{test}/text_qa_cider_ocr_ratio": ratio})
     if jax.process_index() == 0:
         print("\n".join(lines), flush=True)
     return results

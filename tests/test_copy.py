@@ -34,22 +34,23 @@ def trained(tmp_path_factory):
     cfg.train.num_train_steps = 250
     cfg.train.warmup_steps = 50
     cfg.train.lr_scale = 0.5
-    tr = train.Trainer(cfg, str(tmp_path_factory.mktemp("copy")))
-    it = pipeline.train_iterator(tr.source("train"), tr.pre, batch_size=16, seed=0, num_threads=1)
-    step = tr.train_step_fn()
+    exp, state = train.create_experiment(cfg, str(tmp_path_factory.mktemp("copy")))
+    it = pipeline.train_iterator(exp.data.source("train"), exp.inputs.pre, batch_size=16, seed=0, num_threads=1)
+    step = train.make_train_step(exp.spec)
     for _ in range(cfg.train.num_train_steps):
-        with sharding.mesh_context(tr.mesh):
-            tr.state, m = step(tr.state, pipeline.to_global(next(it), tr.batch_sharding))
-    return tr
+        with sharding.mesh_context(exp.spec.mesh):
+            state, m = step(state, pipeline.to_global(next(it), exp.spec.batch_sharding))
+    return exp, state.params
 
 
-def _teacher_forced(tr, pre, split="train"):
-    batches = list(pipeline.eval_batches(tr.source(split), pre, batch_size=16))
-    V = tr.tokenizer.vocab_size
+def _teacher_forced(trained, pre, split="train"):
+    exp, params = trained
+    batches = list(pipeline.eval_batches(exp.data.source(split), pre, batch_size=16))
+    V = exp.inputs.tokenizer.vocab_size
     hits = total = vocab_chosen = 0
     chance = []
     for b in batches:
-        logits = np.asarray(_logits(tr, b))
+        logits = np.asarray(_logits(exp, params, b))
         pred = logits.argmax(-1)
         copy_steps = b["target_ocr"].any(-1) & b["target_mask"] & b["valid"][:, None]
         for i, t in zip(*np.nonzero(copy_steps)):
@@ -61,15 +62,18 @@ def _teacher_forced(tr, pre, split="train"):
     return hits, total, vocab_chosen, float(np.mean(chance)) if chance else 0.0
 
 
-def _logits(tr, batch):
-    if not hasattr(tr, "_tf_logits"):
-        graphdef = tr.graphdef
-        tr._tf_logits = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
-    return tr._tf_logits(tr.state.params, batch)
+_TF_LOGITS = {}
+
+
+def _logits(exp, params, batch):
+    graphdef = exp.spec.graphdef
+    if graphdef not in _TF_LOGITS:
+        _TF_LOGITS[graphdef] = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
+    return _TF_LOGITS[graphdef](params, batch)
 
 
 def test_pointer_learns_to_copy(trained):
-    hits, total, vocab_chosen, chance = _teacher_forced(trained, trained.pre)
+    hits, total, vocab_chosen, chance = _teacher_forced(trained, trained[0].inputs.pre)
     assert total > 50
     assert hits / total > max(0.5, 5 * chance), (hits, total, chance)
 
@@ -77,26 +81,27 @@ def test_pointer_learns_to_copy(trained):
 def test_copy_follows_the_ocr_token_not_its_slot(trained):
     """Reversing the order of the OCR tokens (texts and boxes) moves the name to other slots; a model that
     copies by content still answers with the name, now pointing at the new slots."""
-    tr = trained
-    fn = tr.decode_fn(method="greedy")
+    exp, params = trained
+    inp = exp.inputs
+    fn = train.decode_fn(exp, method="greedy")
     checked = followed = 0
-    for rec in tr.records("train"):
+    for rec in exp.data.records("train"):
         ans = rec.answers[0]
         if " tên là " not in ans or rec.qa_type != 1:
             continue
         name = ans.split(" tên là ")[1]
-        ocr = rec.ocr_texts[: tr.cfg.model.num_ocr]
+        ocr = rec.ocr_texts[: exp.cfg.model.num_ocr]
         if not all(w in ocr for w in name.split()):
             continue
-        ex = pipeline.decode_record(tr.source("train")[rec.index], rec.index)
-        ids, _ = fn(tr.state.params, {k: v[None] for k, v in tr.pre.features(ex, None).items()})
-        if name not in tr.vocab.decode(np.asarray(ids[0]), ocr):
+        ex = pipeline.decode_record(exp.data.source("train")[rec.index], rec.index)
+        ids, _ = fn(params, {k: v[None] for k, v in inp.pre.features(ex, None).items()})
+        if name not in inp.vocab.decode(np.asarray(ids[0]), ocr):
             continue  # only answers the model gets right in the original order
         ex.ocr_texts, ex.ocr_boxes = ex.ocr_texts[::-1], ex.ocr_boxes[::-1]
-        rev_ocr = ex.ocr_texts[: tr.cfg.model.num_ocr]
-        ids_r, _ = fn(tr.state.params, {k: v[None] for k, v in tr.pre.features(ex, None).items()})
-        answer_r = tr.vocab.decode(np.asarray(ids_r[0]), rev_ocr)
-        copied = [rev_ocr[s] for kind, s in tr.vocab.sources(np.asarray(ids_r[0])) if kind == "ocr"]
+        rev_ocr = ex.ocr_texts[: exp.cfg.model.num_ocr]
+        ids_r, _ = fn(params, {k: v[None] for k, v in inp.pre.features(ex, None).items()})
+        answer_r = inp.vocab.decode(np.asarray(ids_r[0]), rev_ocr)
+        copied = [rev_ocr[s] for kind, s in inp.vocab.sources(np.asarray(ids_r[0])) if kind == "ocr"]
         checked += 1
         followed += name in answer_r and set(name.split()) <= set(copied)
         if checked == 12:
@@ -106,9 +111,9 @@ def test_copy_follows_the_ocr_token_not_its_slot(trained):
 
 
 def test_no_copy_without_ocr(trained):
-    hits, total, vocab_chosen, _ = _teacher_forced(trained, trained.pre_no_ocr)
+    hits, total, vocab_chosen, _ = _teacher_forced(trained, trained[0].inputs.pre_no_ocr)
     assert total == 0  # no OCR token: no answer word can be a copy target
-    tr = trained
-    b = next(iter(pipeline.eval_batches(tr.source("train"), tr.pre_no_ocr, batch_size=16)))
-    ids, _ = tr.decode_fn(method="greedy")(tr.state.params, b)
-    assert (np.asarray(ids) < tr.tokenizer.vocab_size).all()
+    exp, params = trained
+    b = next(iter(pipeline.eval_batches(exp.data.source("train"), exp.inputs.pre_no_ocr, batch_size=16)))
+    ids, _ = train.decode_fn(exp, method="greedy")(params, b)
+    assert (np.asarray(ids) < exp.inputs.tokenizer.vocab_size).all()

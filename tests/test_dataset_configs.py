@@ -187,12 +187,12 @@ def test_vivqa_configs(path, kind):
 
 
 def test_best_metric_must_be_computed(tmp_path):
-    from openvivqa_jax.train import Trainer
+    from openvivqa_jax.train import create_experiment
 
     c = load_config("configs/tiny.py")
     c.train.best_metric = "ANLS"
     with pytest.raises(ValueError, match=r"train.best_metric 'ANLS' is not among the computed eval.metrics"):
-        Trainer(c, str(tmp_path))
+        create_experiment(c, str(tmp_path))
 
 
 # ========================================================================================= constrained decoding

@@ -17,12 +17,13 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from unittest import mock
 
 import numpy as np
 import pytest
 
-from openvivqa_jax import sharding
+from openvivqa_jax import sharding, train
 
 from conftest import ROOT, load_config, subprocess_env
 
@@ -260,15 +261,15 @@ _RESTORE_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, args["root"]); sys.path.insert(0, os.path.join(args["root"], "tests"))
     import jax
     from conftest import load_config
-    from openvivqa_jax import train
+    from openvivqa_jax import inference, train
     cfg = load_config("configs/tiny.py")
     cfg.data.data_dir = args["data_dir"]
     cfg.eval.ocr_ablation = False
-    tr = train.Trainer(cfg, args["workdir"])
-    step = tr.restore_params("best")
-    preds = tr.predict_split("test")
-    devices = {str(d) for leaf in jax.tree.leaves(tr.state.params) for d in leaf.sharding.device_set}
-    print(json.dumps(dict(step=step, num_devices=jax.device_count(), mesh=dict(tr.mesh.shape),
+    exp, _ = train.create_experiment(cfg, args["workdir"], initialize=False)
+    params, step = inference.restore_params(exp.workdir, exp.spec.abstract_state.params, "best")
+    preds = train.predict_split(exp, params, "test")
+    devices = {str(d) for leaf in jax.tree.leaves(params) for d in leaf.sharding.device_set}
+    print(json.dumps(dict(step=step, num_devices=jax.device_count(), mesh=dict(exp.spec.mesh.shape),
                           param_devices=sorted(devices), predictions=[p["prediction"] for p in preds])))
 """)
 
@@ -307,20 +308,20 @@ _FSDP_SCRIPT = textwrap.dedent("""
         cfg.data.data_dir = args["data_dir"]
         cfg.mesh.shape = shape
         cfg.fsdp = fsdp
-        tr = train.Trainer(cfg, os.path.join(args["workdir"], str(shape[0])))
+        exp, state = train.create_experiment(cfg, os.path.join(args["workdir"], str(shape[0])))
         if batch is None:
-            batch = next(pipeline.train_iterator(tr.source("train"), tr.pre, batch_size=8, seed=0))
-        step = tr.train_step_fn()
+            batch = next(pipeline.train_iterator(exp.data.source("train"), exp.inputs.pre, batch_size=8, seed=0))
+        step = train.make_train_step(exp.spec)
         losses = []
         for _ in range(3):
-            with sharding.mesh_context(tr.mesh):
-                tr.state, m = step(tr.state, pipeline.to_global(batch, tr.batch_sharding))
+            with sharding.mesh_context(exp.spec.mesh):
+                state, m = step(state, pipeline.to_global(batch, exp.spec.batch_sharding))
             losses.append(float(m["loss"]))
         spec = lambda x: [a if a is None or isinstance(a, str) else list(a) for a in x.sharding.spec]
-        specs = {path_str(p): spec(x) for p, x in jax.tree_util.tree_leaves_with_path(tr.state.params)}
-        mu = tr.state.opt_state[1][0].mu  # chain(clip, adam): adam's ScaleByAdamState
+        specs = {path_str(p): spec(x) for p, x in jax.tree_util.tree_leaves_with_path(state.params)}
+        mu = state.opt_state[1][0].mu  # chain(clip, adam): adam's ScaleByAdamState
         mu_specs = {path_str(p): spec(x) for p, x in jax.tree_util.tree_leaves_with_path(mu)}
-        leaves = jax.tree.leaves(tr.state.params)
+        leaves = jax.tree.leaves(state.params)
         total = sum(x.nbytes for x in leaves)
         per_device = sum(x.addressable_shards[0].data.nbytes for x in leaves)
         out[str(shape)] = dict(losses=losses, specs=specs, mu_specs=mu_specs, total=total, per_device=per_device)
@@ -356,6 +357,7 @@ def test_fsdp_shards_params_and_optimizer_state_and_matches_one_device(tmp_path,
 
 # ----------------------------------------------------------------------------- bf16 and accumulation
 def _trainer(data_dir, workdir, **model_train):
+    """``configs/tiny.py`` with ``section__name=value`` overrides: the experiment and its (mutable) state."""
     from openvivqa_jax import train
 
     cfg = load_config("configs/tiny.py")
@@ -363,13 +365,14 @@ def _trainer(data_dir, workdir, **model_train):
     for k, v in model_train.items():
         sec, name = k.split("__")
         cfg[sec][name] = v
-    return train.Trainer(cfg, str(workdir))
+    exp, state = train.create_experiment(cfg, str(workdir))
+    return types.SimpleNamespace(exp=exp, spec=exp.spec, state=state)
 
 
 def _batch(tr, n=8):
     from openvivqa_jax.data import pipeline
 
-    return next(pipeline.train_iterator(tr.source("train"), tr.pre, batch_size=n, seed=0))
+    return next(pipeline.train_iterator(tr.exp.data.source("train"), tr.exp.inputs.pre, batch_size=n, seed=0))
 
 
 def _all_eqns(jaxpr):
@@ -393,28 +396,27 @@ def test_bfloat16_compute_trains_with_float32_master_weights(tmp_path, data_dir)
     f32 = _trainer(data_dir, tmp_path / "f32")
     bf16 = _trainer(data_dir, tmp_path / "bf16", model__dtype="bfloat16")
     local = _batch(f32)
-    batch = pipeline.to_global(local, bf16.batch_sharding)
+    batch = pipeline.to_global(local, bf16.spec.batch_sharding)
     key = jax.random.key(0)
     # Same float32 initial weights.
     for a, b in zip(jax.tree.leaves(f32.state.params), jax.tree.leaves(bf16.state.params)):
         assert a.dtype == b.dtype == jnp.float32
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # The matmuls and convolutions run in bfloat16: (almost) all of them take bfloat16 operands.
-    jaxpr = jax.make_jaxpr(lambda p: bf16.loss_fn(p, batch, key)[0])(bf16.state.params)
+    jaxpr = jax.make_jaxpr(lambda p: train.make_loss_fn(bf16.spec)(p, batch, key)[0])(bf16.state.params)
     dots = [e for e in _all_eqns(jaxpr.jaxpr) if e.primitive.name in ("dot_general", "conv_general_dilated")]
     assert dots, "no matmuls found in the loss"
     bf = [e for e in dots if all(v.aval.dtype == jnp.bfloat16 for v in e.invars)]
     assert len(bf) >= 0.8 * len(dots), (len(bf), len(dots))
     # The bfloat16 loss is the float32 loss to bfloat16 precision (~3 significant digits), not identical.
-    fwd = {name: float(jax.jit(lambda p, b, tr=tr: tr.loss_fn(p, b, key, deterministic=True)[0])(tr.state.params,
-                                                                                                   batch))
-           for name, tr in (("f32", f32), ("bf16", bf16))}
+    fwd = {name: float(jax.jit(lambda p, b, tr=tr: train.make_loss_fn(tr.spec)(p, b, key, deterministic=True)[0])(
+        tr.state.params, batch)) for name, tr in (("f32", f32), ("bf16", bf16))}
     assert fwd["bf16"] == pytest.approx(fwd["f32"], rel=2e-2) and fwd["bf16"] != fwd["f32"], fwd
-    step = bf16.train_step_fn()
+    step = train.make_train_step(bf16.spec)
     losses = []
     for _ in range(8):
-        with sharding.mesh_context(bf16.mesh):
-            bf16.state, m = step(bf16.state, pipeline.to_global(local, bf16.batch_sharding))
+        with sharding.mesh_context(bf16.spec.mesh):
+            bf16.state, m = step(bf16.state, pipeline.to_global(local, bf16.spec.batch_sharding))
         losses.append(float(m["loss"]))
     assert np.isfinite(losses).all() and losses[-1] < 0.9 * losses[0], losses
     # Master weights and optimizer state stay float32, and they moved.
@@ -447,13 +449,14 @@ def test_grad_accumulation_over_two_half_batches_equals_one_full_batch(tmp_path,
     init = jax.tree.map(lambda x: np.array(x, copy=True), full.state.params)
     np.testing.assert_array_equal(jax.tree.leaves(init)[0], np.asarray(jax.tree.leaves(acc.state.params)[0]))
 
-    with sharding.mesh_context(full.mesh):
-        full.state, mf = full.train_step_fn()(full.state, pipeline.to_global(b, full.batch_sharding))
-    step = acc.train_step_fn()
-    with sharding.mesh_context(acc.mesh):
-        acc.state, m1 = step(acc.state, pipeline.to_global(halves[0], acc.batch_sharding))
+    with sharding.mesh_context(full.spec.mesh):
+        full.state, mf = train.make_train_step(full.spec)(full.state,
+                                                          pipeline.to_global(b, full.spec.batch_sharding))
+    step = train.make_train_step(acc.spec)
+    with sharding.mesh_context(acc.spec.mesh):
+        acc.state, m1 = step(acc.state, pipeline.to_global(halves[0], acc.spec.batch_sharding))
         after_first = jax.tree.map(lambda x: np.array(x, copy=True), acc.state.params)
-        acc.state, m2 = step(acc.state, pipeline.to_global(halves[1], acc.batch_sharding))
+        acc.state, m2 = step(acc.state, pipeline.to_global(halves[1], acc.spec.batch_sharding))
     # The first micro-step only accumulates.
     for a, b0 in zip(jax.tree.leaves(after_first), jax.tree.leaves(init)):
         np.testing.assert_array_equal(a, b0)
@@ -642,12 +645,12 @@ def test_dropout_prng_changes_only_the_dropout_masks(data_dir, tmp_path):
         for rate in (0.1, 0.0):
             tr = _trainer(data_dir, tmp_path / f"{impl}_{rate}", model__dropout=rate, train__dropout_prng=impl)
             batch = _batch(tr) if batch is None else batch
-            with sharding.mesh_context(tr.mesh):
-                _, m = tr.train_step_fn()(tr.state, pipeline.to_global(batch, tr.batch_sharding))
+            with sharding.mesh_context(tr.spec.mesh):
+                _, m = train.make_train_step(tr.spec)(tr.state, pipeline.to_global(batch, tr.spec.batch_sharding))
             losses[impl, rate] = float(m["loss"])
     assert losses["threefry2x32", 0.0] == losses["rbg", 0.0]
     assert losses["threefry2x32", 0.1] != losses["rbg", 0.1]
     assert all(np.isfinite(v) for v in losses.values())
     bad = _trainer(data_dir, tmp_path / "bad", train__dropout_prng="philox")
     with pytest.raises(ValueError, match="dropout_prng must be 'threefry2x32', 'rbg' or 'unsafe_rbg', got 'philox'"):
-        bad.train_step_fn()
+        train.make_train_step(bad.spec)

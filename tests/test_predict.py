@@ -128,7 +128,7 @@ def test_missing_image_and_bad_questions_file(tmp_path):
 
 # --------------------------------------------------------------------------------------------- units
 def test_read_questions_file_both_layouts(tmp_path):
-    from openvivqa_jax.predict import read_questions_file
+    from openvivqa_jax.evaluation.formats import read_questions_file
 
     p = tmp_path / "public.json"
     p.write_text(json.dumps({"images": {"3": "a.jpg"},
@@ -142,7 +142,7 @@ def test_read_questions_file_both_layouts(tmp_path):
 
 
 def test_batch_images_found_next_to_the_file_or_in_images(tmp_path):
-    from openvivqa_jax.predict import image_folders, read_questions_file
+    from openvivqa_jax.evaluation.formats import image_folders, read_questions_file
 
     p = tmp_path / "test_data.json"
     p.write_text(json.dumps({"images": {"1": "a.jpg", "2": "b.jpg", "3": "c.jpg", "4": "d.jpg"}, "annotations": {
@@ -171,7 +171,7 @@ def test_merge_ocr_passes_dedups_and_orders():
 
 def test_word_provenance_matches_decode(tmp_path):
     """Words from vocabulary runs and copied OCR tokens, joined, are exactly AnswerVocab.decode's answer."""
-    from openvivqa_jax.predict import word_provenance
+    from openvivqa_jax.text.answer_vocab import word_provenance
     from openvivqa_jax.text.answer_vocab import AnswerVocab
     from openvivqa_jax.text.tokenizer import train_sentencepiece
 
@@ -197,7 +197,6 @@ def test_decoder_attention_path_leaves_logits_unchanged():
 
     from conftest import random_batch, tiny_model_config
     from openvivqa_jax.models import build_model
-    from openvivqa_jax.predict import attention_layout
 
     cfg = tiny_model_config()
     model = build_model(cfg.model, 40)
@@ -217,7 +216,7 @@ def test_decoder_attention_path_leaves_logits_unchanged():
     np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)
     assert np.all(w[1, :, :, -1] == 0)
     S = model.vision(batch)["feats"].shape[1]
-    assert attention_layout(model, S, cfg.model.num_ocr) == (0, S)  # eq. 9 sum fusion: cells first
+    assert model.decoder_memory_layout(S, cfg.model.num_ocr) == (0, S)  # eq. 9 sum fusion: cells first
     assert nnx is not None
 
 
@@ -364,9 +363,9 @@ def test_classifier_workdir(tmp_path, good_image):
     sents = answers + ["cửa hàng này tên là gì ?", "phở hùng", "xe màu gì ?"] * 20
     train_sentencepiece(sents, str(wd / "spm.model"), 300)
     (wd / "config.json").write_text(cfg.to_json_best_effort(indent=2))
-    tr = train.Trainer(cfg, str(wd))
-    latest, _ = tr.checkpoint_managers()
-    latest.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(tr.state), data_iter=ocp.args.JsonSave({})))
+    _, state = train.create_experiment(cfg, str(wd))
+    latest, _ = train.checkpoint_managers(str(wd), cfg.train)
+    latest.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data_iter=ocp.args.JsonSave({})))
     latest.wait_until_finished()
     ocr = [{"text": "phở", "box": [0.1, 0.1, 0.3, 0.2], "score": 0.9},
            {"text": "hùng", "box": [0.4, 0.1, 0.6, 0.2], "score": 0.8}]

@@ -135,18 +135,18 @@ _DEVICE_SCRIPT = textwrap.dedent("""
         cfg = load_config("configs/tiny.py")
         cfg.data.data_dir = {data_dir!r}
         cfg.mesh.shape = shape
-        tr = train.Trainer(cfg, os.path.join({workdir!r}, str(shape[0])))
+        exp, state = train.create_experiment(cfg, os.path.join({workdir!r}, str(shape[0])))
         if batch is None:
-            it = pipeline.train_iterator(tr.source("train"), tr.pre, batch_size=8, seed=0)
+            it = pipeline.train_iterator(exp.data.source("train"), exp.inputs.pre, batch_size=8, seed=0)
             batch = next(it)
-        step = tr.train_step_fn()
+        step = train.make_train_step(exp.spec)
         losses = []
         for _ in range(3):
-            with sharding.mesh_context(tr.mesh):
-                tr.state, m = step(tr.state, pipeline.to_global(batch, tr.batch_sharding))
+            with sharding.mesh_context(exp.spec.mesh):
+                state, m = step(state, pipeline.to_global(batch, exp.spec.batch_sharding))
             losses.append(float(m["loss"]))
         specs = {{}}
-        for path, leaf in jax.tree_util.tree_leaves_with_path(tr.state.params):
+        for path, leaf in jax.tree_util.tree_leaves_with_path(state.params):
             from openvivqa_jax.sharding import path_str
             specs[path_str(path).removesuffix("/value")] = [a for a in leaf.sharding.spec]
         out[str(shape)] = {{"losses": losses, "specs": specs, "cache": step._cache_size()}}

@@ -259,7 +259,7 @@ def test_freeze_mask_keeps_backbone_fixed():
 
 @pytest.mark.slow
 def test_trainer_step_with_frozen_backbone(tmp_path):
-    """A Trainer (optimizer state sharded through the optax mask) trains with the CNN backbone frozen."""
+    """The train step (optimizer state sharded through the optax mask) trains with the CNN backbone frozen."""
     import jax
 
     from conftest import random_batch
@@ -273,14 +273,14 @@ def test_trainer_step_with_frozen_backbone(tmp_path):
     cfg.mesh.shape = (1, 1)
     sents = [f"cửa hàng số {i} tên là {w}" for i, w in enumerate("an bình cường dũng em giang hà khoa".split())] * 20
     train_sentencepiece(sents, str(tmp_path / "spm.model"), 300)
-    tr = train.Trainer(cfg, str(tmp_path))
-    batch = random_batch(cfg, tr.tokenizer.vocab_size, batch=2)
+    exp, state = train.create_experiment(cfg, str(tmp_path))
+    batch = random_batch(cfg, exp.inputs.tokenizer.vocab_size, batch=2)
     batch = {k: np.asarray(v) for k, v in batch.items()}
-    before = {path_str(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(tr.state.params)}
-    step = tr.train_step_fn()
-    with sharding.mesh_context(tr.mesh):
-        tr.state, m = step(tr.state, pipeline.to_global(batch, tr.batch_sharding))
-    after = {path_str(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(tr.state.params)}
+    before = {path_str(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(state.params)}
+    step = train.make_train_step(exp.spec)
+    with sharding.mesh_context(exp.spec.mesh):
+        state, m = step(state, pipeline.to_global(batch, exp.spec.batch_sharding))
+    after = {path_str(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(state.params)}
     assert np.isfinite(float(m["loss"]))
     frozen = [k for k in before if k.startswith("vision/backbone/")]
     others = [k for k in before if k not in frozen]

@@ -49,6 +49,8 @@ __all__ = [
     "check_tesseract",
     "run_tesseract",
     "load_ocr_file",
+    "read_ocr_table",
+    "ocr_tokens_for",
     "validate_tokens",
     "tokens_to_arrays",
     "split_copyable",
@@ -740,3 +742,40 @@ def check_engine(engine: str, lang: str = "vie") -> None:
         check_tesseract(lang)
     if engine == "detector+tesseract":
         _detector(1)
+
+
+def read_ocr_table(path: str) -> dict[str, list[dict]] | list[dict]:
+    """Reads an OCR file given to prediction: ``{image: [tokens]}`` (validated by :func:`load_ocr_file`; keys
+    are image ids, file names or stems) or, for a single image, a plain token list (validated by
+    :func:`validate_tokens` under image id ``"(all)"``).
+
+    Raises:
+      OcrFileError: unreadable file, invalid JSON (line and column), or invalid tokens; the message starts
+        with the path.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except OSError as e:
+        raise OcrFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise OcrFileError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if isinstance(raw, list):
+        return validate_tokens(raw, source=path, image_id="(all)")
+    return load_ocr_file(path)
+
+
+def ocr_tokens_for(table: dict[str, list[dict]] | list[dict], image_keys: Sequence[str], path: str) -> list[dict]:
+    """The tokens of one image in a table of :func:`read_ocr_table`: the plain list itself, else the entry
+    of the first of ``image_keys`` (image id, file name, stem, path) the table has.
+
+    Raises:
+      OcrFileError: no key matches (the message starts with ``path`` and names the keys tried).
+    """
+    if isinstance(table, list):
+        return table
+    for k in image_keys:
+        if k in table:
+            return table[k]
+    raise OcrFileError(f"{path}: no entry for image {image_keys[0]!r} (tried keys {list(image_keys)}; "
+                       f"the file has {len(table)} images, e.g. {sorted(table)[:3]})")

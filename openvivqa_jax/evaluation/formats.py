@@ -45,6 +45,10 @@ __all__ = [
     "QA_TYPE_NON_TEXT",
     "QA_TYPE_UNKNOWN",
     "InputError",
+    "read_json_file",
+    "clean_question",
+    "image_folders",
+    "read_questions_file",
     "ReferenceSet",
     "PredictionSet",
     "parse_qa_type",
@@ -386,3 +390,110 @@ def load_predictions(path: str | os.PathLike) -> PredictionSet:
     """
     path = os.fspath(path)
     return predictions_from_json(_read_json(path, "predictions"), path)
+
+
+# ------------------------------------------------------------------------------ questions to answer
+def read_json_file(path: str, label: str = "") -> Any:
+    """The parsed JSON file at ``path`` (any layout; repeated keys are not checked).
+
+    Raises:
+      InputError: unreadable or invalid JSON; the message is ``label + path`` then what is wrong (the line
+        and column of invalid JSON).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise InputError(f"{label}{path}: cannot read ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{label}{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+
+
+def clean_question(question: Any, where: str) -> str:
+    """``question`` normalized by :func:`openvivqa_jax.text.normalize.normalize_text` (the answer rules).
+
+    Raises:
+      InputError: not text, or empty after normalization (the message starts with ``where``).
+    """
+    from openvivqa_jax.text.normalize import normalize_text
+
+    if not isinstance(question, str):
+        raise InputError(f"{where}: question is {type(question).__name__}, expected text")
+    q = normalize_text(question)
+    if not q:
+        raise InputError(f"{where}: the question is empty")
+    return q
+
+
+def image_folders(questions_path: str, image_dir: str | None) -> list[str]:
+    """Where the images of a questions file are looked for: ``image_dir`` when given, else the file's
+    folder, its ``images/`` and ``<file stem>/`` subfolders (as the OpenViVQA builder does)."""
+    if image_dir:
+        return [image_dir]
+    folder = os.path.dirname(os.path.abspath(questions_path))
+    stem = os.path.splitext(os.path.basename(questions_path))[0]
+    return [folder, os.path.join(folder, "images"), os.path.join(folder, stem)]
+
+
+def read_questions_file(path: str, image_dir: str | list[str]) -> list[dict]:
+    """Reads the questions to answer from a file in the public release's format (or the older list form).
+
+    Args:
+      path: ``{"images": {id: filename}, "annotations": {qid: {image_id, question, answer?}}}`` or
+        ``{"images": [{id, filename}], "annotations": [{id, image_id, question, ...}]}``.
+      image_dir: folder of the image files, or folders searched in order (an image found in none gets
+        the first folder's path, which then fails with "file not found").
+
+    Returns:
+      ``[{question_id, image_id, question, image_path}]`` in file order (answers are not needed); questions
+      normalized by :func:`clean_question`.
+
+    Raises:
+      InputError: unreadable / invalid JSON, an unknown layout, a record without question or with an
+        image id missing from ``images`` (names the file and the question id).
+    """
+    raw = read_json_file(path, "questions file ")
+    if not isinstance(raw, dict) or "images" not in raw or "annotations" not in raw:
+        raise InputError(f"questions file {path}: expected an object with 'images' and 'annotations' (the "
+                         "OpenViVQA public release layout)")
+    images, anns = raw["images"], raw["annotations"]
+    if isinstance(images, list):
+        try:
+            images = {str(x["id"]): x["filename"] for x in images}
+        except (TypeError, KeyError):
+            raise InputError(f"questions file {path}: 'images' list entries need 'id' and 'filename'") from None
+    if not isinstance(images, dict):
+        raise InputError(f"questions file {path}: 'images' must be an object {{id: filename}} or a list")
+    images = {str(k): v for k, v in images.items()}
+    if isinstance(anns, dict):
+        items = [(str(k), v) for k, v in anns.items()]
+    elif isinstance(anns, list):
+        items = []
+        for i, a in enumerate(anns):
+            if not isinstance(a, dict) or "id" not in a:
+                raise InputError(f"questions file {path}: annotation {i} has no 'id'")
+            items.append((str(a["id"]), a))
+    else:
+        raise InputError(f"questions file {path}: 'annotations' must be an object or a list")
+    dirs = [image_dir] if isinstance(image_dir, str) else list(image_dir)
+
+    def locate(name: str) -> str:
+        for d in dirs:
+            if os.path.isfile(os.path.join(d, name)):
+                return os.path.join(d, name)
+        return os.path.join(dirs[0], name)
+
+    out = []
+    for qid, a in items:
+        if not isinstance(a, dict) or "question" not in a or "image_id" not in a:
+            raise InputError(f"questions file {path}: question {qid!r} needs 'image_id' and 'question'")
+        image_id = str(a["image_id"])
+        if image_id not in images:
+            raise InputError(f"questions file {path}: question {qid!r} refers to image {image_id!r}, which is "
+                             "not in 'images'")
+        out.append({"question_id": qid, "image_id": image_id,
+                    "question": clean_question(a["question"], f"questions file {path}: question {qid!r}"),
+                    "image_path": locate(str(images[image_id]))})
+    if not out:
+        raise InputError(f"questions file {path}: no question")
+    return out

@@ -96,6 +96,11 @@ class MLPAG(MemoryDecoderGenerator):
                                      dropout=cfg.dropout, max_len=cfg.max_answer_len, use_pointer=True, rngs=rngs,
                                      dtype=dtype)
 
+    def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
+        """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
+        cells are ``[0, S)`` (positions ``j < N`` also carry OCR token ``j``); ``concat`` fusion: ``[N, N + S)``."""
+        return (num_ocr, num_ocr + num_vision) if self.fusion == "concat" else (0, num_vision)
+
     def encode(self, batch, *, deterministic=True, rngs=None):
         """Fusion module. Returns ``{memory (batch, M, d), memory_mask (batch, M), ocr_feats
         (batch, N, d), ocr_mask (batch, N)}``."""

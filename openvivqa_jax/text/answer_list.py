@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from absl import logging
@@ -173,6 +174,23 @@ class AnswerList:
             return self.answers[class_id]
         j = class_id - len(self.answers)
         return normalize_text(ocr_tokens[j]) if j < len(ocr_tokens) else ""
+
+    def word_provenance(self, class_id: int, ocr_tokens: Sequence[Mapping[str, Any]]) -> list[dict]:
+        """Where the words of class ``class_id``'s answer come from: ``{"word", "source": "answer_class",
+        "class_id"}`` per word of an answer class, or the words of OCR token ``class_id - K``
+        (:func:`openvivqa_jax.text.answer_vocab.ocr_words`; none for an empty slot).
+
+        Args:
+          ocr_tokens: the example's OCR tokens in slot order (``{"text", "box", "score"}``).
+        """
+        from openvivqa_jax.text.answer_vocab import ocr_words
+
+        class_id = int(class_id)
+        if class_id < len(self.answers):
+            return [{"word": w, "source": "answer_class", "class_id": class_id}
+                    for w in self.decode(class_id).split()]
+        j = class_id - len(self.answers)
+        return ocr_words(j, ocr_tokens[j]) if j < len(ocr_tokens) else []
 
     def __repr__(self) -> str:
         return f"AnswerList(K={len(self)}, head={self.answers[:3]})"

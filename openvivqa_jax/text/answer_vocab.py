@@ -21,7 +21,8 @@ what was dropped is counted (:class:`~openvivqa_jax.text.tokenizer.DecodeNotes`)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from absl import logging
 
 from openvivqa_jax.text.tokenizer import DecodeNotes, Tokenizer
 
-__all__ = ["EncodedAnswer", "AnswerVocab"]
+__all__ = ["EncodedAnswer", "AnswerVocab", "word_provenance", "ocr_words"]
 
 
 @dataclasses.dataclass
@@ -176,3 +177,54 @@ class AnswerVocab:
                 break
             out.append(("ocr", i - self.vocab_size) if i >= self.vocab_size else ("vocab", i))
         return out
+
+
+def word_provenance(ids: Sequence[int], vocab: AnswerVocab, tokenizer: Tokenizer,
+                    ocr_tokens: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """Per answer word, where it came from.
+
+    Steps come from :meth:`AnswerVocab.sources`: runs of vocabulary pieces are decoded by SentencePiece and
+    split into words (each ``source="vocab"`` with its piece ids); a copied OCR slot gives the token's
+    word(s) (``source="ocr"``, ``ocr_index``, ``box``, ``score``, ``ocr_text``); a slot pointing at no token
+    yields nothing, as :meth:`AnswerVocab.decode` skips it. Joining the words with spaces gives exactly
+    :meth:`AnswerVocab.decode` of ``ids``.
+
+    Args:
+      ids: decoded extended ids ``(steps,)``.
+      vocab: the :class:`~openvivqa_jax.text.answer_vocab.AnswerVocab`; tokenizer: its tokenizer.
+      ocr_tokens: the example's OCR tokens in slot order (``{"text", "box", "score"}``).
+
+    Returns:
+      ``[{"word", "source", ...}]``; vocabulary words also carry ``in_ocr`` (the word equals an OCR token,
+      yet was generated).
+    """
+    texts = {t["text"] for t in ocr_tokens}
+    words: list[dict] = []
+    run: list[int] = []
+
+    def flush():
+        if run:
+            for w in tokenizer.decode(list(run)).split():
+                words.append({"word": w, "source": "vocab", "piece_ids": list(run), "in_ocr": w in texts})
+            run.clear()
+
+    for kind, value in vocab.sources(ids):
+        if kind == "ocr":
+            flush()
+            j = int(value)
+            if j < len(ocr_tokens) and j < vocab.num_ocr:
+                words.extend(ocr_words(j, ocr_tokens[j]))
+        elif value in (tokenizer.pad_id, tokenizer.bos_id):
+            continue
+        else:
+            run.append(int(value))
+    flush()
+    return words
+
+
+def ocr_words(index: int, token: Mapping[str, Any]) -> list[dict]:
+    """The words of OCR token ``index`` (``{"text", "box", "score"}``) as copied answer words:
+    ``[{"word", "source": "ocr", "ocr_index", "ocr_text", "box" (rounded to 4 digits), "score"}]``."""
+    box = [round(float(v), 4) for v in token["box"]]
+    return [{"word": w, "source": "ocr", "ocr_index": index, "ocr_text": token["text"], "box": box,
+             "score": float(token.get("score", 1.0))} for w in token["text"].split()]

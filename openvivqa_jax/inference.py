@@ -1,0 +1,373 @@
+"""Answering with a trained run: restore the parameters only, and the jitted decoders.
+
+:func:`load_for_inference` rebuilds a run from its workdir (``config.json``, ``spm.model``,
+``answers.json`` for classifiers, a checkpoint) without initializing the model and without the optimizer
+state: the model is built abstractly (``nnx.eval_shape``) and only ``step`` and ``params`` of the saved
+train state are read (orbax partial restore of the ``state`` item). :func:`restore_params` does the
+reading for the trainer's final evaluation too; :func:`make_decode_fn` is the one place the decoders are
+jitted (beam / greedy search of :mod:`openvivqa_jax.decoding` for generators, arg-max for classifiers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+from flax import nnx
+
+from openvivqa_jax import assets, decoding, sharding
+
+__all__ = ["restore_params", "make_decode_fn", "decode_fn_for", "make_attention_fn", "PhotoQuestion", "Inference",
+           "abstract_params", "check_workdir", "load_config", "load_for_inference"]
+
+
+def restore_params(workdir: str, abstract: Any, which: str = "best") -> tuple[Any, int]:
+    """Reads the parameters (and the step) of a saved train state, not its optimizer state.
+
+    Looks in ``<workdir>/best`` (its best step, else its latest) and then ``<workdir>/checkpoints``
+    (latest) when ``which`` is ``"best"``; only in ``<workdir>/<which>`` otherwise. The checkpoints are
+    the trainer's (orbax ``CheckpointManager``, item ``state`` = ``TrainState(step, params, opt_state)``);
+    only the ``step`` and ``params`` subtrees are read (``PyTreeRestore(partial_restore=True)``).
+
+    Args:
+      workdir: the run folder.
+      abstract: the parameters as ``jax.ShapeDtypeStruct`` s carrying their target shardings (an
+        ``nnx.State``), e.g. from :func:`abstract_params`.
+      which: ``"best"`` or ``"checkpoints"``.
+
+    Returns:
+      ``(params, step)``: the restored ``nnx.State`` placed with ``abstract``'s shardings, and the saved step.
+
+    Raises:
+      FileNotFoundError: if the workdir holds no checkpoint there.
+    """
+    for sub in ([which, "checkpoints"] if which == "best" else [which]):
+        d = os.path.join(workdir, sub)
+        if not os.path.isdir(d):
+            continue
+        mngr = ocp.CheckpointManager(d, item_names=("state",) if sub == "best" else ("state", "data_iter"))
+        step = mngr.best_step() if sub == "best" else mngr.latest_step()
+        if step is None:
+            step = mngr.latest_step()
+        if step is None:
+            continue
+        repl = jax.sharding.NamedSharding(jax.tree.leaves(abstract)[0].sharding.mesh, jax.sharding.PartitionSpec())
+        target = {"step": jax.ShapeDtypeStruct((), jnp.int32, sharding=repl), "params": abstract}
+        restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True)))
+        state = restored["state"]
+        logging.info("Restored the parameters of the %s checkpoint at step %d from %s", sub, step, d)
+        return state["params"], int(jax.device_get(state["step"]))
+    raise FileNotFoundError(f"no checkpoint in {workdir} (looked in best/ and checkpoints/)")
+
+
+@functools.lru_cache(maxsize=32)
+def make_decode_fn(graphdef, is_generator: bool, max_len: int, method: str = "beam", beam_size: int = 1,
+                   alpha: float = 0.0):
+    """The jitted decoder ``(params, batch) -> (ids, scores)`` of a model (cached per arguments).
+
+    Generators: :func:`openvivqa_jax.decoding.make_decode_fn` (``method`` greedy / beam over ``max_len``
+    steps; ids ``(batch, max_len)`` over ``V + N``, scores ``(batch,)``). Classifiers: the model's
+    ``predict`` of its logits, ids ``(batch,)`` and the top logit ``(batch,)`` (the other arguments unused).
+
+    Args:
+      graphdef: ``nnx.split(model, nnx.Param)[0]`` (hashable).
+    """
+    if not is_generator:
+        @jax.jit
+        def classify(params, batch):
+            model = nnx.merge(graphdef, params)
+            logits = model(batch)
+            return model.predict(logits, batch), jnp.max(logits, -1)
+
+        return classify
+    return decoding.make_decode_fn(graphdef, max_len=max_len, method=method, beam_size=beam_size, alpha=alpha)
+
+
+def decode_fn_for(cfg, graphdef, is_generator: bool, method: str | None = None, beam_size: int | None = None,
+                  alpha: float | None = None):
+    """:func:`make_decode_fn` for a run's config: None arguments take ``cfg.eval``'s ``decoding``,
+    ``beam_size`` and ``alpha``; answers are at most ``cfg.model.max_answer_len`` steps."""
+    e = cfg.eval
+    return make_decode_fn(graphdef, is_generator, int(cfg.model.max_answer_len), method or e.decoding,
+                          beam_size or e.beam_size, e.alpha if alpha is None else alpha)
+
+
+@functools.lru_cache(maxsize=32)
+def make_attention_fn(graphdef, bos_id: int):
+    """The jitted ``(params, batch, ids) -> model.answer_attention(batch, ids, bos_id)`` (cached per arguments)."""
+    return jax.jit(lambda params, batch, ids: nnx.merge(graphdef, params).answer_attention(batch, ids, bos_id))
+
+
+@dataclasses.dataclass
+class PhotoQuestion:
+    """One question about a photo: ids, the normalized question, the image (RGB ``PIL.Image``), its file and
+    its OCR tokens (``{"text", "box", "score"}``, boxes xyxy in ``[0, 1]``)."""
+
+    question_id: str
+    image_id: str
+    question: str
+    image: Any
+    image_path: str
+    ocr: list[dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class Inference:
+    """A restored run, ready to answer.
+
+    Attributes:
+      cfg: the run's config (``num_answers`` set from ``answers.json`` for classifiers).
+      workdir: the run folder (absolute).
+      graphdef: the model's graph (``nnx.split(model, nnx.Param)[0]``).
+      params: the restored parameters (``nnx.State``) placed on ``mesh``.
+      step: the training step the parameters were saved at.
+      mesh, batch_sharding: the device mesh (``cfg.mesh``) and the batch's sharding (leading axis on ``data``).
+      inputs: tokenizer, answer list, preprocessors and answer vocabulary (:class:`openvivqa_jax.assets.Inputs`).
+      is_generator: whether the model generates answers (else it classifies).
+    """
+
+    cfg: Any
+    workdir: str
+    graphdef: Any
+    params: Any
+    step: int
+    mesh: Any
+    batch_sharding: Any
+    inputs: assets.Inputs
+    is_generator: bool
+
+    def decode_fn(self, method: str | None = None, beam_size: int | None = None, alpha: float | None = None):
+        """:func:`decode_fn_for` this run."""
+        return decode_fn_for(self.cfg, self.graphdef, self.is_generator, method, beam_size, alpha)
+
+    def photo_features(self, index: int, question_id: str, question: str, image_bytes: bytes, image_key: str,
+                       ocr_tokens: list[dict]) -> dict:
+        """Model inputs of one question about an encoded image with its OCR tokens (``{"text", "box",
+        "score"}``), by the run's :class:`~openvivqa_jax.data.pipeline.Preprocessor` (``for_decoding``).
+
+        Raises:
+          openvivqa_jax.data.pipeline.DatasetError: an image or OCR token the preprocessor cannot use.
+        """
+        from openvivqa_jax.data import pipeline
+
+        rec = pipeline.Record(
+            index=index, question_id=question_id, image_id=image_key, question=question, answers=[], qa_type=-1,
+            ocr_texts=[t["text"] for t in ocr_tokens], image_bytes=image_bytes,
+            ocr_boxes=np.asarray([t["box"] for t in ocr_tokens], np.float32).reshape(-1, 4))
+        return self.inputs.pre.features(rec, None, for_decoding=True)
+
+    def answer_photos(self, questions: list[PhotoQuestion], beam: int, batch_size: int = 8,
+                      with_attention: bool = False) -> list[dict]:
+        """Answers questions about photos; returns per question ``{question_id, image_id, image, question, score,
+        ocr, ocr_truncated, answer, words[, ids]}`` (``ocr``: the tokens the model saw, at most ``N``; ``words``:
+        :meth:`explain`; ``ids``: a generator's decoded ids).
+
+        Batches are padded to ``batch_size`` (one compilation per size). With ``with_attention`` each result
+        also carries ``heat`` ``(gh, gw)`` (or None) and ``heat_note`` (:func:`openvivqa_jax.plot.attention_heat`).
+
+        Raises:
+          openvivqa_jax.data.pipeline.DatasetError: an image or OCR token the preprocessor cannot use (names the
+            question and image).
+        """
+        from openvivqa_jax.data.pipeline import DatasetError
+        from openvivqa_jax.plot import attention_heat
+
+        encoded: dict[str, bytes] = {}
+
+        def features(q: PhotoQuestion, index: int) -> dict:
+            if q.image_path not in encoded:  # lossless, once per image (the Preprocessor decodes bytes)
+                buf = io.BytesIO()
+                q.image.save(buf, format="PNG", compress_level=1)
+                encoded[q.image_path] = buf.getvalue()
+            try:
+                return self.photo_features(index, q.question_id, q.question, encoded[q.image_path], q.image_path, q.ocr)
+            except DatasetError as e:
+                raise DatasetError(f"question {q.question_id!r} ({q.image_path}): {e}") from None
+
+        bs, n_ocr = max(1, min(batch_size, len(questions))), self.cfg.model.num_ocr
+        eos = self.inputs.tokenizer.eos_id
+        results: list[dict] = []
+        for start in range(0, len(questions), bs):
+            chunk = list(questions[start:start + bs])
+            out, scores, batch = self.decode_batch([features(q, i) for i, q in enumerate(chunk)], bs, beam)
+            attn = self.answer_attention(batch, out) if with_attention else None
+            for i, q in enumerate(chunk):
+                ocr = q.ocr[:n_ocr]
+                res = {"question_id": q.question_id, "image_id": q.image_id, "image": q.image_path,
+                       "question": q.question, "score": float(scores[i]), "ocr": ocr,
+                       "ocr_truncated": max(0, len(q.ocr) - len(ocr))}
+                res["answer"], res["words"] = self.explain(out[i], ocr)
+                if self.is_generator:
+                    res["ids"] = [int(x) for x in out[i]]
+                if with_attention and attn:
+                    n_steps = next((t for t, x in enumerate(res["ids"]) if x == eos), len(res["ids"]))
+                    # the answer's steps; the EOS step alone for an empty answer
+                    res["heat"], res["heat_note"] = attention_heat(attn["weights"][i, : max(1, n_steps)],
+                                                                   attn["boxes"][i], attn["mask"][i], attn["layout"],
+                                                                   n_ocr)
+                elif with_attention:
+                    res["heat"], res["heat_note"] = None, f"no decoder attention map for model {self.cfg.model.name}"
+                results.append(res)
+        return results
+
+    def decode_batch(self, feats: list[dict], batch_size: int, beam_size: int | None = None):
+        """Decodes examples given as feature dicts (:meth:`~openvivqa_jax.data.pipeline.Preprocessor.features`
+        with ``for_decoding``), padded to ``batch_size`` with invalid rows (one compilation per size):
+        generators by beam search of ``beam_size`` (None: ``eval.beam_size``), classifiers by arg-max.
+
+        Returns:
+          ``(ids, scores, batch)``: numpy ids ``(batch_size, max_answer_len)`` over ``V + N`` (classifiers:
+          ``(batch_size,)`` class ids), scores ``(batch_size,)``, and the global input batch.
+        """
+        from openvivqa_jax.data import pipeline
+
+        feats = list(feats)
+        while len(feats) < batch_size:
+            pad = {k: np.zeros_like(v) for k, v in feats[0].items()}
+            pad["valid"] = np.bool_(False)
+            feats.append(pad)
+        batch = pipeline.to_global({k: np.stack([f[k] for f in feats]) for k in feats[0]}, self.batch_sharding)
+        fn = self.decode_fn(method="beam", beam_size=beam_size) if self.is_generator else self.decode_fn()
+        with self.mesh:
+            ids, scores = fn(self.params, batch)
+        return np.asarray(ids), np.asarray(scores), batch
+
+    def answer_attention(self, batch: dict, ids: np.ndarray) -> dict | None:
+        """The model's ``answer_attention`` of decoded ``ids`` ``(batch, steps)`` (numpy ``weights`` ``(batch,
+        steps, memory)``, ``boxes`` ``(batch, S, 4)``, ``mask`` ``(batch, S)``) plus ``layout``, the image's
+        ``(start, stop)`` in the memory (``decoder_memory_layout``); None for classifiers and for generators
+        without a memory decoder (M4C)."""
+        n = self.cfg.model.num_ocr
+        model = nnx.merge(self.graphdef, self.params)
+        if not self.is_generator or model.decoder_memory_layout(1, n) is None:
+            return None
+        fn = make_attention_fn(self.graphdef, int(self.inputs.tokenizer.bos_id))
+        with self.mesh:
+            out = {k: np.asarray(v) for k, v in fn(self.params, batch, jnp.asarray(ids)).items()}
+        out["layout"] = model.decoder_memory_layout(out["boxes"].shape[1], n)
+        return out
+
+    def explain(self, ids, ocr_tokens: list[dict]) -> tuple[str, list[dict]]:
+        """The answer text of one decoded row and where each of its words came from.
+
+        Args:
+          ids: a generator's ids ``(steps,)`` over ``V + N`` or a classifier's class id.
+          ocr_tokens: the example's OCR tokens in slot order (``{"text", "box", "score"}``).
+
+        Returns:
+          ``(answer, words)``: :func:`openvivqa_jax.text.answer_vocab.word_provenance` (generators) or
+          :meth:`openvivqa_jax.text.answer_list.AnswerList.word_provenance` (classifiers).
+
+        Raises:
+          AssertionError: the provenance words, joined, differ from the decoded answer (a bug).
+        """
+        from openvivqa_jax.text.answer_vocab import word_provenance
+
+        inp, texts = self.inputs, [t["text"] for t in ocr_tokens]
+        if not self.is_generator:
+            return inp.answer_list.decode(int(ids), texts), inp.answer_list.word_provenance(int(ids), ocr_tokens)
+        ids = [int(x) for x in ids]
+        answer = inp.vocab.decode(ids, texts)
+        words = word_provenance(ids, inp.vocab, inp.tokenizer, ocr_tokens)
+        joined = " ".join(w["word"] for w in words)
+        if joined != answer:  # the provenance must describe exactly the decoded answer
+            raise AssertionError(f"provenance {joined!r} != answer {answer!r}")
+        return answer, words
+
+
+def abstract_params(cfg, model, mesh) -> tuple[Any, Any]:
+    """``(graphdef, params)`` of ``model`` with the parameters as ``jax.ShapeDtypeStruct`` s carrying the
+    run's parameter shardings over ``mesh`` (``cfg.sharding_rules``, ``cfg.fsdp``; as in training)."""
+    graphdef, params = nnx.split(model, nnx.Param)
+    abstract = jax.eval_shape(lambda p: p, params)
+    shardings = sharding.param_shardings(abstract, mesh, tuple(cfg.get("sharding_rules", ())),
+                                         fsdp=cfg.get("fsdp", False))
+    return graphdef, jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+
+def _has_step(d: str) -> bool:
+    return os.path.isdir(d) and any(n.isdigit() and os.path.isdir(os.path.join(d, n)) for n in os.listdir(d))
+
+
+def check_workdir(workdir: str) -> None:
+    """Checks that ``workdir`` can be answered from: ``config.json``, ``spm.model`` and a checkpoint step in
+    ``best/`` or ``checkpoints/``.
+
+    Raises:
+      FileNotFoundError: naming the workdir and what is missing (one line).
+    """
+    if not os.path.isdir(workdir):
+        raise FileNotFoundError(f"workdir {workdir}: not found")
+    for name, what in (("config.json", "the run's config"), ("spm.model", "the tokenizer")):
+        if not os.path.isfile(os.path.join(workdir, name)):
+            raise FileNotFoundError(f"workdir {workdir}: no {name} ({what}); is it a training run folder?")
+    if not (_has_step(os.path.join(workdir, "best")) or _has_step(os.path.join(workdir, "checkpoints"))):
+        raise FileNotFoundError(f"workdir {workdir}: no checkpoint (best/ and checkpoints/ hold no saved step); "
+                                "train first")
+
+
+def load_config(workdir: str):
+    """``<workdir>/config.json`` as an ``ml_collections.ConfigDict`` (JSON lists become tuples again).
+
+    Raises:
+      openvivqa_jax.evaluation.formats.InputError: the file is unreadable, invalid JSON or not a run config
+        (no ``model`` section); the message names the file.
+    """
+    import ml_collections
+
+    from openvivqa_jax.evaluation.formats import InputError, read_json_file
+
+    path = os.path.join(workdir, "config.json")
+    raw = read_json_file(path, "")
+    if not isinstance(raw, dict) or "model" not in raw:
+        raise InputError(f"{path}: not a run config (no 'model' section)")
+    return ml_collections.ConfigDict(_tuplify(raw))
+
+
+def load_for_inference(workdir: str, cfg=None) -> Inference:
+    """Restores the parameters of a run for answering (no dataset, no model initialization, no optimizer state).
+
+    Args:
+      workdir: the run folder: ``config.json`` (used when ``cfg`` is None), ``spm.model``, for classifiers
+        ``answers.json``, and a checkpoint in ``best/`` or ``checkpoints/`` (the best step is preferred).
+      cfg: the config to use instead of ``config.json`` (e.g. with another ``mesh.shape``); changed in place
+        (``model.num_answers``; ``model.vision.checkpoint`` is cleared since the weights come from the run).
+
+    Raises:
+      FileNotFoundError: ``spm.model``, ``answers.json`` (classifiers) or every checkpoint is missing.
+      openvivqa_jax.evaluation.formats.InputError: an unusable ``config.json`` (:func:`load_config`).
+    """
+    from openvivqa_jax.models import build_model, model_class
+
+    workdir = os.path.abspath(os.path.expanduser(workdir))
+    cfg = load_config(workdir) if cfg is None else cfg
+    with cfg.unlocked():
+        if cfg.model.get("vision") is not None and cfg.model.vision.get("checkpoint"):
+            cfg.model.vision.checkpoint = None  # the trained weights come from the run's checkpoint
+    tokenizer = assets.load_tokenizer(cfg, workdir)
+    is_generator = model_class(cfg.model.name).is_generator
+    answer_list = None if is_generator else assets.load_answer_list(cfg, workdir)
+    model = nnx.eval_shape(lambda: build_model(cfg.model, tokenizer.vocab_size, seed=cfg.seed))
+    mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
+    graphdef, abstract = abstract_params(cfg, model, mesh)
+    params, step = restore_params(workdir, abstract, "best")
+    return Inference(cfg, workdir, graphdef, params, step, mesh, sharding.batch_sharding(mesh),
+                     assets.make_inputs(cfg, tokenizer, answer_list, model), is_generator)
+
+
+def _tuplify(x):
+    """JSON lists back to the config's tuples (recursively)."""
+    if isinstance(x, dict):
+        return {k: _tuplify(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return tuple(_tuplify(v) for v in x)
+    return x
