@@ -38,6 +38,12 @@ class GeneratorModel(nnx.Module):
         enc = self.encode(batch, deterministic=deterministic, rngs=rngs)
         return self.decode_train(enc, batch["decoder_in"], deterministic=deterministic, rngs=rngs)
 
+    def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int] | None:
+        """Where the image's ``num_vision`` grid cells / regions sit in the answer decoder's cross-attention
+        memory: ``(start, stop)``, or None for a model whose decoder attends to no such memory (M4C's
+        multimodal transformer decodes over one joint sequence)."""
+        return None
+
 
 class MemoryDecoderGenerator(GeneratorModel):
     """A generator whose ``encode`` returns a fused memory for the transformer answer decoder
@@ -68,6 +74,34 @@ class MemoryDecoderGenerator(GeneratorModel):
         """One cached step: ``(logits (batch, V + N), cache)``."""
         return self.decoder.step(ids_t, t, cache, dec["cross_kv"], dec["memory_mask"], dec["ocr_feats"],
                                  dec["ocr_mask"])
+
+    def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int] | None:
+        """``(0, num_vision)``: FST's memory is ``x_f`` over the grid (then optionally the question) and
+        QuMLAG's ``[x_I; x_Q]``, so the image comes first. MLPAG overrides it."""
+        return (0, num_vision)
+
+    def answer_attention(self, batch: dict, answer_ids: jax.Array, bos_id: int) -> dict:
+        """The answer decoder's cross-attention while it reads ``answer_ids`` (teacher forcing from BOS),
+        with the image's cells for drawing it (prediction's heat map).
+
+        Args:
+          batch: the model inputs of ``batch`` examples.
+          answer_ids: ``(batch, steps)`` int32 decoded ids over ``V + N``.
+          bos_id: the tokenizer's BOS id (the first decoder input).
+
+        Returns:
+          ``{"weights": (batch, steps, memory) float32`` (mean over layers and heads; rows sum to 1 over the
+          unmasked memory), ``"boxes": (batch, num_vision, 4)`` the image cells' xyxy boxes in ``[0, 1]``,
+          ``"mask": (batch, num_vision)`` valid cells``}``; :meth:`decoder_memory_layout` says which memory
+          positions are the cells.
+        """
+        enc = self.encode(batch)
+        vis = self.vision(batch)
+        ids = answer_ids
+        dec_in = jnp.concatenate([jnp.full(ids[:, :1].shape, bos_id, ids.dtype), ids[:, :-1]], 1)
+        _, weights = self.decoder(dec_in, enc["memory"], enc["memory_mask"], enc["ocr_feats"], enc["ocr_mask"],
+                                  return_attention=True)
+        return {"weights": jnp.mean(jnp.stack(weights, 1), axis=(1, 2)), "boxes": vis["boxes"], "mask": vis["mask"]}
 
 
 def extended_targets(target_vocab: jax.Array, target_ocr: jax.Array, vocab_size: int) -> jax.Array:
