@@ -12,7 +12,8 @@ regions x 1024 with boxes, question 20, answer 20 steps, 50 OCR tokens with det 
 measurement):
 
 * ``greedy`` and ``beam``: :func:`openvivqa_jax.decoding.make_decode_fn` (one jitted ``lax.while_loop``,
-  KV cache, cross-attention keys/values and M4C's prefix computed once); compile time
+  KV cache, cross-attention keys/values and M4C's prefix computed once; with ``--share_memory`` the beams
+  of an example read one copy of the memory's keys/values instead of one each); compile time
   (``fn.lower(...).compile()``), then the median of ``--repeats`` calls after one warm-up call.
 * ``reference``: the reference PyTorch implementation's decoding, in JAX: a plain Python loop, not jitted,
   that at every step runs the model's full teacher-forced forward (encoder included) on the growing
@@ -122,7 +123,7 @@ def worker(args) -> dict:
         graphdef, params = nnx.split(model, nnx.Param)
         del model
         fn = decoding.make_decode_fn(graphdef, max_len=max_len, beam_size=args.beam_size, alpha=0.0,
-                                     method="greedy" if mode == "greedy" else "beam")
+                                     method="greedy" if mode == "greedy" else "beam", share_memory=args.share_memory)
         t1 = time.perf_counter()
         compiled = fn.lower(params, inputs).compile()
         res["compile_s"] = time.perf_counter() - t1
@@ -138,6 +139,7 @@ def worker(args) -> dict:
         res["steps"] = int((ids != 0).sum(1).max())
         if mode == "beam":
             res["beam_size"] = args.beam_size
+            res["share_memory"] = args.share_memory
     if args.ids_out:
         np.save(args.ids_out, ids)
     res["seconds_median"] = statistics.median(secs)
@@ -160,6 +162,9 @@ def main(argv=None) -> dict:
     p.add_argument("--no_reference", action="store_true", help="skip the full-recompute reference loop")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
                    help="compute dtype (model.dtype; parameters stay float32); default: the config's, float32")
+    p.add_argument("--share_memory", action="store_true",
+                   help="beam search keeps the memory's cross-attention keys/values once per example "
+                        "(decoding.beam_search(share_memory=True); float results may differ by ~1e-7)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ids_out", default=None, help=argparse.SUPPRESS)
@@ -189,6 +194,8 @@ def main(argv=None) -> dict:
                     wargs.append(f"--dtype={args.dtype}")
                 if args.smoke:
                     wargs.append("--smoke")
+                if args.share_memory:
+                    wargs.append("--share_memory")
                 r = common.run_worker(script, wargs)
                 entry[mode] = {k: v for k, v in r.items() if k not in ("model", "mode")}
             if "reference" in entry:

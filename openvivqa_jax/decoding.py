@@ -101,7 +101,7 @@ def _tile(tree, k: int):
 
 
 def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: float = 0.0, bos_id: int = 2,
-                eos_id: int = 3, pad_id: int = 0, banned=BANNED_IDS):
+                eos_id: int = 3, pad_id: int = 0, banned=BANNED_IDS, share_memory: bool = False):
     """Beam search with a KV cache, per-beam EOS, length penalty and early stopping.
 
     Args:
@@ -111,6 +111,11 @@ def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: floa
       max_len: maximum steps ``T``.
       beam_size: ``K``.
       alpha: length-penalty exponent >= 0 (0 disables it; the paper's setting).
+      share_memory: keep the per-example decoding constants named by the model's ``beam_shared_keys``
+        (the memory's cross-attention keys/values and mask of MLPAG, QuMLAG, FST) once per example
+        instead of repeating them ``K`` times; the ``K`` beams then attend as ``K`` query rows over one
+        copy. The same math; float results may differ in the last bits (order 1e-7), hence off by
+        default. No effect on M4C.
 
     Raises:
       ValueError: if ``alpha < 0`` (the early-stop bound assumes a non-decreasing penalty).
@@ -126,7 +131,8 @@ def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: floa
     enc = model.encode(batch)
     dec = model.prepare_decode(enc)
     b = enc["ocr_mask"].shape[0]
-    dec = _tile(dec, K)
+    shared = set(getattr(model, "beam_shared_keys", ())) if share_memory else set()
+    dec = {key: (v if key in shared else _tile(v, K)) for key, v in dec.items()}
     cache = model.init_cache(b * K, T)
     allowed = batch.get("allowed_vocab")
     allowed = None if allowed is None else jnp.repeat(allowed, K, axis=0)  # (b * K, V + N), as _tile
@@ -184,7 +190,8 @@ def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: floa
     return top_seq[:, 0], top_score[:, 0], top_seq, top_score
 
 
-def make_decode_fn(graphdef: Any, *, max_len: int, beam_size: int = 1, alpha: float = 0.0, method: str = "beam"):
+def make_decode_fn(graphdef: Any, *, max_len: int, beam_size: int = 1, alpha: float = 0.0, method: str = "beam",
+                   share_memory: bool = False):
     """A jitted ``fn(params, batch) -> (ids (batch, T), score (batch,))``.
 
     Args:
@@ -193,6 +200,7 @@ def make_decode_fn(graphdef: Any, *, max_len: int, beam_size: int = 1, alpha: fl
       beam_size: ``K``; with ``method="greedy"`` it is ignored.
       alpha: length-penalty exponent.
       method: ``"beam"`` or ``"greedy"``.
+      share_memory: :func:`beam_search`'s (beam only; off by default).
 
     Raises:
       ValueError: for an unknown method or ``beam_size < 1``.
@@ -207,7 +215,8 @@ def make_decode_fn(graphdef: Any, *, max_len: int, beam_size: int = 1, alpha: fl
         model = nnx.merge(graphdef, params)
         if method == "greedy":
             return greedy_search(model, batch, max_len=max_len)
-        ids, score, _, _ = beam_search(model, batch, max_len=max_len, beam_size=beam_size, alpha=alpha)
+        ids, score, _, _ = beam_search(model, batch, max_len=max_len, beam_size=beam_size, alpha=alpha,
+                                       share_memory=share_memory)
         return ids, score
 
     return fn

@@ -30,6 +30,11 @@ class GeneratorModel(nnx.Module):
     is_generator = True
     #: Whether answers may copy OCR tokens (a pointer network); False for FST and QuMLAG.
     copies_ocr = True
+    #: Keys of :meth:`prepare_decode`'s dict whose leaves beam search may keep once per example instead of once
+    #: per beam (``beam_search(share_memory=True)``): the model's ``decode_step`` must accept them with
+    #: ``batch`` rows while the cache and ids have ``batch * K``. Empty for M4C (its prefix keys/values are
+    #: attended together with the per-beam cache).
+    beam_shared_keys: tuple[str, ...] = ()
     vocab_size: int
     num_ocr: int
 
@@ -55,6 +60,9 @@ class MemoryDecoderGenerator(GeneratorModel):
     """
 
     decoder: nnx.Module
+    #: The memory's cross-attention keys/values and mask are the same for every beam of an example; the
+    #: decoder's cross-attention reads one copy for all of them (``MultiHeadAttention.attend_heads``).
+    beam_shared_keys = ("cross_kv", "memory_mask")
 
     def decode_train(self, enc, decoder_in, *, deterministic=True, rngs=None):
         """Teacher-forced logits ``(batch, ans_len, V + N)`` float32 (eq. 7 / eq. 8)."""

@@ -293,8 +293,19 @@ class MultiHeadAttention(nnx.Module):
             one fused call.
           mask: bool, broadcastable to ``(batch, H, q_len, sum n_i)``; ``None`` attends everywhere.
 
+        One segment may have fewer rows than ``q_in``: keys/values ``(b, H, head_dim, n)`` shared by
+        ``batch / b`` consecutive query rows (beam search's beams of one example,
+        :func:`openvivqa_jax.decoding.beam_search` with ``share_memory``); those rows then attend as
+        ``batch / b`` query positions of one example (``mask`` of batch ``b`` or 1, one query row). The
+        result equals attending over ``batch / b`` repeated copies up to float rounding (the dot runs over
+        ``batch / b`` query rows at once; differences of order 1e-7).
+
         Returns:
           ``(batch, q_len, d)``, equal to :meth:`attend` over the concatenated keys/values.
+
+        Raises:
+          ValueError: shared keys/values whose batch does not divide ``batch``, or a mask that is not of
+            batch ``b`` (or 1) with one query row.
         """
         q = self._split(self.query(q_in))
         if len(segments) > 1 and self.implementation == "xla":
@@ -323,7 +334,17 @@ class MultiHeadAttention(nnx.Module):
             vs = [jnp.transpose(v, (0, 3, 1, 2)) for _, v in segments]
             k = ks[0] if len(ks) == 1 else jnp.concatenate(ks, 1)
             v = vs[0] if len(vs) == 1 else jnp.concatenate(vs, 1)
+            rows, group = q.shape[0], q.shape[0] // k.shape[0]
+            if group > 1:  # one key/value row shared by `group` consecutive query rows (beam search's beams)
+                if rows % k.shape[0] or (mask is not None and (jnp.shape(mask)[-2] != 1
+                                                               or jnp.shape(mask)[0] not in (1, k.shape[0]))):
+                    raise ValueError(f"attend_heads: {rows} query rows over keys/values of batch {k.shape[0]} need "
+                                     f"a multiple and a mask of batch 1 or {k.shape[0]} with one query row, got "
+                                     f"mask shape {jnp.shape(mask)}")
+                q = q.reshape((k.shape[0], group * q.shape[1]) + q.shape[2:])
             ctx = self._fused(q, k.astype(q.dtype), v.astype(q.dtype), mask)
+            if group > 1:
+                ctx = ctx.reshape((rows, -1) + ctx.shape[2:])
         return self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
 
 
