@@ -24,6 +24,7 @@ from absl import logging
 from flax import nnx
 
 from openvivqa_jax import assets, decoding, sharding
+from openvivqa_jax.workdir import load_config
 
 __all__ = ["restore_params", "make_decode_fn", "decode_fn_for", "make_attention_fn", "PhotoQuestion", "Inference",
            "abstract_params", "check_workdir", "load_config", "load_for_inference"]
@@ -294,45 +295,6 @@ def abstract_params(cfg, model, mesh) -> tuple[Any, Any]:
     return graphdef, jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
 
 
-def _has_step(d: str) -> bool:
-    return os.path.isdir(d) and any(n.isdigit() and os.path.isdir(os.path.join(d, n)) for n in os.listdir(d))
-
-
-def check_workdir(workdir: str) -> None:
-    """Checks that ``workdir`` can be answered from: ``config.json``, ``spm.model`` and a checkpoint step in
-    ``best/`` or ``checkpoints/``.
-
-    Raises:
-      FileNotFoundError: naming the workdir and what is missing (one line).
-    """
-    if not os.path.isdir(workdir):
-        raise FileNotFoundError(f"workdir {workdir}: not found")
-    for name, what in (("config.json", "the run's config"), ("spm.model", "the tokenizer")):
-        if not os.path.isfile(os.path.join(workdir, name)):
-            raise FileNotFoundError(f"workdir {workdir}: no {name} ({what}); is it a training run folder?")
-    if not (_has_step(os.path.join(workdir, "best")) or _has_step(os.path.join(workdir, "checkpoints"))):
-        raise FileNotFoundError(f"workdir {workdir}: no checkpoint (best/ and checkpoints/ hold no saved step); "
-                                "train first")
-
-
-def load_config(workdir: str):
-    """``<workdir>/config.json`` as an ``ml_collections.ConfigDict`` (JSON lists become tuples again).
-
-    Raises:
-      openvivqa_jax.evaluation.formats.InputError: the file is unreadable, invalid JSON or not a run config
-        (no ``model`` section); the message names the file.
-    """
-    import ml_collections
-
-    from openvivqa_jax.evaluation.formats import InputError, read_json_file
-
-    path = os.path.join(workdir, "config.json")
-    raw = read_json_file(path, "")
-    if not isinstance(raw, dict) or "model" not in raw:
-        raise InputError(f"{path}: not a run config (no 'model' section)")
-    return ml_collections.ConfigDict(_tuplify(raw))
-
-
 def load_for_inference(workdir: str, cfg=None) -> Inference:
     """Restores the parameters of a run for answering (no dataset, no model initialization, no optimizer state).
 
@@ -344,7 +306,8 @@ def load_for_inference(workdir: str, cfg=None) -> Inference:
 
     Raises:
       FileNotFoundError: ``spm.model``, ``answers.json`` (classifiers) or every checkpoint is missing.
-      openvivqa_jax.evaluation.formats.InputError: an unusable ``config.json`` (:func:`load_config`).
+      openvivqa_jax.evaluation.formats.InputError: an unusable ``config.json``
+        (:func:`openvivqa_jax.workdir.load_config`).
     """
     from openvivqa_jax.models import build_model, model_class
 
@@ -362,12 +325,3 @@ def load_for_inference(workdir: str, cfg=None) -> Inference:
     params, step = restore_params(workdir, abstract, "best")
     return Inference(cfg, workdir, graphdef, params, step, mesh, sharding.batch_sharding(mesh),
                      assets.make_inputs(cfg, tokenizer, answer_list, model), is_generator)
-
-
-def _tuplify(x):
-    """JSON lists back to the config's tuples (recursively)."""
-    if isinstance(x, dict):
-        return {k: _tuplify(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return tuple(_tuplify(v) for v in x)
-    return x

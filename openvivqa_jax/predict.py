@@ -60,14 +60,17 @@ def _input(fn, *args, prefix: str = ""):
     """``fn(*args)``, its input errors (:class:`~openvivqa_jax.evaluation.formats.InputError`,
     :class:`~openvivqa_jax.data.ocr.OcrFileError`, :class:`~openvivqa_jax.data.pipeline.DatasetError`, a
     missing workdir file) as :class:`PredictError` (message ``prefix`` + the error's)."""
-    from openvivqa_jax.data.ocr import OcrFileError
-    from openvivqa_jax.data.pipeline import DatasetError
-    from openvivqa_jax.evaluation.formats import InputError
-
     try:
         return fn(*args)
-    except (InputError, OcrFileError, DatasetError, FileNotFoundError) as e:
+    except _input_errors() as e:  # evaluated only when fn raised
         raise PredictError(f"{prefix}{e}") from None
+
+
+def _input_errors() -> tuple[type, ...]:
+    """The input-error classes of the modules imported so far (no module is imported for them)."""
+    kinds = [("openvivqa_jax.evaluation.formats", "InputError"), ("openvivqa_jax.data.ocr", "OcrFileError"),
+             ("openvivqa_jax.data.pipeline", "DatasetError")]
+    return (FileNotFoundError, *(getattr(sys.modules[m], n) for m, n in kinds if m in sys.modules))
 
 
 def load_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS, question: str | None = None):
@@ -95,11 +98,11 @@ def load_run(workdir: str, beam: int | None = None):
       PredictError: an unusable workdir, a beam below 1, or a model whose vision input is pre-extracted region
         features (a photo cannot feed it).
     """
-    from openvivqa_jax import inference
+    from openvivqa_jax.workdir import check_workdir, load_config
 
     workdir = os.path.abspath(os.path.expanduser(workdir))
-    _input(inference.check_workdir, workdir)
-    cfg = _input(inference.load_config, workdir)
+    _input(check_workdir, workdir)  # before JAX is imported: bad input fails fast
+    cfg = _input(load_config, workdir)
     kind = cfg.model.vision.get("kind", "cnn")
     if kind not in ("cnn", "vit"):
         raise PredictError(f"workdir {workdir}: model.vision.kind is {kind!r}; predicting from a photo needs a "
@@ -108,6 +111,8 @@ def load_run(workdir: str, beam: int | None = None):
         raise PredictError(f"--beam must be >= 1, got {beam}")
     with cfg.unlocked():
         cfg.mesh.shape = (1, 1)  # one example at a time, on one device
+    from openvivqa_jax import inference
+
     return _input(inference.load_for_inference, workdir, cfg, prefix=f"workdir {workdir}: "), int(
         beam or cfg.eval.beam_size)
 

@@ -1,0 +1,61 @@
+"""What a run folder (``workdir``) must hold to be answered from, and its config; no JAX imported here, so the
+command-line tools check a workdir before JAX starts.
+
+A workdir holds ``config.json`` (the resolved config), ``spm.model`` (the tokenizer), for classifiers
+``answers.json``, and orbax checkpoints in ``best/<step>/`` and ``checkpoints/<step>/`` (see
+:mod:`openvivqa_jax.train`).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["check_workdir", "load_config"]
+
+
+def _has_step(d: str) -> bool:
+    return os.path.isdir(d) and any(n.isdigit() and os.path.isdir(os.path.join(d, n)) for n in os.listdir(d))
+
+
+def check_workdir(workdir: str) -> None:
+    """Checks that ``workdir`` can be answered from: ``config.json``, ``spm.model`` and a checkpoint step in
+    ``best/`` or ``checkpoints/``.
+
+    Raises:
+      FileNotFoundError: naming the workdir and what is missing (one line).
+    """
+    if not os.path.isdir(workdir):
+        raise FileNotFoundError(f"workdir {workdir}: not found")
+    for name, what in (("config.json", "the run's config"), ("spm.model", "the tokenizer")):
+        if not os.path.isfile(os.path.join(workdir, name)):
+            raise FileNotFoundError(f"workdir {workdir}: no {name} ({what}); is it a training run folder?")
+    if not (_has_step(os.path.join(workdir, "best")) or _has_step(os.path.join(workdir, "checkpoints"))):
+        raise FileNotFoundError(f"workdir {workdir}: no checkpoint (best/ and checkpoints/ hold no saved step); "
+                                "train first")
+
+
+def load_config(workdir: str):
+    """``<workdir>/config.json`` as an ``ml_collections.ConfigDict`` (JSON lists become tuples again).
+
+    Raises:
+      openvivqa_jax.evaluation.formats.InputError: the file is unreadable, invalid JSON or not a run config
+        (no ``model`` section); the message names the file.
+    """
+    import ml_collections
+
+    from openvivqa_jax.evaluation.formats import InputError, read_json_file
+
+    path = os.path.join(workdir, "config.json")
+    raw = read_json_file(path, "")
+    if not isinstance(raw, dict) or "model" not in raw:
+        raise InputError(f"{path}: not a run config (no 'model' section)")
+    return ml_collections.ConfigDict(_tuplify(raw))
+
+
+def _tuplify(x):
+    """JSON lists back to the config's tuples (recursively)."""
+    if isinstance(x, dict):
+        return {k: _tuplify(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return tuple(_tuplify(v) for v in x)
+    return x
