@@ -66,6 +66,9 @@ def get_config() -> ml_collections.ConfigDict:
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
     # less training memory for one more forward pass of each block. Used by M4C.
     c.model.remat = False
+    # M4C's blocks under remat, when set: 'mmt', 'text', 'all', 'none' or block indices "0,13" (text blocks
+    # first, then MMT); "" follows model.remat (models/m4c.py remat_plan).
+    c.model.remat_blocks = ""
     # jax.nn.dot_product_attention implementation of every attention layer: 'xla' (any backend/dtype) or
     # 'cudnn' (cuDNN's fused kernel; CUDA GPU with model.dtype bfloat16 only).
     c.model.attention_impl = "xla"

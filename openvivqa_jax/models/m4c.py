@@ -46,7 +46,47 @@ from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding
 from openvivqa_jax.models.fst import vision_encoder
 from openvivqa_jax.models.layers import Dropout, EncoderBlock, _ln, call_block, dense
 
-__all__ = ["M4C", "prefix_lm_mask"]
+__all__ = ["M4C", "prefix_lm_mask", "remat_plan"]
+
+
+def remat_plan(spec, num_text: int, num_mmt: int) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """Which of M4C's blocks run under ``nnx.remat`` (recomputed in the backward pass instead of keeping their
+    activations; :func:`~openvivqa_jax.models.layers.call_block`), from ``config.model.remat_blocks`` when it is
+    set (a string), else ``config.model.remat`` (a bool).
+
+    Args:
+      spec: ``True`` or ``"all"`` (every text and MMT block, the behaviour of ``remat = True``), ``False`` or
+        ``"none"``, ``"mmt"`` (the MMT blocks only: over ``P + L`` positions they hold most of the activation
+        memory, while the text blocks run over the ``l`` question tokens), ``"text"``, or a list of block
+        indices into ``[text_0 .. text_{num_text-1}, mmt_0 .. mmt_{num_mmt-1}]`` (also as a comma-separated
+        string, ``"0,13"``).
+      num_text, num_mmt: the numbers of text and MMT blocks.
+
+    Returns:
+      ``(text flags (num_text,), mmt flags (num_mmt,))``.
+
+    Raises:
+      ValueError: for another value or an index outside ``[0, num_text + num_mmt)``.
+    """
+    n = num_text + num_mmt
+    named = {True: range(n), "all": range(n), False: (), "none": (), "mmt": range(num_text, n),
+             "text": range(num_text)}
+    if isinstance(spec, str) and spec not in named:
+        try:
+            spec = [int(x) for x in spec.split(",")]
+        except ValueError:
+            pass
+    if isinstance(spec, (bool, str)) and spec in named:
+        chosen = set(named[spec])
+    elif isinstance(spec, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in spec):
+        chosen = set(spec)
+        if any(i < 0 or i >= n for i in chosen):
+            raise ValueError(f"model.remat_blocks {list(spec)}: block indices must lie in [0, {n}) (text blocks "
+                             f"0..{num_text - 1}, MMT blocks {num_text}..{n - 1})")
+    else:
+        raise ValueError(f"model.remat_blocks/remat must be 'all', 'none', 'mmt', 'text', block indices such as "
+                         f"'0,13', or true/false; got {spec!r}")
+    return tuple(i in chosen for i in range(num_text)), tuple(num_text + i in chosen for i in range(num_mmt))
 
 
 def prefix_lm_mask(prefix_mask: jax.Array, dec_len: int) -> jax.Array:
@@ -89,7 +129,8 @@ class M4C(GeneratorModel):
         self.vocab_size = vocab_size
         self.num_ocr = cfg.num_ocr
         self.d_model = d
-        self.remat = bool(cfg.get("remat", False))
+        self.remat_text, self.remat_mmt = remat_plan(cfg.get("remat_blocks") or cfg.get("remat", False),
+                                                     cfg.num_text_layers, cfg.num_mmt_layers)
         blk = dict(d_model=d, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim, dropout=cfg.dropout, rngs=rngs,
                    dtype=dtype)
         self.question = QuestionEmbedding(vocab_size=vocab_size, d_model=d, max_len=cfg.max_question_len,
@@ -120,8 +161,8 @@ class M4C(GeneratorModel):
         kw = dict(deterministic=deterministic, rngs=rngs)
         q_mask = batch["question_mask"].astype(bool)
         q = self.question(batch["question"], **kw)
-        for blk in self.text_layers:
-            q = call_block(blk, q, q_mask, remat=self.remat, **kw)
+        for i, blk in enumerate(self.text_layers):
+            q = call_block(blk, q, q_mask, remat=self.remat_text[i], **kw)
         q = self.text_norm(q)
         vis = self.vision(batch, **kw)
         ocr = self.ocr(batch, vis, **kw)
@@ -168,8 +209,8 @@ class M4C(GeneratorModel):
         x = jnp.concatenate([enc["prefix"], dec.astype(enc["prefix"].dtype)], 1)
         mask = prefix_lm_mask(enc["prefix_mask"], L)
         key_mask = jnp.concatenate([enc["prefix_mask"], jnp.ones(decoder_in.shape, bool)], 1)
-        for blk in self.mmt_layers:
-            x = call_block(blk, x, key_mask, attn_mask=mask, remat=self.remat, **kw)
+        for i, blk in enumerate(self.mmt_layers):
+            x = call_block(blk, x, key_mask, attn_mask=mask, remat=self.remat_mmt[i], **kw)
         return self.mmt_norm(x)
 
     def decode_train(self, enc, decoder_in, *, deterministic=True, rngs=None):
