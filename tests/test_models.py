@@ -23,8 +23,8 @@ from openvivqa_jax.models import MODEL_REGISTRY, build_model
 from openvivqa_jax.models import m4c as m4c_module
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.models.classifier import soft_bce_loss, soft_cross_entropy_loss
-from openvivqa_jax.models.fst import glimpse_vectors, stacked_fusion
-from openvivqa_jax.models.param_count import config_rows, count_params, format_table
+from openvivqa_jax.models.encoders import glimpse_vectors, stacked_fusion
+from openvivqa_jax.param_count import config_rows, count_params, format_table
 from openvivqa_jax.text.answer_list import AnswerList
 
 V = 40

@@ -12,15 +12,17 @@ from flax import nnx
 
 __all__ = ["MODEL_REGISTRY", "build_model", "model_class"]
 
-#: ``name -> "module:Class"``; modules are imported lazily.
+#: ``name -> ".module:Class"``, the module relative to this package; modules are imported lazily. Each
+#: model module is a leaf: it imports only the shared modules (``layers``, ``encoders``, ``embeddings``,
+#: ``decoder``, ``base``, ``classifier``), never another model module.
 MODEL_REGISTRY = {
-    "mlpag": "openvivqa_jax.models.mlpag:MLPAG",
-    "fst": "openvivqa_jax.models.fst:FST",
-    "qumlag": "openvivqa_jax.models.qumlag:QuMLAG",
-    "m4c": "openvivqa_jax.models.m4c:M4C",
-    "saaa": "openvivqa_jax.models.saaa:SAAA",
-    "mcan": "openvivqa_jax.models.mcan:MCAN",
-    "lorra": "openvivqa_jax.models.lorra:LoRRA",
+    "mlpag": ".mlpag:MLPAG",
+    "fst": ".fst:FST",
+    "qumlag": ".qumlag:QuMLAG",
+    "m4c": ".m4c:M4C",
+    "saaa": ".saaa:SAAA",
+    "mcan": ".mcan:MCAN",
+    "lorra": ".lorra:LoRRA",
 }
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -35,7 +37,7 @@ def model_class(name: str):
     if name not in MODEL_REGISTRY:
         raise ValueError(f"unknown model {name!r}; known: {sorted(MODEL_REGISTRY)}")
     module, cls = MODEL_REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return getattr(importlib.import_module(module, __name__), cls)
 
 
 def build_model(model_cfg, vocab_size: int, seed: int = 0):

@@ -1,6 +1,7 @@
 """The interface every model implements, and the losses.
 
-Generators (FST, QuMLAG, MLPAG, M4C) implement::
+Generators (FST, QuMLAG, MLPAG, M4C) implement :class:`AnswerGenerator` (the interface
+:mod:`openvivqa_jax.decoding` is typed against) and teacher forcing::
 
     encode(batch, deterministic, rngs) -> enc            # dict of arrays, batch-major
     __call__(batch, deterministic, rngs) -> logits       # teacher forcing, (batch, ans_len, V + N)
@@ -15,13 +16,51 @@ can tile and reorder them. Classifiers (SAAA, MCAN, LoRRA) set ``is_generator = 
 
 from __future__ import annotations
 
+from typing import Any, Protocol, runtime_checkable
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.layers import NEG_INF
 
-__all__ = ["GeneratorModel", "MemoryDecoderGenerator", "pointer_softmax_loss", "pointer_bce_loss", "extended_targets"]
+__all__ = ["AnswerGenerator", "GeneratorModel", "MemoryDecoderGenerator", "pointer_softmax_loss",
+           "pointer_bce_loss", "extended_targets"]
+
+#: A pytree of arrays whose leaves all have ``batch`` (or ``batch * beam``) as the leading axis.
+BatchTree = Any
+
+
+@runtime_checkable
+class AnswerGenerator(Protocol):
+    """What :func:`~openvivqa_jax.decoding.greedy_search` and :func:`~openvivqa_jax.decoding.beam_search`
+    need of a model: encode once, then one cached decoder step at a time over the extended output space
+    (``V`` vocabulary pieces then ``N`` OCR slots, the pointer network of M4C, Hu et al. 2020 §3.3).
+
+    Every generator of the zoo (:class:`GeneratorModel` subclasses: FST, QuMLAG, MLPAG, M4C) satisfies it;
+    ``isinstance(model, AnswerGenerator)`` checks the methods' presence only.
+    """
+
+    def encode(self, batch: dict, *, deterministic: bool = True, rngs: nnx.Rngs | None = None) -> dict:
+        """Encodes the inputs once: a dict of batch-major arrays that holds at least ``ocr_mask``
+        ``(batch, N)`` bool (decoding reads ``batch`` and ``N`` from it)."""
+        ...
+
+    def prepare_decode(self, enc: dict) -> BatchTree:
+        """Per-example decoding constants (cross-attention K/V, M4C's prefix), computed once from
+        :meth:`encode`'s output; every leaf has ``batch`` as its leading axis (beam search repeats it)."""
+        ...
+
+    def init_cache(self, batch_size: int, max_len: int) -> BatchTree:
+        """The zeroed self-attention KV cache for ``batch_size`` rows and ``max_len`` steps; every leaf
+        has ``batch_size`` as its leading axis (beam search reorders it by parent beam)."""
+        ...
+
+    def decode_step(self, dec: BatchTree, ids_t: jax.Array, t: jax.Array,
+                    cache: BatchTree) -> tuple[jax.Array, BatchTree]:
+        """One step: the previous ids ``ids_t`` ``(batch,)`` int32 (``V + j`` copies OCR slot ``j``) at step
+        ``t`` (scalar int32) -> ``(logits (batch, V + N) float32, updated cache)``."""
+        ...
 
 
 class GeneratorModel(nnx.Module):

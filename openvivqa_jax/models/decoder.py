@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from openvivqa_jax.models.layers import NEG_INF, DecoderLayer, Dropout, _ln, dense
+from openvivqa_jax.models.layers import NEG_INF, DecoderLayer, Dropout, dense, layer_norm
 
 __all__ = ["AnswerDecoder", "causal_mask"]
 
@@ -55,11 +55,11 @@ class AnswerDecoder(nnx.Module):
         self.use_pointer = use_pointer
         self.embedding = nnx.Embed(vocab_size, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.pos_embedding = nnx.Embed(max_len, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
-        self.in_norm = _ln(d_model, rngs, dtype)
+        self.in_norm = layer_norm(d_model, rngs, dtype)
         self.layers = nnx.List([
             DecoderLayer(d_model, num_heads, ffn_dim, dropout, rngs=rngs, dtype=dtype) for _ in range(num_layers)
         ])
-        self.final_norm = _ln(d_model, rngs, dtype)
+        self.final_norm = layer_norm(d_model, rngs, dtype)
         self.vocab_head = dense(d_model, vocab_size, rngs, dtype)
         if use_pointer:
             self.ocr_in = dense(d_model, d_model, rngs, dtype)

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from openvivqa_jax.models.layers import SmallCNN, _ln, box_overlap_weights, dense, grid_boxes, masked_mean
+from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, grid_boxes, layer_norm, masked_mean
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
 __all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput"]
@@ -77,9 +77,9 @@ class VisionEncoder(nnx.Module):
             raw_dim = region_dim
         self.raw_dim = raw_dim
         self.feat_proj = dense(raw_dim, d_model, rngs, dtype)
-        self.feat_norm = _ln(d_model, rngs, dtype)
+        self.feat_norm = layer_norm(d_model, rngs, dtype)
         self.box_proj = dense(4, d_model, rngs, dtype)
-        self.box_norm = _ln(d_model, rngs, dtype)
+        self.box_norm = layer_norm(d_model, rngs, dtype)
         self.dropout = nnx.Dropout(dropout)
 
     def __call__(self, batch: dict, *, deterministic=True, rngs=None) -> VisionOutput:
@@ -113,7 +113,7 @@ class QuestionEmbedding(nnx.Module):
         self.embedding = nnx.Embed(vocab_size, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.pos_embedding = nnx.Embed(max_len, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.proj = dense(d_model, d_model, rngs, dtype)
-        self.norm = _ln(d_model, rngs, dtype)
+        self.norm = layer_norm(d_model, rngs, dtype)
         self.dropout = nnx.Dropout(dropout)
 
     def __call__(self, ids: jax.Array, *, deterministic=True, rngs=None) -> jax.Array:
@@ -159,9 +159,9 @@ class OcrEmbedding(nnx.Module):
         if "appearance" in self.features:
             self.app_proj = dense(appearance_dim, d_model, rngs, dtype)
         self.extra_proj = nnx.Dict({k.replace("/", "_"): dense(dim, d_model, rngs, dtype) for k, dim in self.extra})
-        self.feat_norm = _ln(d_model, rngs, dtype)
+        self.feat_norm = layer_norm(d_model, rngs, dtype)
         self.box_proj = dense(4, d_model, rngs, dtype)
-        self.box_norm = _ln(d_model, rngs, dtype)
+        self.box_norm = layer_norm(d_model, rngs, dtype)
         self.dropout = nnx.Dropout(dropout)
 
     def __call__(self, batch: dict, vision: VisionOutput | None, *, deterministic=True, rngs=None) -> jax.Array:

@@ -33,6 +33,7 @@ __all__ = [
     "box_overlap_weights",
     "masked_mean",
     "dense",
+    "layer_norm",
     "call_block",
 ]
 
@@ -362,7 +363,21 @@ class FeedForward(nnx.Module):
         return self.wo(self.dropout(h, deterministic=deterministic, rngs=rngs))
 
 
-def _ln(d: int, rngs: nnx.Rngs, dtype: Any) -> nnx.LayerNorm:
+def layer_norm(d: int, rngs: nnx.Rngs, dtype: Any) -> nnx.LayerNorm:
+    """The LayerNorm every model of the zoo uses (Ba et al. 2016): over the last axis of width ``d``.
+
+    ``y = (x - mean) / sqrt(var + 1e-6) * scale + bias``; ``epsilon = 1e-6`` is flax's default and big_vision's
+    ViT's (whose checkpoints :mod:`~openvivqa_jax.models.vit` loads). Parameters
+    (``scale``, ``bias``, ``(d,)``) are float32; ``dtype`` is the compute dtype.
+
+    Args:
+      d: feature width (the last axis of the inputs, ``(..., d)``).
+      rngs: parameter RNGs (LayerNorm's initializers are constant; the argument keeps NNX's signature).
+      dtype: compute dtype, e.g. ``jnp.float32`` or ``jnp.bfloat16``.
+
+    Returns:
+      An ``nnx.LayerNorm`` mapping ``(..., d) -> (..., d)``.
+    """
     return nnx.LayerNorm(d, epsilon=1e-6, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 
 
@@ -376,10 +391,10 @@ class CrossBlock(nnx.Module):
 
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, *, rngs: nnx.Rngs,
                  dtype: Any = jnp.float32):
-        self.norm_q = _ln(d_model, rngs, dtype)
-        self.norm_kv = _ln(d_model, rngs, dtype)
+        self.norm_q = layer_norm(d_model, rngs, dtype)
+        self.norm_kv = layer_norm(d_model, rngs, dtype)
         self.attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
-        self.norm_ffn = _ln(d_model, rngs, dtype)
+        self.norm_ffn = layer_norm(d_model, rngs, dtype)
         self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
         self.dropout = Dropout(dropout)
 
@@ -398,9 +413,9 @@ class EncoderBlock(nnx.Module):
 
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, *, rngs: nnx.Rngs,
                  dtype: Any = jnp.float32):
-        self.norm_q = _ln(d_model, rngs, dtype)
+        self.norm_q = layer_norm(d_model, rngs, dtype)
         self.attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
-        self.norm_ffn = _ln(d_model, rngs, dtype)
+        self.norm_ffn = layer_norm(d_model, rngs, dtype)
         self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
         self.dropout = Dropout(dropout)
 
@@ -423,11 +438,11 @@ class DecoderLayer(nnx.Module):
 
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float, *, rngs: nnx.Rngs,
                  dtype: Any = jnp.float32):
-        self.norm_self = _ln(d_model, rngs, dtype)
+        self.norm_self = layer_norm(d_model, rngs, dtype)
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
-        self.norm_cross = _ln(d_model, rngs, dtype)
+        self.norm_cross = layer_norm(d_model, rngs, dtype)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout, rngs=rngs, dtype=dtype)
-        self.norm_ffn = _ln(d_model, rngs, dtype)
+        self.norm_ffn = layer_norm(d_model, rngs, dtype)
         self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
         self.dropout = Dropout(dropout)
 

@@ -3,7 +3,7 @@
 Components (Singh et al. §4, as in Pythia's ``lorra`` model):
 
 * Question: piece embeddings + LSTM, then self-attention pooling to ``q`` ``(batch, d)`` (MCAN's
-  :class:`~openvivqa_jax.models.mcan.AttentionReduce` stands in for Pythia's conv self-attention).
+  :class:`~openvivqa_jax.models.encoders.AttentionReduce` stands in for Pythia's conv self-attention).
 * Image attention (top-down, :class:`TopDownAttention`):
   ``a = softmax_s(W_t (relu(W_v v) ⊙ relu(W_q q)))`` ``(batch, s, G)``; attended image
   ``v~ = [sum_s a[s, g] v_s]_g`` ``(batch, G * d)``.
@@ -26,10 +26,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.classifier import ClassifierModel
-from openvivqa_jax.models.embeddings import OcrEmbedding
-from openvivqa_jax.models.fst import LstmQuestionEncoder, glimpse_vectors, vision_encoder
+from openvivqa_jax.models.embeddings import OcrEmbedding, vision_encoder
+from openvivqa_jax.models.encoders import AttentionReduce, LstmQuestionEncoder, glimpse_vectors
 from openvivqa_jax.models.layers import NEG_INF, Dropout, dense
-from openvivqa_jax.models.mcan import AttentionReduce
 
 __all__ = ["LoRRA", "TopDownAttention"]
 

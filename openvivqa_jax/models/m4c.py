@@ -42,9 +42,8 @@ from flax import nnx
 
 from openvivqa_jax.models.base import GeneratorModel
 from openvivqa_jax.models.decoder import AnswerDecoder
-from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding
-from openvivqa_jax.models.fst import vision_encoder
-from openvivqa_jax.models.layers import Dropout, EncoderBlock, _ln, call_block, dense
+from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, vision_encoder
+from openvivqa_jax.models.layers import Dropout, EncoderBlock, call_block, dense, layer_norm
 
 __all__ = ["M4C", "prefix_lm_mask", "remat_plan"]
 
@@ -136,19 +135,19 @@ class M4C(GeneratorModel):
         self.question = QuestionEmbedding(vocab_size=vocab_size, d_model=d, max_len=cfg.max_question_len,
                                           dropout=cfg.dropout, rngs=rngs, dtype=dtype)
         self.text_layers = nnx.List([EncoderBlock(**blk) for _ in range(cfg.num_text_layers)])
-        self.text_norm = _ln(d, rngs, dtype)
+        self.text_norm = layer_norm(d, rngs, dtype)
         self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
         self.ocr = OcrEmbedding(vocab_size=vocab_size, d_model=d, phoc_dim=cfg.phoc_dim,
                                 appearance_dim=self.vision.raw_dim, features=tuple(cfg.ocr_features),
                                 extra_dims=dict(cfg.get("ocr_extra_features", {}) or {}), dropout=cfg.dropout,
                                 rngs=rngs, dtype=dtype)
         self.mmt_layers = nnx.List([EncoderBlock(**blk) for _ in range(cfg.num_mmt_layers)])
-        self.mmt_norm = _ln(d, rngs, dtype)
-        self.prev_vocab_norm = _ln(d, rngs, dtype)
-        self.prev_ocr_norm = _ln(d, rngs, dtype)
+        self.mmt_norm = layer_norm(d, rngs, dtype)
+        self.prev_vocab_norm = layer_norm(d, rngs, dtype)
+        self.prev_ocr_norm = layer_norm(d, rngs, dtype)
         self.dec_pos = nnx.Embed(cfg.max_answer_len, d, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.dec_type = nnx.Embed(2, d, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
-        self.dec_emb_norm = _ln(d, rngs, dtype)
+        self.dec_emb_norm = layer_norm(d, rngs, dtype)
         self.vocab_head = dense(d, vocab_size, rngs, dtype)
         self.ptr_query = dense(d, d, rngs, dtype)
         self.ptr_key = dense(d, d, rngs, dtype)

@@ -5,9 +5,9 @@ Components (Figure 9):
 * Image embedding: region features through a fully connected layer, ``x_I`` ``(batch, s, d)``
   (``VisionEncoder``; grid features stand in on the synthetic data).
 * Question embedding: piece embeddings (the paper's FastText vectors, trained here) and an LSTM,
-  per-token ``x_Q`` ``(batch, l, d)`` (:class:`~openvivqa_jax.models.fst.LstmQuestionEncoder`).
+  per-token ``x_Q`` ``(batch, l, d)`` (:class:`~openvivqa_jax.models.encoders.LstmQuestionEncoder`).
 * MultiModal fusion, the guided-attention (GA) mechanism of MCAN
-  (:class:`~openvivqa_jax.models.mcan.GuidedAttentionStack`, ``num_fusion_layers`` units per stream):
+  (:class:`~openvivqa_jax.models.encoders.GuidedAttentionStack`, ``num_fusion_layers`` units per stream):
   self-attention refining ``x_Q``; self-attention refining ``x_I``; question-guided attention with
   ``x_I`` as query and ``x_Q`` as key and value (padding question tokens masked). Then
   ``x_f = [x_I; x_Q]`` ``(batch, s + l, d)`` with mask ``[i_mask; q_mask]``.
@@ -21,10 +21,10 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
-from openvivqa_jax.models.decoder import AnswerDecoder
 from openvivqa_jax.models.base import MemoryDecoderGenerator
-from openvivqa_jax.models.fst import LstmQuestionEncoder, vision_encoder, vocab_only_ocr
-from openvivqa_jax.models.mcan import GuidedAttentionStack
+from openvivqa_jax.models.decoder import AnswerDecoder
+from openvivqa_jax.models.embeddings import vision_encoder
+from openvivqa_jax.models.encoders import GuidedAttentionStack, LstmQuestionEncoder, vocab_only_ocr
 
 __all__ = ["QuMLAG"]
 

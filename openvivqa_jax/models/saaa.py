@@ -4,9 +4,9 @@ Components (Kazemi & Elqursh §3):
 
 * Image: grid (or region) features ``x_I`` ``(batch, s, d)`` (``VisionEncoder``).
 * Question: piece embeddings + LSTM, final state ``x_Q`` ``(batch, d_Q)``
-  (:class:`~openvivqa_jax.models.fst.LstmQuestionEncoder`).
+  (:class:`~openvivqa_jax.models.encoders.LstmQuestionEncoder`).
 * Stacked attention (their eq. 2-3; the same module as FST's eq. 5,
-  :class:`~openvivqa_jax.models.fst.StackedAttention`): ``a = softmax_s(W_x relu(W_I x_I + W_Q x_Q))``
+  :class:`~openvivqa_jax.models.encoders.StackedAttention`): ``a = softmax_s(W_x relu(W_I x_I + W_Q x_Q))``
   ``(batch, s, G)``; glimpses ``g_k = sum_s a[s, k] x_I[s]``.
 * Classifier (their eq. 4-5): ``logits = W_2 relu(W_1 [g_1; ...; g_G; x_Q])`` over ``K`` answers (dropout
   before each layer).
@@ -24,7 +24,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.classifier import ClassifierModel
-from openvivqa_jax.models.fst import LstmQuestionEncoder, StackedAttention, glimpse_vectors, vision_encoder
+from openvivqa_jax.models.embeddings import vision_encoder
+from openvivqa_jax.models.encoders import LstmQuestionEncoder, StackedAttention, glimpse_vectors
 from openvivqa_jax.models.layers import Dropout, dense
 
 __all__ = ["SAAA"]

@@ -47,7 +47,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from openvivqa_jax.models.layers import Dropout, MultiHeadAttention, _ln, dense
+from openvivqa_jax.models.layers import Dropout, MultiHeadAttention, dense, layer_norm
 
 __all__ = ["VIT_VARIANTS", "ViT", "ViTBlock", "ViTMlp", "CheckpointError", "vit_settings", "resample_posemb",
            "load_big_vision_npz", "read_npz"]
@@ -171,9 +171,9 @@ class ViTBlock(nnx.Module):
 
     def __init__(self, width: int, heads: int, mlp_dim: int, dropout: float, *, rngs: nnx.Rngs,
                  dtype: Any = jnp.float32):
-        self.norm1 = _ln(width, rngs, dtype)
+        self.norm1 = layer_norm(width, rngs, dtype)
         self.attn = MultiHeadAttention(width, heads, 0.0, rngs=rngs, dtype=dtype)
-        self.norm2 = _ln(width, rngs, dtype)
+        self.norm2 = layer_norm(width, rngs, dtype)
         self.mlp = ViTMlp(width, mlp_dim, dropout, rngs=rngs, dtype=dtype)
         self.dropout = Dropout(dropout)
 
@@ -217,7 +217,7 @@ class ViT(nnx.Module):
         self.cls = nnx.Param(jnp.zeros((1, 1, width), jnp.float32)) if cls_token else None
         self.blocks = nnx.List([ViTBlock(width, heads, mlp_dim, dropout, rngs=rngs, dtype=dtype)
                                 for _ in range(depth)])
-        self.encoder_norm = _ln(width, rngs, dtype)
+        self.encoder_norm = layer_norm(width, rngs, dtype)
         self.dropout = Dropout(dropout)
 
     def __call__(self, images: jax.Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None) -> jax.Array:

@@ -2,11 +2,12 @@
 
 Usage::
 
-    python -m openvivqa_jax.models.param_count [--config_dir configs/openvivqa]
+    python -m openvivqa_jax.param_count [--config_dir configs/openvivqa]
 
 Every ``*.py`` config in ``--config_dir`` is loaded with each of its variants (the module's ``VARIANTS``;
 for a config without that list, ``images`` and ``features`` are tried and a variant its ``get_config``
-rejects with ``ValueError`` is skipped; a config whose ``get_config`` takes no argument has one row).
+rejects with ``ValueError`` is skipped; a config whose ``get_config`` takes no argument has one row; a
+file without ``get_config``, such as configs/common.py, is not a config and is skipped).
 Models are built abstractly (``nnx.eval_shape``: shapes only, no memory, no initialization), so the
 whole table takes seconds. Columns: model, config (``path:variant``), parameters (float32 master
 weights), d_model, layers (the model's stacks, from its config).
@@ -82,7 +83,10 @@ def config_rows(config_dir: str) -> list[dict]:
         raise FileNotFoundError(f"no *.py config in {config_dir}")
     rows = []
     for path in paths:
-        for variant, cfg in _configs(config_module(path)):
+        mod = config_module(path)
+        if not hasattr(mod, "get_config"):
+            continue
+        for variant, cfg in _configs(mod):
             m = cfg.model
             rows.append(dict(model=m.name, config=path + (f":{variant}" if variant else ""),
                              parameters=count_params(m, cfg.tokenizer.vocab_size), d_model=m.d_model,
