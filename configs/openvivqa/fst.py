@@ -1,37 +1,21 @@
 """FST at paper sizes on the real OpenViVQA dataset (paper §4.1, eq. 5-7; docs/design.md §6).
 
-Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
-
-    python -m openvivqa_jax.main --config configs/openvivqa/fst.py --workdir runs/fst \
-        --config.data.manual_dir=~/data/openvivqa
-
-Variants (``--config configs/openvivqa/fst.py:<variant>``): ``images`` (default; images + OCR, grid
-features from a CNN), ``features`` (the authors' pre-extracted region features and scene text, the paper's
-setting), ``benchmark`` (``features`` at docs/design.md §10's benchmark shapes). Data, tokenizer, training and
-evaluation settings are configs/openvivqa/mlpag.py's, so the models compare on equal terms.
+``--config configs/openvivqa/fst.py[:images|features|benchmark]``; usage, variants and the settings shared
+with configs/openvivqa/mlpag.py: configs/common.py.
 """
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module
 
-#: ``--config configs/openvivqa/fst.py:<variant>``.
-VARIANTS = ("images", "features", "benchmark")
+common = config_module("../common.py", relative_to=__file__)
+VARIANTS = common.OPENVIVQA_VARIANTS
 
 
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
-    """Returns the paper-size FST config for ``variant`` (``images``, ``features`` or ``benchmark``).
-
-    Raises:
-      ValueError: for an unknown variant.
-    """
-    c = load_config("mlpag.py", variant, relative_to=__file__)
+    """Returns the paper-size FST config for ``variant`` (ValueError for an unknown one)."""
+    c = common.openvivqa_paper("fst", variant)
     m = c.model
-    m.name = "fst"
-    m.d_model = 512
-    m.num_heads = 8
-    m.ffn_dim = 2048
-    m.dropout = 0.1
     m.num_decoder_layers = 3
     m.word_dim = 300  # the paper's FastText width (embeddings trained here)
     m.lstm_dim = 512  # d_Q

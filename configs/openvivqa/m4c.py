@@ -1,14 +1,7 @@
 """M4C at paper sizes on the real OpenViVQA dataset (Hu et al. 2020; paper §5.1; docs/design.md §6).
 
-Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
-
-    python -m openvivqa_jax.main --config configs/openvivqa/m4c.py --workdir runs/m4c \
-        --config.data.manual_dir=~/data/openvivqa
-
-Variants (``--config configs/openvivqa/m4c.py:<variant>``): ``images`` (default; images + OCR, grid
-features from a CNN), ``features`` (the authors' pre-extracted region features and scene text, the paper's
-setting), ``benchmark`` (``features`` at docs/design.md §10's benchmark shapes). Data, tokenizer, training and
-evaluation settings are configs/openvivqa/mlpag.py's, so the models compare on equal terms.
+``--config configs/openvivqa/m4c.py[:images|features|benchmark]``; usage, variants and the settings shared
+with configs/openvivqa/mlpag.py: configs/common.py.
 
 M4C's own recipe (Hu et al. §4): Adam 1e-4 with linear warmup over 1,000 steps, x0.1 at 14k and 19k of 24k
 steps, batch 128, gradient clipping 0.25, 12 decoding steps, multi-label BCE. The text encoder is
@@ -17,25 +10,16 @@ BERT-like with 12 layers but trained from scratch (no downloaded weights).
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module
 
-#: ``--config configs/openvivqa/m4c.py:<variant>``.
-VARIANTS = ("images", "features", "benchmark")
+common = config_module("../common.py", relative_to=__file__)
+VARIANTS = common.OPENVIVQA_VARIANTS
 
 
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
-    """Returns the paper-size M4C config for ``variant`` (``images``, ``features`` or ``benchmark``).
-
-    Raises:
-      ValueError: for an unknown variant.
-    """
-    c = load_config("mlpag.py", variant, relative_to=__file__)
+    """Returns the paper-size M4C config for ``variant`` (ValueError for an unknown one)."""
+    c = common.openvivqa_paper("m4c", variant, d_model=768, num_heads=12, ffn_dim=3072)
     m = c.model
-    m.name = "m4c"
-    m.d_model = 768
-    m.num_heads = 12
-    m.ffn_dim = 3072
-    m.dropout = 0.1
     m.num_text_layers = 12
     m.num_mmt_layers = 4
     # Recompute the text and MMT blocks in the backward pass: training peak RSS 9.4 -> 6.0 GiB at the

@@ -1,32 +1,20 @@
 """MLPAG at the paper's sizes on the real OpenViVQA dataset (paper §4.3, §5; docs/design.md §6).
 
-Usage (the dataset downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
-
-    python -m openvivqa_jax.main --config configs/openvivqa/mlpag.py --workdir runs/mlpag \
-        --config.data.manual_dir=~/data/openvivqa
-
-Variants (``--config configs/openvivqa/mlpag.py:<variant>``):
-
-* ``images`` (default): images + tesseract OCR at build time; a CNN backbone gives grid features.
-* ``features``: the authors' pre-extracted per-image feature files (region features 2048-d + boxes,
-  scene-text tokens), i.e. the paper's setting.
-* ``benchmark``: ``features`` at docs/design.md §10's benchmark shapes (50 regions of 1024-d, 50 OCR tokens with
-  det 256 / rec 256 / fastText 300 features, question 20, answer 20, vocabulary 4,000, batch 64).
+``--config configs/openvivqa/mlpag.py[:images|features|benchmark]``; usage and variants: configs/common.py.
+The other configs/openvivqa/*.py start from this file's data, tokenizer, training and evaluation settings.
 """
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module, load_config
 
-
-#: ``--config configs/openvivqa/mlpag.py:<variant>``.
-VARIANTS = ("images", "features", "benchmark")
+common = config_module("../common.py", relative_to=__file__)
+VARIANTS = common.OPENVIVQA_VARIANTS
 
 
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
-    """Returns the paper-size MLPAG config; ``variant`` is ``images``, ``features`` or ``benchmark``."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected 'images', 'features' or 'benchmark'")
+    """Returns the paper-size MLPAG config for ``variant`` (ValueError for an unknown one)."""
+    common.check_variant(variant, VARIANTS)
     c = load_config("../default.py", relative_to=__file__)
     c.data.builder = "openvivqa"
     c.data.builder_config = "default" if variant == "images" else "features"

@@ -36,8 +36,9 @@ checkpoint by it) plus BLEU, ROUGE-L and CIDEr.
 import ml_collections
 from ml_collections.config_dict import placeholder
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module, load_config
 
+common = config_module("../common.py", relative_to=__file__)
 #: ``--config configs/stvqa/m4c.py:<variant>``.
 VARIANTS = ("task1", "task2", "task3")
 _DICTIONARY = {"task1": "per_image", "task2": "global", "task3": "none"}
@@ -49,8 +50,7 @@ def get_config(variant: str = "task3") -> ml_collections.ConfigDict:
     Raises:
       ValueError: for an unknown variant.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    common.check_variant(variant, VARIANTS)
     c = load_config("../openvivqa/m4c.py", "images", relative_to=__file__)
 
     d = c.data

@@ -6,14 +6,15 @@ stacked attention with ``num_glimpses`` glimpses, the transformer decoder (vocab
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module
+
+common = config_module("../common.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic FST config."""
-    c = load_config("../default.py", relative_to=__file__)
+    c = common.synthetic("fst")
     m = c.model
-    m.name = "fst"
     m.word_dim = m.d_model  # question piece embedding width (LSTM input)
     m.lstm_dim = m.d_model  # d_Q
     m.attention_dim = m.d_model  # width of W_I, W_Q in eq. 5

@@ -6,14 +6,15 @@ classifier over the top ``num_answers`` training answers plus ``num_ocr`` OCR sl
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module
+
+common = config_module("../common.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic LoRRA config."""
-    c = load_config("../default.py", relative_to=__file__)
+    c = common.synthetic("lorra")
     m = c.model
-    m.name = "lorra"
     m.word_dim = m.d_model
     m.lstm_dim = m.d_model
     m.attention_dim = m.d_model  # top-down attention combine width

@@ -7,14 +7,15 @@ multi-label BCE loss.
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module
+
+common = config_module("../common.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic M4C config."""
-    c = load_config("../default.py", relative_to=__file__)
+    c = common.synthetic("m4c")
     m = c.model
-    m.name = "m4c"
     m.num_text_layers = 1  # question encoder blocks
     m.num_mmt_layers = 2  # multimodal transformer blocks
     c.train.loss = "bce"  # M4C's multi-label BCE ('softmax': over the positive set)

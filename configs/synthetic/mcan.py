@@ -6,14 +6,15 @@ the top ``num_answers`` training answers trained with sigmoid BCE on soft scores
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module
+
+common = config_module("../common.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic MCAN config."""
-    c = load_config("../default.py", relative_to=__file__)
+    c = common.synthetic("mcan")
     m = c.model
-    m.name = "mcan"
     m.word_dim = m.d_model
     m.num_fusion_layers = 2  # SA units on the question; SA + GA units on the image
     m.num_glimpses = 1  # AttFlat glimpses

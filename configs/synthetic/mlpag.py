@@ -5,11 +5,11 @@ Run: ``python -m openvivqa_jax.main --config configs/synthetic/mlpag.py --workdi
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module
+
+common = config_module("../common.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic MLPAG config (identical to configs/default.py)."""
-    c = load_config("../default.py", relative_to=__file__)
-    c.model.name = "mlpag"
-    return c
+    return common.synthetic("mlpag")

@@ -7,14 +7,15 @@ transformer decoder (vocabulary only).
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module
+
+common = config_module("../common.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic QuMLAG config."""
-    c = load_config("../default.py", relative_to=__file__)
+    c = common.synthetic("qumlag")
     m = c.model
-    m.name = "qumlag"
     m.word_dim = m.d_model  # question piece embedding width (LSTM input)
     m.num_fusion_layers = 1  # SA units on the question; SA + GA units on the image
     return c

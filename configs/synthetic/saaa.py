@@ -6,14 +6,15 @@ configs/default.py with the model swapped: a classifier over the top ``num_answe
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module
+
+common = config_module("../common.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic SAAA config."""
-    c = load_config("../default.py", relative_to=__file__)
+    c = common.synthetic("saaa")
     m = c.model
-    m.name = "saaa"
     m.word_dim = m.d_model
     m.lstm_dim = m.d_model
     m.attention_dim = m.d_model
