@@ -28,11 +28,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
+from flax import nnx, struct
 
+from openvivqa_jax.models.base import AnswerGenerator
 from openvivqa_jax.models.layers import NEG_INF
 
-__all__ = ["length_penalty", "greedy_search", "beam_search", "make_decode_fn", "BANNED_IDS"]
+__all__ = ["length_penalty", "greedy_search", "beam_search", "make_decode_fn", "BANNED_IDS", "BeamState",
+           "flatten_beam_dim", "unflatten_beam_dim", "gather_beams"]
 
 #: Piece ids never generated: pad 0, unk 1, bos 2.
 BANNED_IDS = (0, 1, 2)
@@ -56,12 +58,12 @@ def _constrain(logits: jax.Array, allowed: jax.Array | None) -> jax.Array:
     return jnp.where(allowed[..., : logits.shape[-1]], logits, NEG_INF)
 
 
-def greedy_search(model, batch: dict, *, max_len: int, bos_id: int = 2, eos_id: int = 3, pad_id: int = 0,
-                  banned=BANNED_IDS):
+def greedy_search(model: AnswerGenerator, batch: dict, *, max_len: int, bos_id: int = 2, eos_id: int = 3,
+                  pad_id: int = 0, banned=BANNED_IDS):
     """Greedy decoding with a KV cache, stopped per example at EOS and for the batch when all are done.
 
     Args:
-      model: a generator model (see :mod:`openvivqa_jax.models.base`).
+      model: a generator model (:class:`~openvivqa_jax.models.base.AnswerGenerator`).
       batch: model inputs with leading axis ``batch``; an optional ``allowed_vocab`` ``(batch, V + N)``
         bool restricts every step to the allowed extended ids (module doc).
       max_len: maximum number of steps ``T``.
@@ -100,12 +102,72 @@ def _tile(tree, k: int):
     return jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), tree)
 
 
-def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: float = 0.0, bos_id: int = 2,
-                eos_id: int = 3, pad_id: int = 0, banned=BANNED_IDS, share_memory: bool = False):
-    """Beam search with a KV cache, per-beam EOS, length penalty and early stopping.
+def flatten_beam_dim(x: jax.Array) -> jax.Array:
+    """``(batch, K, ...)`` -> ``(batch * K, ...)``, the rows of one example adjacent (the layout in which
+    beam search runs the model: example ``i``'s beam ``k`` is row ``i * K + k``)."""
+    return x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
+
+
+def unflatten_beam_dim(x: jax.Array, beam_size: int) -> jax.Array:
+    """``(batch * K, ...)`` -> ``(batch, K, ...)`` with ``K = beam_size``, the inverse of
+    :func:`flatten_beam_dim`."""
+    return x.reshape((x.shape[0] // beam_size, beam_size) + x.shape[1:])
+
+
+def gather_beams(tree, beam_idx: jax.Array):
+    """Selects beams per example: ``out[i, j] = x[i, beam_idx[i, j]]`` for every leaf ``x`` of ``tree``.
 
     Args:
-      model: a generator model.
+      tree: a pytree of arrays ``(batch, K_old, ...)`` (``K_old`` may differ between leaves).
+      beam_idx: ``(batch, K_new)`` int, each in ``[0, K_old)``.
+
+    Returns:
+      The same pytree with leaves ``(batch, K_new, ...)``. A pure gather, so values are copied exactly.
+    """
+    batch, k_new = beam_idx.shape
+
+    def one(x):
+        rows = (jnp.arange(batch)[:, None] * x.shape[1] + beam_idx).reshape(batch * k_new)
+        return unflatten_beam_dim(flatten_beam_dim(x)[rows], k_new)
+
+    return jax.tree.map(one, tree)
+
+
+@struct.dataclass
+class BeamState:
+    """The ``lax.while_loop`` state of :func:`beam_search` (``batch`` examples, ``K`` beams, ``T`` steps).
+
+    Attributes:
+      step: ``()`` int32, the number of steps taken (the next position written).
+      live_logp: ``(batch, K)`` float32, total log-probability of each live (unfinished) beam;
+        ``NEG_INF`` for empty slots.
+      live_seq: ``(batch, K, T)`` int32, the live beams' ids (``pad_id`` after ``step``).
+      fin_seq: ``(batch, K, T)`` int32, the best finished hypotheses (ending in EOS).
+      fin_score: ``(batch, K)`` float32, their length-penalized scores, ``NEG_INF`` for empty slots.
+      tokens: ``(batch * K,)`` int32, each live beam's last id, the next decoder input.
+      cache: the model's decoder cache, every leaf ``(batch * K, ...)`` (rows as :func:`flatten_beam_dim`).
+    """
+
+    step: jax.Array
+    live_logp: jax.Array
+    live_seq: jax.Array
+    fin_seq: jax.Array
+    fin_score: jax.Array
+    tokens: jax.Array
+    cache: Any
+
+
+def beam_search(model: AnswerGenerator, batch: dict, *, max_len: int, beam_size: int, alpha: float = 0.0,
+                bos_id: int = 2, eos_id: int = 3, pad_id: int = 0, banned=BANNED_IDS, share_memory: bool = False):
+    """Beam search with a KV cache, per-beam EOS, length penalty and early stopping.
+
+    Each step expands every live beam over the extended ids, keeps the ``2 K`` best candidates (so at
+    least ``K`` of them do not end in EOS), merges those ending in EOS into the finished set (scored with
+    :func:`length_penalty`) and keeps the ``K`` best others as the live beams. The loop state is a
+    :class:`BeamState`.
+
+    Args:
+      model: a generator model (:class:`~openvivqa_jax.models.base.AnswerGenerator`).
       batch: inputs with leading axis ``batch``; an optional ``allowed_vocab`` ``(batch, V + N)`` bool
         restricts every step to the allowed extended ids (module doc).
       max_len: maximum steps ``T``.
@@ -133,60 +195,56 @@ def beam_search(model, batch: dict, *, max_len: int, beam_size: int, alpha: floa
     b = enc["ocr_mask"].shape[0]
     shared = set(getattr(model, "beam_shared_keys", ())) if share_memory else set()
     dec = {key: (v if key in shared else _tile(v, K)) for key, v in dec.items()}
-    cache = model.init_cache(b * K, T)
     allowed = batch.get("allowed_vocab")
     allowed = None if allowed is None else jnp.repeat(allowed, K, axis=0)  # (b * K, V + N), as _tile
-
-    live_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (K - 1), jnp.float32)[None], (b, 1))
-    live_seq = jnp.full((b, K, T), pad_id, jnp.int32)
-    fin_seq = jnp.full((b, K, T), pad_id, jnp.int32)
-    fin_score = jnp.full((b, K), NEG_INF, jnp.float32)
     max_lp = length_penalty(jnp.int32(T), alpha)
 
-    def cond(state):
-        t, live_logp, _, _, fin_score, _, _ = state
+    def cond(s: BeamState):
         # Best score any live beam could still reach vs. the worst finished score kept.
-        best_live = jnp.max(live_logp, -1) / max_lp
-        worst_fin = jnp.min(fin_score, -1)
-        can_improve = best_live > worst_fin
-        return (t < T) & jnp.any(can_improve)
+        best_live = jnp.max(s.live_logp, -1) / max_lp
+        worst_fin = jnp.min(s.fin_score, -1)
+        return (s.step < T) & jnp.any(best_live > worst_fin)
 
-    def body(state):
-        t, live_logp, live_seq, fin_seq, fin_score, tok, cache = state
-        logits, cache = model.decode_step(dec, tok, t, cache)
+    def body(s: BeamState) -> BeamState:
+        t = s.step
+        logits, cache = model.decode_step(dec, s.tokens, t, s.cache)
         E = logits.shape[-1]
-        logp = jax.nn.log_softmax(_constrain(_ban(logits, banned), allowed), axis=-1).reshape(b, K, E)
-        cand = (live_logp[..., None] + logp).reshape(b, K * E)
+        logp = unflatten_beam_dim(jax.nn.log_softmax(_constrain(_ban(logits, banned), allowed), axis=-1), K)
+        cand = (s.live_logp[..., None] + logp).reshape(b, K * E)
         top_logp, top_idx = jax.lax.top_k(cand, 2 * K)
         parent = top_idx // E
         token = (top_idx % E).astype(jnp.int32)
-        seqs = jnp.take_along_axis(live_seq, parent[..., None], axis=1)
+        seqs = gather_beams(s.live_seq, parent)
         seqs = jax.lax.dynamic_update_slice_in_dim(seqs, token[..., None], t, axis=2)
         is_eos = token == eos_id
         # Finished candidates, merged with the finished set.
         new_fin = jnp.where(is_eos, top_logp / length_penalty(t + 1, alpha), NEG_INF)
-        all_fin_score = jnp.concatenate([fin_score, new_fin], 1)
-        all_fin_seq = jnp.concatenate([fin_seq, seqs], 1)
-        fin_score, fi = jax.lax.top_k(all_fin_score, K)
-        fin_seq = jnp.take_along_axis(all_fin_seq, fi[..., None], axis=1)
-        # Live candidates: the best K non-EOS.
-        live_cand = jnp.where(is_eos, NEG_INF, top_logp)
-        live_logp, li = jax.lax.top_k(live_cand, K)
-        live_seq = jnp.take_along_axis(seqs, li[..., None], axis=1)
-        live_parent = jnp.take_along_axis(parent, li, axis=1)
-        tok = jnp.take_along_axis(token, li, axis=1).reshape(b * K)
-        flat_parent = (jnp.arange(b)[:, None] * K + live_parent).reshape(b * K)
-        cache = jax.tree.map(lambda x: x[flat_parent], cache)
-        return t + 1, live_logp, live_seq, fin_seq, fin_score, tok, cache
+        fin_score, fi = jax.lax.top_k(jnp.concatenate([s.fin_score, new_fin], 1), K)
+        fin_seq = gather_beams(jnp.concatenate([s.fin_seq, seqs], 1), fi)
+        # Live candidates: the best K non-EOS; the cache rows follow their parents.
+        live_logp, li = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), K)
+        live_seq, live_parent, tokens = gather_beams((seqs, parent, token), li)
+        cache = jax.tree.map(lambda x: flatten_beam_dim(gather_beams(unflatten_beam_dim(x, K), live_parent)),
+                             cache)
+        return BeamState(step=t + 1, live_logp=live_logp, live_seq=live_seq, fin_seq=fin_seq,
+                         fin_score=fin_score, tokens=flatten_beam_dim(tokens), cache=cache)
 
-    init = (jnp.int32(0), live_logp, live_seq, fin_seq, fin_score, jnp.full((b * K,), bos_id, jnp.int32), cache)
-    t, live_logp, live_seq, fin_seq, fin_score, _, _ = jax.lax.while_loop(cond, body, init)
+    init = BeamState(
+        step=jnp.int32(0),
+        live_logp=jnp.tile(jnp.array([0.0] + [NEG_INF] * (K - 1), jnp.float32)[None], (b, 1)),
+        live_seq=jnp.full((b, K, T), pad_id, jnp.int32),
+        fin_seq=jnp.full((b, K, T), pad_id, jnp.int32),
+        fin_score=jnp.full((b, K), NEG_INF, jnp.float32),
+        tokens=jnp.full((b * K,), bos_id, jnp.int32),
+        cache=model.init_cache(b * K, T),
+    )
+    s = jax.lax.while_loop(cond, body, init)
     # Examples without K finished hypotheses fall back on live beams (scored at their length t).
-    live_score = live_logp / length_penalty(t, alpha)
-    all_score = jnp.concatenate([fin_score, jnp.where(live_logp > NEG_INF / 2, live_score, NEG_INF)], 1)
-    all_seq = jnp.concatenate([fin_seq, live_seq], 1)
+    live_score = s.live_logp / length_penalty(s.step, alpha)
+    all_score = jnp.concatenate([s.fin_score, jnp.where(s.live_logp > NEG_INF / 2, live_score, NEG_INF)], 1)
+    all_seq = jnp.concatenate([s.fin_seq, s.live_seq], 1)
     top_score, ti = jax.lax.top_k(all_score, K)
-    top_seq = jnp.take_along_axis(all_seq, ti[..., None], axis=1)
+    top_seq = gather_beams(all_seq, ti)
     return top_seq[:, 0], top_score[:, 0], top_seq, top_score
 
 
