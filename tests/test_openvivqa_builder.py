@@ -95,6 +95,7 @@ def small_dataset(root: Path, qas=None, images=None, name="train_data.json") -> 
 # --------------------------------------------------------------------------------------- the real sample
 
 
+@pytest.mark.slow  # tesseract over the 7 full-size sample photos: the slowest test of the fast tier (285 s loaded)
 @needs_sample
 def test_sample_folder_builds_as_is_with_tesseract(tmp_path):
     start = time.perf_counter()
