@@ -128,4 +128,4 @@ def test_vs_reference_quick_prints_paired_ratios():
         assert m["matmul_peak_gflops_ours"] > 0
         if not reason:
             assert m["matmul_peak_gflops_theirs"] > 0
-            assert m["decode"]["rounds"][0]["theirs"]["steps"] == m["shapes"]["ans_len"] == 5
+            assert 1 <= m["decode"]["rounds"][0]["theirs"]["steps"] <= m["shapes"]["ans_len"] == 5
