@@ -63,6 +63,8 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.num_ocr", *_at_least(0)),
     ("model.num_decoder_layers", *_at_least(1)),
     ("model.num_fusion_layers", *_at_least(0)),
+    ("model.vision.space_to_depth", *_at_least(1)),
+    ("model.vision.pixel_features", *_at_least(0)),
     ("data.max_ocr_pieces", *_at_least(1)),
     ("data.num_threads", *_at_least(0)),
     ("data.prefetch", *_at_least(0)),

@@ -60,12 +60,25 @@ with open(os.path.join(ROOT, "tests", "data", "model_param_paths.json"), encodin
 
 @pytest.mark.parametrize("config", sorted(EXPECTED_PARAMS))
 def test_parameter_paths_and_shapes_are_unchanged(config):
-    """Old checkpoints restore: every parameter keeps its path and shape (the fixture holds all 7 models)."""
+    """Old checkpoints restore: every parameter keeps its path and shape (the fixture holds all 7 models).
+
+    The fixture predates ``model.vision.pixel_features`` (4 in the synthetic configs now): a workdir written
+    before it has no such field in its config.json, which builds with 0, so the fixture is compared at 0; at
+    the configs' value only the grid-feature projection's input grows, by the 16 cells' 4x4-pooled RGB values.
+    """
     cfg = load_config(os.path.join(ROOT, "configs", config))
+    assert cfg.model.vision.pixel_features == 4
+    cfg.model.vision.pixel_features = 0
     model = nnx.eval_shape(lambda: build_model(cfg.model, cfg.tokenizer.vocab_size, seed=0))
     got, want = _param_shapes(model), EXPECTED_PARAMS[config]
     assert sorted(set(want) - set(got)) == [] and sorted(set(got) - set(want)) == []
     assert got == want
+    cfg.model.vision.pixel_features = 4
+    now = _param_shapes(nnx.eval_shape(lambda: build_model(cfg.model, cfg.tokenizer.vocab_size, seed=0)))
+    changed = {k: (want[k], now[k]) for k in want if want[k] != now[k]}
+    grown = {k for k in changed if k.endswith("feat_proj/kernel") or k.endswith("app_proj/kernel")}
+    assert set(changed) == grown and "vision/feat_proj/kernel" in grown and set(now) == set(want)
+    assert all(new[0] == old[0] + 16 * 3 and new[1:] == old[1:] for old, new in changed.values())
 
 
 def test_parameter_fixture_covers_every_model():

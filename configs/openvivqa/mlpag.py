@@ -38,6 +38,7 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     m.max_question_len = 20
     m.max_answer_len = 20
     m.num_ocr = 50
+    m.vision.pixel_features = 0  # the synthetic default's pooled cell pixels are not part of the paper models
     if variant == "images":
         m.vision.kind = "cnn"
         m.vision.cnn_channels = (64, 128, 256, 512, 512)

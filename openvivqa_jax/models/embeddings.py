@@ -41,6 +41,7 @@ class VisionEncoder(nnx.Module):
       d_model: output width.
       cnn_channels: channels of :class:`SmallCNN` (kind ``cnn``).
       space_to_depth: :class:`SmallCNN`'s space-to-depth block size (kind ``cnn``; 1: none).
+      pixel_features: :class:`SmallCNN`'s pixel pooling size for the cells' own pixels (kind ``cnn``; 0: none).
       region_dim: region feature width (kind ``region``).
       dropout: dropout on the output.
       vision_cfg: ``config.model.vision`` (kind ``vit``): ``vit_variant`` / ``patch_size``, ``width``,
@@ -56,12 +57,13 @@ class VisionEncoder(nnx.Module):
 
     def __init__(self, *, kind: str, d_model: int, cnn_channels=(32, 64, 128, 128), region_dim: int = 2048,
                  dropout: float = 0.1, rngs: nnx.Rngs, dtype: Any = jnp.float32, vision_cfg=None,
-                 space_to_depth: int = 1):
+                 space_to_depth: int = 1, pixel_features: int = 0):
         if kind not in ("cnn", "vit", "region"):
             raise ValueError(f"vision kind must be 'cnn', 'vit' or 'region', got {kind!r}")
         self.kind = kind
         if kind == "cnn":
-            self.backbone = SmallCNN(tuple(cnn_channels), rngs=rngs, dtype=dtype, space_to_depth=space_to_depth)
+            self.backbone = SmallCNN(tuple(cnn_channels), rngs=rngs, dtype=dtype, space_to_depth=space_to_depth,
+                                     pixel_features=pixel_features)
             raw_dim = self.backbone.out_dim
         elif kind == "vit":
             if vision_cfg is None:
@@ -186,4 +188,5 @@ def vision_encoder(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisionEncoder:
     v = cfg.vision
     return VisionEncoder(kind=v.kind, d_model=cfg.d_model, cnn_channels=tuple(v.get("cnn_channels", (32, 64, 128))),
                          region_dim=v.get("region_dim", 2048), dropout=cfg.dropout, rngs=rngs, dtype=dtype,
-                         vision_cfg=v, space_to_depth=int(v.get("space_to_depth", 1) or 1))
+                         vision_cfg=v, space_to_depth=int(v.get("space_to_depth", 1) or 1),
+                         pixel_features=int(v.get("pixel_features", 0) or 0))
