@@ -114,7 +114,7 @@ def worker(args) -> dict:
     res["train"] = train
     dec = decode.worker(ap.Namespace(worker=f"{name}:beam", smoke=args.smoke, batch=None, dtype=dtype,
                                      beam_size=3, repeats=args.repeats, ids_out=None, reference_warmup=0,
-                                     reference_repeats=0))
+                                     reference_repeats=0, share_memory=False))
     res["decode_beam3"] = {k: dec[k] for k in ("batch", "max_len", "steps", "compile_s", "seconds_median",
                                                "answers_per_s")}
     stats = dev.memory_stats() or {}
