@@ -598,7 +598,7 @@ class SmallCNN(nnx.Module):
         self.norms = nnx.List(norms)
         self.space_to_depth = int(space_to_depth)
         self.out_dim = cin * self.space_to_depth ** 2
-        self.stride = 2 ** len(channels) * self.space_to_depth
+        self.stride = stride
         self.pixel_features = int(pixel_features)
         if self.pixel_features:
             self.out_dim += 3 * (self.stride // self.pixel_features) ** 2
