@@ -463,14 +463,19 @@ def test_grad_accumulation_over_two_half_batches_equals_one_full_batch(tmp_path,
     # Mean of the half-batch losses is the full-batch loss (equal token counts).
     assert (float(m1["loss"]) + float(m2["loss"])) / 2 == pytest.approx(float(mf["loss"]), rel=1e-5)
     # Adam's moments after the one real update are linear (mu) and quadratic (nu) in the clipped
-    # gradient: they match the full batch's to float tolerance, leaf by leaf.
+    # gradient: they match the full batch's to float tolerance, leaf by leaf. The absolute tolerance is
+    # float32 rounding at the scale of the whole gradient (1e-6 of the largest |mu|): leaves whose gradient
+    # is zero mathematically (conv biases before GroupNorm, attention key biases) hold only rounding
+    # noise of that size, different in the two runs.
     adam_full = full.state.opt_state[1][0]
     adam_acc = acc.state.opt_state.inner_opt_state[1][0]
     assert int(acc.state.opt_state.gradient_step) == 1 and int(adam_acc.count) == int(adam_full.count) == 1
+    mu_scale = max(float(np.abs(np.asarray(y)).max()) for y in jax.tree.leaves(adam_full.mu))
+    assert mu_scale > 1e-4, mu_scale
     for x, y in zip(jax.tree.leaves(adam_acc.mu), jax.tree.leaves(adam_full.mu)):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6 * mu_scale)
     for x, y in zip(jax.tree.leaves(adam_acc.nu), jax.tree.leaves(adam_full.nu)):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-3, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-3, atol=(1e-6 * mu_scale) ** 2 * 100)
     # The parameters match wherever the gradient is above float noise. Adam's first step is
     # lr * g / (|g| + 1e-9): where |g| is at rounding level (attention key biases, whose gradient is zero
     # mathematically since softmax is shift-invariant; conv biases before GroupNorm; stray entries)
