@@ -117,6 +117,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.decoding = "beam"  # 'beam' or 'greedy'
     c.eval.beam_size = 3
     c.eval.alpha = 0.0
+    # Beam search keeps the memory's cross-attention keys/values once per example instead of once per beam
+    # (decoding.beam_search(share_memory=True)): less memory traffic; floats may differ in the last bits.
+    c.eval.beam_share_memory = False
     c.eval.max_eval_examples = 0  # 0: the whole split
     c.eval.num_examples_to_print = 6
     c.eval.metrics = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")

@@ -72,7 +72,7 @@ def restore_params(workdir: str, abstract: Any, which: str = "best") -> tuple[An
 
 @functools.lru_cache(maxsize=32)
 def make_decode_fn(graphdef, is_generator: bool, max_len: int, method: str = "beam", beam_size: int = 1,
-                   alpha: float = 0.0):
+                   alpha: float = 0.0, share_memory: bool = False):
     """The jitted decoder ``(params, batch) -> (ids, scores)`` of a model (cached per arguments).
 
     Generators: :func:`openvivqa_jax.decoding.make_decode_fn` (``method`` greedy / beam over ``max_len``
@@ -81,6 +81,8 @@ def make_decode_fn(graphdef, is_generator: bool, max_len: int, method: str = "be
 
     Args:
       graphdef: ``nnx.split(model, nnx.Param)[0]`` (hashable).
+      share_memory: beam search keeps the memory's cross-attention keys/values once per example
+        (:func:`openvivqa_jax.decoding.beam_search`).
     """
     if not is_generator:
         @jax.jit
@@ -90,16 +92,19 @@ def make_decode_fn(graphdef, is_generator: bool, max_len: int, method: str = "be
             return model.predict(logits, batch), jnp.max(logits, -1)
 
         return classify
-    return decoding.make_decode_fn(graphdef, max_len=max_len, method=method, beam_size=beam_size, alpha=alpha)
+    return decoding.make_decode_fn(graphdef, max_len=max_len, method=method, beam_size=beam_size, alpha=alpha,
+                                   share_memory=share_memory)
 
 
 def decode_fn_for(cfg, graphdef, is_generator: bool, method: str | None = None, beam_size: int | None = None,
                   alpha: float | None = None):
     """:func:`make_decode_fn` for a run's config: None arguments take ``cfg.eval``'s ``decoding``,
-    ``beam_size`` and ``alpha``; answers are at most ``cfg.model.max_answer_len`` steps."""
+    ``beam_size`` and ``alpha``; ``eval.beam_share_memory`` (False when a run's saved config predates it)
+    sets ``share_memory``; answers are at most ``cfg.model.max_answer_len`` steps."""
     e = cfg.eval
     return make_decode_fn(graphdef, is_generator, int(cfg.model.max_answer_len), method or e.decoding,
-                          beam_size or e.beam_size, e.alpha if alpha is None else alpha)
+                          beam_size or e.beam_size, e.alpha if alpha is None else alpha,
+                          bool(e.get("beam_share_memory", False)))
 
 
 @functools.lru_cache(maxsize=32)

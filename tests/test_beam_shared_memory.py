@@ -27,9 +27,16 @@ def test_shared_memory_beams_equal_repeated_memory(name):
     assert model.beam_shared_keys == (() if name == "m4c" else ("cross_kv", "memory_mask"))
 
 
-def test_shared_memory_is_not_the_default_and_is_traced_once_per_example():
-    """The default path repeats the memory per beam; share_memory keeps (batch, H, head_dim, mem_len) keys."""
+@pytest.mark.parametrize("via", ["decoding", "config"])
+def test_shared_memory_is_not_the_default_and_is_traced_once_per_example(via):
+    """The default path repeats the memory per beam; share_memory keeps (batch, H, head_dim, mem_len) keys.
+    ``via="config"``: the run's ``eval.beam_share_memory`` reaches the decoder (evaluation and predict build
+    it with ``inference.decode_fn_for``); the configs' default is off."""
+    from openvivqa_jax import inference
+
     cfg = tiny_model_config("qumlag")
+    assert cfg.eval.beam_share_memory is False
+    cfg.eval.beam_size = 3
     model = build_model(cfg.model, 40, seed=0)
     graphdef, params = nnx.split(model)
     batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, 40, batch=2).items()}
@@ -40,12 +47,19 @@ def test_shared_memory_is_not_the_default_and_is_traced_once_per_example():
         seen.append((q_in.shape[0], segments[0][0].shape[0]))
         return orig(self, q_in, segments, mask)
 
+    def decode_fn(share):
+        if via == "decoding":
+            return decoding.make_decode_fn(graphdef, max_len=4, beam_size=3, share_memory=share)
+        cfg.eval.beam_share_memory = share
+        cfg.model.max_answer_len = 4
+        return inference.decode_fn_for(cfg, nnx.split(model, nnx.Param)[0], True)
+
     MultiHeadAttention.attend_heads = spy
     try:
         for share in (False, True):
             seen.clear()
-            jax.eval_shape(decoding.make_decode_fn(graphdef, max_len=4, beam_size=3, share_memory=share), params,
-                           batch)
+            graphdef, params = nnx.split(model) if via == "decoding" else nnx.split(model, nnx.Param)
+            jax.eval_shape(decode_fn(share), params, batch)
             cross = seen[1::2]  # per layer: self-attention over the cache, then cross-attention over the memory
             assert cross and all(rows == 6 for rows, _ in cross)
             assert {kv for _, kv in cross} == ({2} if share else {6})

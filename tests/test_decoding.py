@@ -119,3 +119,38 @@ def test_bad_arguments():
         decoding.make_decode_fn(graphdef, max_len=4, beam_size=0)
     with pytest.raises(ValueError, match="alpha"):
         decoding.beam_search(model, random_batch(cfg, 30), max_len=4, beam_size=2, alpha=-1.0)
+
+
+def _dots(jaxpr):
+    """Every ``dot_general`` of ``jaxpr`` and of its nested jaxprs, as ``(lhs shape, rhs shape)``."""
+    for e in jaxpr.eqns:
+        if e.primitive.name == "dot_general":
+            yield tuple(e.invars[0].aval.shape), tuple(e.invars[1].aval.shape)
+        for v in e.params.values():
+            for sub in (v if isinstance(v, (list, tuple)) else [v]):
+                sub = getattr(sub, "jaxpr", sub)
+                if hasattr(sub, "eqns"):
+                    yield from _dots(sub)
+
+
+@pytest.mark.parametrize("name", ["mlpag", "m4c"])
+def test_decode_step_does_not_reproject_the_ocr_tokens(name):
+    """The pointer's OCR projections (MLPAG: the copied tokens' input features ``ocr_in`` and the pointer
+    keys ``ptr_key``; M4C: ``ptr_key`` of the MMT's OCR outputs) are per-example constants, computed once in
+    ``prepare_decode``: a decoding step multiplies no ``(rows, N, d)`` OCR array by a ``(d, d)`` weight. The
+    training forward pass, which computes them once per sequence, does."""
+    cfg, model = _model(name)
+    batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, 40, batch=3).items()}
+    n, d = cfg.model.num_ocr, cfg.model.d_model
+    dec = model.prepare_decode(model.encode(batch))
+    assert dec["ocr_keys"].shape == (3, n, d)
+    cache = model.init_cache(3, cfg.model.max_answer_len)
+    step = jax.make_jaxpr(lambda dec, cache: model.decode_step(dec, jnp.full((3,), 45, jnp.int32), jnp.int32(1),
+                                                                 cache))(dec, cache)
+
+    def ocr_projections(dots):
+        return [(a, b) for a, b in dots if a[-2:] == (n, d) and b == (d, d)]
+
+    assert ocr_projections(list(_dots(step.jaxpr))) == []
+    full = jax.make_jaxpr(lambda b: model(b))(batch)
+    assert len(ocr_projections(list(_dots(full.jaxpr)))) >= 1

@@ -109,9 +109,12 @@ class MemoryDecoderGenerator(GeneratorModel):
                             deterministic=deterministic, rngs=rngs)
 
     def prepare_decode(self, enc):
-        """Per-example decoding constants: cross-attention K/V of the memory (head-major), computed once."""
+        """Per-example decoding constants, computed once: cross-attention K/V of the memory (head-major),
+        and with the pointer network the OCR tokens' projections (``AnswerDecoder.precompute_ocr``: the
+        copied tokens' input features and the pointer keys) instead of the OCR features themselves."""
+        ocr = self.decoder.precompute_ocr(enc["ocr_feats"])
         return {"cross_kv": self.decoder.precompute_heads(enc["memory"]), "memory_mask": enc["memory_mask"],
-                "ocr_feats": enc["ocr_feats"], "ocr_mask": enc["ocr_mask"]}
+                "ocr_feats": None if ocr else enc["ocr_feats"], "ocr_mask": enc["ocr_mask"], **ocr}
 
     def init_cache(self, batch_size: int, max_len: int):
         """Decoder self-attention KV cache for ``max_len`` steps."""
@@ -120,7 +123,7 @@ class MemoryDecoderGenerator(GeneratorModel):
     def decode_step(self, dec, ids_t, t, cache):
         """One cached step: ``(logits (batch, V + N), cache)``."""
         return self.decoder.step(ids_t, t, cache, dec["cross_kv"], dec["memory_mask"], dec["ocr_feats"],
-                                 dec["ocr_mask"])
+                                 dec["ocr_mask"], ocr_proj=dec.get("ocr_proj"), ocr_keys=dec.get("ocr_keys"))
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int] | None:
         """``(0, num_vision)``: FST's memory is ``x_f`` over the grid (then optionally the question) and

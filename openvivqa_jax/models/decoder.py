@@ -67,13 +67,30 @@ class AnswerDecoder(nnx.Module):
             self.ptr_key = dense(d_model, d_model, rngs, dtype)
         self.dropout = Dropout(dropout)
 
-    def embed_inputs(self, ids: jax.Array, positions: jax.Array, ocr_feats: jax.Array) -> jax.Array:
+    def precompute_ocr(self, ocr_feats: jax.Array) -> dict[str, jax.Array]:
+        """The pointer network's per-example OCR projections, computed once for all decoding steps.
+
+        Args:
+          ocr_feats: ``(batch, N, d)`` OCR features.
+
+        Returns:
+          ``{"ocr_proj": (batch, N, d)`` the copied tokens' input features ``ocr_in(ocr_feats)``,
+          ``"ocr_keys": (batch, N, d)`` the pointer keys ``ptr_key(ocr_feats)`` (eq. 12)``}``; empty for a
+          decoder without the pointer (FST, QuMLAG).
+        """
+        if not self.use_pointer:
+            return {}
+        return {"ocr_proj": self.ocr_in(ocr_feats), "ocr_keys": self.ptr_key(ocr_feats)}
+
+    def embed_inputs(self, ids: jax.Array, positions: jax.Array, ocr_feats: jax.Array | None, *,
+                     ocr_proj: jax.Array | None = None) -> jax.Array:
         """Input embeddings of extended ids.
 
         Args:
           ids: ``(batch, len)`` int32 extended ids (``>= V`` means OCR slot ``id - V``).
           positions: ``(len,)`` int32 positions.
-          ocr_feats: ``(batch, N, d)`` OCR features.
+          ocr_feats: ``(batch, N, d)`` OCR features (unused when ``ocr_proj`` is given).
+          ocr_proj: ``(batch, N, d)`` ``ocr_in(ocr_feats)`` from :meth:`precompute_ocr`, or None to compute it.
 
         Returns:
           ``(batch, len, d)``.
@@ -84,17 +101,21 @@ class AnswerDecoder(nnx.Module):
         if not self.use_pointer:
             return self.in_norm(tok + self.pos_embedding(positions)[None])
         slot = jnp.clip(ids - V, 0, self.num_ocr - 1)
-        ocr_proj = self.ocr_in(ocr_feats)
+        if ocr_proj is None:
+            ocr_proj = self.ocr_in(ocr_feats)
         copied = jnp.take_along_axis(ocr_proj, slot[..., None], axis=1)
         x = jnp.where(is_ocr[..., None], copied, tok)
         return self.in_norm(x + self.pos_embedding(positions)[None])
 
-    def output_logits(self, h: jax.Array, ocr_feats: jax.Array, ocr_mask: jax.Array) -> jax.Array:
+    def output_logits(self, h: jax.Array, ocr_feats: jax.Array | None, ocr_mask: jax.Array, *,
+                      ocr_keys: jax.Array | None = None) -> jax.Array:
         """Logits over ``V + N`` (eq. 11-12) in float32.
 
         Args:
           h: ``(batch, len, d)`` decoder outputs.
-          ocr_feats: ``(batch, N, d)``; ``ocr_mask``: ``(batch, N)`` bool.
+          ocr_feats: ``(batch, N, d)`` (unused when ``ocr_keys`` is given); ``ocr_mask``: ``(batch, N)`` bool.
+          ocr_keys: ``(batch, N, d)`` the pointer keys ``ptr_key(ocr_feats)`` (:meth:`precompute_ocr`), or
+            None to compute them.
 
         Returns:
           ``(batch, len, V + N)`` float32.
@@ -102,7 +123,7 @@ class AnswerDecoder(nnx.Module):
         vocab = self.vocab_head(h).astype(jnp.float32)
         if self.use_pointer:
             q = self.ptr_query(h)
-            k = self.ptr_key(ocr_feats)
+            k = self.ptr_key(ocr_feats) if ocr_keys is None else ocr_keys
             ocr = jnp.einsum("bld,bnd->bln", q, k).astype(jnp.float32) / jnp.sqrt(self.d_model)
             ocr = jnp.where(ocr_mask[:, None, :], ocr, NEG_INF)
         else:
@@ -157,7 +178,7 @@ class AnswerDecoder(nnx.Module):
             out.append({"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)})
         return out
 
-    def step(self, ids_t, t, cache, cross_kv, memory_mask, ocr_feats, ocr_mask):
+    def step(self, ids_t, t, cache, cross_kv, memory_mask, ocr_feats, ocr_mask, *, ocr_proj=None, ocr_keys=None):
         """One cached decoding step.
 
         Args:
@@ -166,6 +187,8 @@ class AnswerDecoder(nnx.Module):
           cache: from :meth:`init_cache` (updated copy returned).
           cross_kv: from :meth:`precompute_heads`.
           memory_mask: ``(batch, mem_len)``; ``ocr_feats``, ``ocr_mask`` as in :meth:`__call__`.
+          ocr_proj, ocr_keys: ``(batch, N, d)`` each from :meth:`precompute_ocr` (then ``ocr_feats`` is not
+            read and may be None), or None to project ``ocr_feats`` at this step.
 
         Returns:
           ``(logits (batch, V + N) float32, new_cache)``.
@@ -178,11 +201,11 @@ class AnswerDecoder(nnx.Module):
                              f"{jnp.shape(ids_t)}. Use AnswerDecoder.__call__ for teacher forcing over a sequence")
         if jnp.ndim(t) != 0:
             raise ValueError(f"AnswerDecoder.step: t must be a scalar step index, got shape {jnp.shape(t)}")
-        x = self.embed_inputs(ids_t[:, None], jnp.reshape(t, (1,)), ocr_feats)
+        x = self.embed_inputs(ids_t[:, None], jnp.reshape(t, (1,)), ocr_feats, ocr_proj=ocr_proj)
         cross_mask = memory_mask[:, None, None, :]
         new_cache = []
         for layer, kv, c in zip(self.layers, cross_kv, cache):
             x, c = layer.step(x, t, c, kv, cross_mask)
             new_cache.append(c)
-        logits = self.output_logits(self.final_norm(x), ocr_feats, ocr_mask)
+        logits = self.output_logits(self.final_norm(x), ocr_feats, ocr_mask, ocr_keys=ocr_keys)
         return logits[:, 0], new_cache

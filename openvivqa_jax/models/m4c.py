@@ -221,8 +221,8 @@ class M4C(GeneratorModel):
     # ------------------------------------------------------------------ cached decoding
     def prepare_decode(self, enc):
         """Runs the prefix once: per MMT layer its prefix keys/values, head-major ``(batch, H, head_dim, P)``
-        (:meth:`~openvivqa_jax.models.layers.MultiHeadAttention.project_kv_heads`), and the OCR outputs
-        ``(batch, N, d)`` for the pointer."""
+        (:meth:`~openvivqa_jax.models.layers.MultiHeadAttention.project_kv_heads`), and the pointer keys of
+        the OCR outputs ``ptr_key(ocr_out)`` ``(batch, N, d)``, which are fixed per example."""
         x, pm = enc["prefix"], enc["prefix_mask"]
         kvs = []
         for blk in self.mmt_layers:
@@ -230,7 +230,7 @@ class M4C(GeneratorModel):
             x = blk(x, pm)
         N = self.num_ocr
         ocr_out = self.mmt_norm(x)[:, x.shape[1] - N:]
-        return {"prefix_kv": kvs, "prefix_mask": pm, "ocr_out": ocr_out, "ocr_in": enc["ocr_in"],
+        return {"prefix_kv": kvs, "prefix_mask": pm, "ocr_keys": self.ptr_key(ocr_out), "ocr_in": enc["ocr_in"],
                 "ocr_mask": enc["ocr_mask"]}
 
     def init_cache(self, batch_size: int, max_len: int, dtype: Any = jnp.float32):
@@ -263,5 +263,5 @@ class M4C(GeneratorModel):
             x = x + blk.attn.attend_heads(xn, [(pk, pv), (ck.astype(pk.dtype), cv.astype(pv.dtype))], mask)
             x = x + blk.ffn(blk.norm_ffn(x))
             new_cache.append({"k": ck, "v": cv})
-        logits = self.output_logits(self.mmt_norm(x), dec["ocr_out"], dec["ocr_mask"])
+        logits = self.output_logits(self.mmt_norm(x), None, dec["ocr_mask"], ocr_keys=dec["ocr_keys"])
         return logits[:, 0], new_cache
