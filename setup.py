@@ -37,7 +37,7 @@ EXTRAS_REQUIRE = {
     "tfds-cli": TFDS_CLI,
     # pycocoevalcap is the reference the metrics are checked against; it is used by tests only. The tests
     # also run the `tfds` command line.
-    "test": ["pytest>=8.0", "pytest-xdist>=3.5", "pycocoevalcap==1.2", "nbformat", "nbclient", "ipykernel", *TFDS_CLI],
+    "test": ["pytest>=8.0", "pytest-xdist>=3.5", "filelock>=3.12", "pycocoevalcap==1.2", "nbformat", "nbclient", "ipykernel", *TFDS_CLI],
 }
 
 setup(

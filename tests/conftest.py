@@ -1,9 +1,19 @@
-"""Shared pytest fixtures and helpers: tiny configs and random model inputs."""
+"""Shared pytest fixtures and helpers: tiny configs and random model inputs.
+
+Compilation cache: the test session keeps one JAX persistent compilation cache (a fresh temporary folder,
+removed at the end) for the xdist workers and every subprocess they start (``JAX_COMPILATION_CACHE_DIR``).
+Many tests run the same small programs (the same tiny config trained, killed and resumed; a trained
+workdir decoded by several ``predict`` commands), so later compiles load the executable instead of
+compiling it again. A cached executable is the same program: results do not change. Set
+``OPENVIVQA_TEST_JAX_CACHE=0`` to compile everything afresh, or ``JAX_COMPILATION_CACHE_DIR`` to use your own.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -13,6 +23,56 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 SHARED = os.environ.get("OPENVIVQA_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
+
+
+def pytest_configure(config):
+    """Starts the session's JAX compilation cache (module doc) in the controlling process, before the xdist
+    workers (which inherit the environment) start and before any test imports JAX."""
+    if hasattr(config, "workerinput") or os.environ.get("OPENVIVQA_TEST_JAX_CACHE", "1") == "0" \
+            or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    config._openvivqa_jax_cache = tempfile.mkdtemp(prefix="openvivqa-test-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = config._openvivqa_jax_cache
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+    if "jax" in sys.modules:  # imported by a plugin before this hook: set it directly
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", config._openvivqa_jax_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+
+
+def build_once(tmp_path_factory, name: str, build) -> "os.PathLike":
+    """A folder built once per test session and shared by the xdist workers (pytest-xdist's documented
+    file-lock pattern): the first worker to ask runs ``build(folder)``; a worker asking meanwhile waits for it,
+    and later ones reuse the folder. For expensive artifacts that several tests read (a trained workdir).
+
+    Args:
+      tmp_path_factory: pytest's fixture.
+      name: the artifact's name (one folder per name).
+      build: ``build(folder: pathlib.Path) -> None``; it fills the (new, empty) folder or raises.
+
+    Returns:
+      The folder.
+    """
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common parent
+    path = root / f"shared-{name}"
+    with FileLock(str(path) + ".lock"):
+        if not (path / ".built").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True)
+            build(path)
+            (path / ".built").touch()
+    return path
+
+
+def pytest_unconfigure(config):
+    """Removes the session's compilation cache."""
+    path = getattr(config, "_openvivqa_jax_cache", None)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def subprocess_env(devices: int | None = None, extra: dict | None = None) -> dict:

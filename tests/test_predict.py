@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT, SHARED, subprocess_env
+from conftest import ROOT, SHARED, build_once, subprocess_env
 
 PY = sys.executable
 EXAMPLES = os.path.join(SHARED, "data", "openvivqa_examples")
@@ -234,7 +234,11 @@ def trained(tmp_path_factory):
     ``softmax_prefer_copy`` (the copy slot is the only target of a copyable word, so names are always
     produced by the pointer network) learn to copy within about a minute of CPU.
     """
-    root = tmp_path_factory.mktemp("predict")
+    return build_once(tmp_path_factory, "predict_trained", _train_predict_model) / "run"
+
+
+def _train_predict_model(root):
+    """Builds the :func:`trained` fixture's data set and workdir under ``root``."""
     wd, data_dir = root / "run", root / "tfds"
     builder_config = json.dumps({"name": "predict_test", "num_train_images": 300, "num_validation_images": 10,
                                  "num_test_images": 10})
@@ -247,7 +251,6 @@ def trained(tmp_path_factory):
            "--config.tokenizer.vocab_size=500", "--config.eval.ocr_ablation=False"]
     res = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
-    return wd
 
 
 def _train_name_counts(n_images: int = 300):
