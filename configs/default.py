@@ -62,6 +62,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.ocr_features = ("phoc", "appearance")
     c.model.ocr_extra_features = ml_collections.ConfigDict()
     c.model.fusion = "sum"
+    # MLPAG: also give the answer decoder the fused question tokens in its memory (after the OCR tokens and the
+    # image); the paper's decoder reads only the fused OCR tokens and image (docs/evaluation.md, non-text).
+    c.model.question_in_memory = False
     c.model.dtype = "float32"
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
     # less training memory for one more forward pass of each block. Used by M4C.

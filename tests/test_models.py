@@ -247,6 +247,29 @@ def test_qumlag_memory_is_image_then_question_with_masks():
     assert (np.asarray(model(batch))[..., V:] <= -1e8).all()  # vocabulary only
 
 
+def test_mlpag_question_in_memory_appends_the_fused_question():
+    """``model.question_in_memory``: the decoder's memory is the paper's (eq. 9 sum of OCR tokens and image)
+    followed by the fused question tokens, masked by the question mask; the same parameters otherwise, and
+    cached decoding still equals the full forward pass."""
+    cfg, base = _model("mlpag")
+    _, qmem = _model("mlpag", question_in_memory=True)
+    assert jax.tree.structure(nnx.state(base, nnx.Param)) == jax.tree.structure(nnx.state(qmem, nnx.Param))
+    batch = random_batch(cfg, V, batch=2, seed=5)
+    batch["question_mask"][1, 3:] = False
+    e0, e1 = base.encode(batch), qmem.encode(batch)
+    m = e0["memory"].shape[1]
+    np.testing.assert_array_equal(np.asarray(e1["memory"])[:, :m], np.asarray(e0["memory"]))
+    np.testing.assert_array_equal(np.asarray(e1["memory_mask"]),
+                                  np.concatenate([np.asarray(e0["memory_mask"]), batch["question_mask"]], 1))
+    assert e1["memory"].shape == (2, m + cfg.model.max_question_len, cfg.model.d_model)
+    full = np.asarray(qmem(batch))
+    dec = qmem.prepare_decode(e1)
+    cache = qmem.init_cache(2, cfg.model.max_answer_len)
+    for t in range(cfg.model.max_answer_len):
+        logits, cache = qmem.decode_step(dec, jnp.asarray(batch["decoder_in"][:, t]), jnp.int32(t), cache)
+        np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=2e-4, rtol=1e-4)
+
+
 # ----------------------------------------------------------------------------- M4C
 def test_m4c_prefix_lm_mask_matches_definition():
     pm = np.array([[1, 1, 0, 1], [1, 0, 1, 1]], bool)

@@ -441,6 +441,8 @@ class Preprocessor:
             boxes = np.zeros((R, 4), np.float32)
             mask = np.zeros((R,), bool)
             if rec.objects is not None:
+                if len(rec.objects["features"]) > R:  # counted (logged with the other counters), not silent
+                    self.counter.add("regions_beyond_num_regions", len(rec.objects["features"]) - R)
                 f = rec.objects["features"][:R]
                 if f.shape[1] != D:
                     raise DatasetError(f"question {rec.question_id!r}: region features have dim {f.shape[1]}, "

@@ -62,7 +62,8 @@ class MLPAG(MemoryDecoderGenerator):
     Args:
       cfg: the ``config.model`` ConfigDict (d_model, num_heads, ffn_dim, dropout, num_fusion_layers,
         num_decoder_layers, max_question_len, max_answer_len, num_ocr, vision.*, ocr_features,
-        ocr_extra_features, phoc_dim, fusion).
+        ocr_extra_features, phoc_dim, fusion, question_in_memory: also append the fused question tokens
+        ``x_Q`` to the decoder's memory, after the OCR tokens and the image; off in the paper's model).
       vocab_size: ``V``.
       rngs: parameter RNGs.
       dtype: compute dtype.
@@ -76,6 +77,7 @@ class MLPAG(MemoryDecoderGenerator):
         self.vocab_size = vocab_size
         self.num_ocr = cfg.num_ocr
         self.fusion = cfg.get("fusion", "sum")
+        self.question_in_memory = bool(cfg.get("question_in_memory", False))
         if self.fusion not in ("sum", "concat"):
             raise ValueError(f"MLPAG fusion must be 'sum' (eq. 9) or 'concat', got {self.fusion!r}")
         self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
@@ -120,4 +122,7 @@ class MLPAG(MemoryDecoderGenerator):
         else:
             memory = jnp.concatenate([x_s, x_i], 1)
             mem_mask = jnp.concatenate([s_mask, i_mask], 1)
+        if self.question_in_memory:
+            memory = jnp.concatenate([memory, x_q.astype(memory.dtype)], 1)
+            mem_mask = jnp.concatenate([mem_mask, q_mask], 1)
         return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}

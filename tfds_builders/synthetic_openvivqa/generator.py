@@ -64,6 +64,8 @@ __all__ = [
     "GeneratorConfig",
     "NAME_SYLLABLES",
     "OBJECT_KINDS",
+    "REGION_CLASSES",
+    "REGION_FEATURE_DIM",
     "SHOP_KINDS",
     "SHOP_NAME_POOLS",
     "SIGN_TEXT_COLORS",
@@ -71,6 +73,7 @@ __all__ = [
     "SPLIT_CODES",
     "STREETS",
     "apply_ocr_noise",
+    "detector_regions",
     "generate_split",
     "image_rng",
     "render_scene",
@@ -173,6 +176,14 @@ OBJECT_KINDS: tuple[ObjectKind, ...] = (
 )
 _OBJECT_BY_KEY = {k.key: k for k in OBJECT_KINDS}
 
+#: Classes of the oracle detector's regions (:func:`detector_regions`): the object kinds, then the signboards,
+#: the street sign and the banner.
+REGION_CLASSES: tuple[str, ...] = tuple(k.key for k in OBJECT_KINDS) + ("signboard", "street_sign", "banner")
+#: Side of each region's pooled colour grid: ``REGION_POOL x REGION_POOL`` cells of mean RGB.
+REGION_POOL = 4
+#: Width ``D`` of a region feature: class one-hot, then the pooled RGB grid in [0, 1] (row-major, RGB last).
+REGION_FEATURE_DIM = len(REGION_CLASSES) + 3 * REGION_POOL ** 2
+
 #: Street names for the optional street plate (fixed vocabulary, shared by every split).
 STREETS = ("lê lợi", "nguyễn huệ", "trần phú", "hàng bông", "tạ hiện", "lý thái tổ", "hai bà trưng",
            "bà triệu", "phan đình phùng", "điện biên phủ")
@@ -274,6 +285,8 @@ class GeneratorConfig:
             height (y); boxes are clipped to [0, 1] and kept non-degenerate.
         max_ocr_tokens: at most this many OCR tokens per image (optional scene text is left out to fit).
         min_qas, max_qas: questions per image (guideline: at least three).
+        region_features: also yield ``objects`` ``{features, boxes}``, the oracle detector's region features
+            (:func:`detector_regions`), for models with ``model.vision.kind = "region"``.
     """
 
     seed: int = 0
@@ -288,6 +301,7 @@ class GeneratorConfig:
     max_ocr_tokens: int = 30
     min_qas: int = 3
     max_qas: int = 5
+    region_features: bool = False
 
     def num_images(self, split: str) -> int:
         """Number of images of ``split``; raises ValueError for an unknown split."""
@@ -971,12 +985,58 @@ def render_scene(rng: np.random.Generator | int, size: tuple[int, int] = (256, 1
         "street": spec["street"]["name"] if spec["street"] else None,
         "objects": [{k: o[k] for k in ("kind", "color", "side", "box")} for o in spec["objects"]],
         "n_unplaced_objects": spec["n_unplaced"],
+        # What an object detector would report: every drawn object, signboard, street sign and banner.
+        "regions": ([{"class": o["kind"], "box": o["box"]} for o in spec["objects"]]
+                    + [{"class": "signboard", "box": s["box"]} for s in spec["signs"]]
+                    + [{"class": "street_sign", "box": spec["street"]["box"]} for _ in [spec["street"]] if _]
+                    + [{"class": "banner", "box": spec["banner"]["box"]} for _ in [spec["banner"]] if _]),
         "ocr": {"text": [t for t, _ in ocr],
                 "box": np.asarray([b for _, b in ocr], np.float32).reshape(-1, 4),
                 "score": np.ones((len(ocr),), np.float32)},
         "qas": qas,
     }
     return img, info
+
+
+def detector_regions(image: np.ndarray, regions: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Region features of an oracle object detector: the ground-truth boxes and classes of a scene's drawn
+    objects and text panels, each described by its class and its pooled colours.
+
+    This stands in for the pre-extracted detector features of the real datasets (bottom-up attention
+    features, Anderson et al. 2018, which are trained to predict object classes and attributes such as
+    colour): here the detector is exact, so a model's errors on colour, count and side questions come from
+    the model, not from the features.
+
+    Args:
+        image: ``(height, width, 3)`` uint8, the rendered scene.
+        regions: ``render_scene``'s ``scene_info["regions"]``: ``{"class": one of REGION_CLASSES, "box": xyxy in
+            [0, 1]}`` each.
+
+    Returns:
+        ``(features (num_regions, REGION_FEATURE_DIM) float16, boxes (num_regions, 4) float32)``: per region
+        the class one-hot (:data:`REGION_CLASSES`), then the box's pixels averaged over a
+        ``REGION_POOL x REGION_POOL`` grid (PIL box filter), RGB in ``[0, 1]``, row-major.
+
+    Raises:
+        ValueError: an unknown class or a box outside ``[0, 1]`` / with no area.
+    """
+    h, w = image.shape[:2]
+    feats = np.zeros((len(regions), REGION_FEATURE_DIM), np.float32)
+    boxes = np.zeros((len(regions), 4), np.float32)
+    for i, r in enumerate(regions):
+        if r["class"] not in REGION_CLASSES:
+            raise ValueError(f"detector_regions: unknown class {r['class']!r}; known: {REGION_CLASSES}")
+        x0, y0, x1, y1 = (float(v) for v in r["box"])
+        if not (-1e-6 <= x0 < x1 <= 1 + 1e-6 and -1e-6 <= y0 < y1 <= 1 + 1e-6):
+            raise ValueError(f"detector_regions: box {r['box']} of a {r['class']} is not xyxy inside [0, 1]")
+        px0, py0 = min(int(x0 * w), w - 1), min(int(y0 * h), h - 1)
+        px1, py1 = max(px0 + 1, min(w, int(np.ceil(x1 * w)))), max(py0 + 1, min(h, int(np.ceil(y1 * h))))
+        crop = Image.fromarray(np.ascontiguousarray(image[py0:py1, px0:px1, :3]))
+        pooled = np.asarray(crop.resize((REGION_POOL, REGION_POOL), Image.Resampling.BOX), np.float32) / 255.0
+        feats[i, REGION_CLASSES.index(r["class"])] = 1.0
+        feats[i, len(REGION_CLASSES):] = pooled.reshape(-1)
+        boxes[i] = np.clip([x0, y0, x1, y1], 0.0, 1.0)
+    return feats.astype(np.float16), boxes
 
 
 def generate_split(split: str, cfg: GeneratorConfig) -> Iterator[tuple[str, dict]]:
@@ -1010,13 +1070,18 @@ def generate_split(split: str, cfg: GeneratorConfig) -> Iterator[tuple[str, dict
         ocr = {"text": tokens, "box": boxes, "score": np.ones((len(tokens),), np.float32)}
         image = np.asarray(img, dtype=np.uint8)
         image_id = f"syn-{split}-{i:05d}"
+        extra = {}
+        if cfg.region_features:
+            feats, rboxes = detector_regions(image, info["regions"])
+            extra["objects"] = {"features": feats, "boxes": rboxes}
+            totals["regions"] += len(feats)
         for q, qa in enumerate(info["qas"]):
             totals["questions"] += 1
             totals[f"qa_type_{qa['qa_type']}"] += 1
             qid = f"{image_id}-{q}"
             yield qid, {"image": image, "image_id": image_id, "question_id": qid, "question": qa["question"],
                         "answers": list(qa["answers"]), "qa_type": np.int32(qa["qa_type"]), "language": "vi",
-                        "kind": qa["kind"], "ocr": ocr}
+                        "kind": qa["kind"], "ocr": ocr, **extra}
     logging.info("synthetic_openvivqa %s: %d images, %d questions (text %d, non-text %d); OCR noise dropped %d "
                  "and corrupted %d tokens; %d objects did not fit the layout and were not drawn.", split, n_images,
                  totals["questions"], totals["qa_type_1"], totals["qa_type_0"], totals["dropped"],

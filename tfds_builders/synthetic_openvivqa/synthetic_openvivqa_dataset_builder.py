@@ -50,6 +50,8 @@ class SyntheticOpenVivqaConfig(tfds.core.BuilderConfig):
         ocr_drop_prob, ocr_sub_prob, ocr_box_jitter: OCR noise (token drop probability, probability of one
             substituted character per token, box jitter std as a fraction of the box size); all 0 = clean.
         max_ocr_tokens: scene-text tokens per image at most.
+        region_features: also store the oracle detector's region features ``objects`` ``{features (num_regions,
+            generator.REGION_FEATURE_DIM) float16, boxes (num_regions, 4)}`` (``generator.detector_regions``).
     """
 
     seed: int = 0
@@ -62,6 +64,7 @@ class SyntheticOpenVivqaConfig(tfds.core.BuilderConfig):
     ocr_sub_prob: float = 0.05
     ocr_box_jitter: float = 0.02
     max_ocr_tokens: int = 30
+    region_features: bool = False
 
     def generator_config(self) -> generator.GeneratorConfig:
         """The :class:`generator.GeneratorConfig` with this config's values."""
@@ -91,13 +94,20 @@ class Builder(tfds.core.GeneratorBasedBuilder):
             name="default", description="1500/150/200 images with light OCR noise (the main job's data)."),
         SyntheticOpenVivqaConfig(
             name="default_clean", description="Like default, without OCR noise.", **_CLEAN),
+        SyntheticOpenVivqaConfig(
+            name="default_clean_regions", description="Like default_clean, with the oracle detector's region "
+            "features (ground-truth boxes and classes, pooled colours).", region_features=True, **_CLEAN),
+        SyntheticOpenVivqaConfig(
+            name="tiny_regions", description="Like tiny, with the oracle detector's region features.",
+            num_train_images=40, num_validation_images=10, num_test_images=10, region_features=True),
     ]
     DEFAULT_CONFIG_NAME = "default"
 
     def _info(self) -> tfds.core.DatasetInfo:
         return self.dataset_info_from_configs(
             description=__doc__,
-            features=vqa_features(with_image=True, with_kind=True),
+            features=vqa_features(with_image=True, with_kind=True, region_feature_dim=(
+                generator.REGION_FEATURE_DIM if self.builder_config.region_features else None)),
             homepage="https://github.com/openvivqa_jax",
         )
 
