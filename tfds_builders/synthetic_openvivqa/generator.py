@@ -951,7 +951,8 @@ def render_scene(rng: np.random.Generator | int, size: tuple[int, int] = (256, 1
     Returns:
         ``(image, scene_info)``: an RGB ``PIL.Image`` of ``size``; ``scene_info`` with ``size``,
         ``signboards`` (list of ``{name, kind, color, price (int VND or None), phone, slogan, side, box}``,
-        box xyxy in [0, 1]), ``street`` (name or None), ``objects`` (``{kind, color, side, box}``),
+        box xyxy in [0, 1]), ``street`` (name or None), ``objects`` (``{kind, color, side, box}``), ``regions``
+        (``{class, box}`` of every drawn object, signboard, street sign and banner, for :func:`detector_regions`),
         ``ocr`` (clean ground truth ``{text: list[str] (num_ocr,), box: float32 (num_ocr, 4),
         score: float32 (num_ocr,)}``) and ``qas`` (``{question, answers, qa_type, kind}``).
 
