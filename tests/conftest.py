@@ -41,6 +41,18 @@ def pytest_configure(config):
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 
 
+def all_eqns(jaxpr):
+    """Every equation of ``jaxpr`` and of the jaxprs nested in its equations (pjit, while, remat,
+    custom_vjp...), depth first."""
+    for e in jaxpr.eqns:
+        yield e
+        for v in e.params.values():
+            for sub in (v if isinstance(v, (list, tuple)) else [v]):
+                sub = getattr(sub, "jaxpr", sub)
+                if hasattr(sub, "eqns"):
+                    yield from all_eqns(sub)
+
+
 def build_once(tmp_path_factory, name: str, build) -> "os.PathLike":
     """A folder built once per test session and shared by the xdist workers (pytest-xdist's documented
     file-lock pattern): the first worker to ask runs ``build(folder)``; a worker asking meanwhile waits for it,

@@ -37,8 +37,9 @@ def test_shared_memory_is_not_the_default_and_is_traced_once_per_example(via):
     cfg = tiny_model_config("qumlag")
     assert cfg.eval.beam_share_memory is False
     cfg.eval.beam_size = 3
+    cfg.model.max_answer_len = 4
     model = build_model(cfg.model, 40, seed=0)
-    graphdef, params = nnx.split(model)
+    graphdef, params = nnx.split(model, nnx.Param)  # as inference.load_for_inference splits a run's model
     batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, 40, batch=2).items()}
     seen = []
     orig = MultiHeadAttention.attend_heads
@@ -51,14 +52,12 @@ def test_shared_memory_is_not_the_default_and_is_traced_once_per_example(via):
         if via == "decoding":
             return decoding.make_decode_fn(graphdef, max_len=4, beam_size=3, share_memory=share)
         cfg.eval.beam_share_memory = share
-        cfg.model.max_answer_len = 4
-        return inference.decode_fn_for(cfg, nnx.split(model, nnx.Param)[0], True)
+        return inference.decode_fn_for(cfg, graphdef, True)
 
     MultiHeadAttention.attend_heads = spy
     try:
         for share in (False, True):
             seen.clear()
-            graphdef, params = nnx.split(model) if via == "decoding" else nnx.split(model, nnx.Param)
             jax.eval_shape(decode_fn(share), params, batch)
             cross = seen[1::2]  # per layer: self-attention over the cache, then cross-attention over the memory
             assert cross and all(rows == 6 for rows, _ in cross)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from conftest import random_batch, tiny_model_config
+from conftest import all_eqns, random_batch, tiny_model_config
 from openvivqa_jax import decoding
 from openvivqa_jax.models import MODEL_REGISTRY, build_model
 
@@ -127,14 +127,8 @@ def test_bad_arguments():
 
 def _dots(jaxpr):
     """Every ``dot_general`` of ``jaxpr`` and of its nested jaxprs, as ``(lhs shape, rhs shape)``."""
-    for e in jaxpr.eqns:
-        if e.primitive.name == "dot_general":
-            yield tuple(e.invars[0].aval.shape), tuple(e.invars[1].aval.shape)
-        for v in e.params.values():
-            for sub in (v if isinstance(v, (list, tuple)) else [v]):
-                sub = getattr(sub, "jaxpr", sub)
-                if hasattr(sub, "eqns"):
-                    yield from _dots(sub)
+    return [(tuple(e.invars[0].aval.shape), tuple(e.invars[1].aval.shape)) for e in all_eqns(jaxpr)
+            if e.primitive.name == "dot_general"]
 
 
 @pytest.mark.parametrize("name", ["mlpag", "m4c"])
@@ -155,6 +149,6 @@ def test_decode_step_does_not_reproject_the_ocr_tokens(name):
     def ocr_projections(dots):
         return [(a, b) for a, b in dots if a[-2:] == (n, d) and b == (d, d)]
 
-    assert ocr_projections(list(_dots(step.jaxpr))) == []
+    assert ocr_projections(_dots(step.jaxpr)) == []
     full = jax.make_jaxpr(lambda b: model(b))(batch)
-    assert len(ocr_projections(list(_dots(full.jaxpr)))) >= 1
+    assert len(ocr_projections(_dots(full.jaxpr))) >= 1

@@ -25,7 +25,7 @@ import pytest
 
 from openvivqa_jax import sharding, train
 
-from conftest import ROOT, load_config, subprocess_env
+from conftest import ROOT, all_eqns, load_config, subprocess_env
 
 PY = sys.executable
 #: Seconds any one subprocess may run (a hung collective is killed after this).
@@ -375,17 +375,6 @@ def _batch(tr, n=8):
     return next(pipeline.train_iterator(tr.exp.data.source("train"), tr.exp.inputs.pre, batch_size=n, seed=0))
 
 
-def _all_eqns(jaxpr):
-    """Every equation of ``jaxpr`` and of the jaxprs nested in its equations (pjit, remat, custom_vjp...)."""
-    for e in jaxpr.eqns:
-        yield e
-        for v in e.params.values():
-            for sub in (v if isinstance(v, (list, tuple)) else [v]):
-                sub = getattr(sub, "jaxpr", sub)
-                if hasattr(sub, "eqns"):
-                    yield from _all_eqns(sub)
-
-
 @pytest.mark.slow
 def test_bfloat16_compute_trains_with_float32_master_weights(tmp_path, data_dir):
     import jax
@@ -404,7 +393,7 @@ def test_bfloat16_compute_trains_with_float32_master_weights(tmp_path, data_dir)
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # The matmuls and convolutions run in bfloat16: (almost) all of them take bfloat16 operands.
     jaxpr = jax.make_jaxpr(lambda p: train.make_loss_fn(bf16.spec)(p, batch, key)[0])(bf16.state.params)
-    dots = [e for e in _all_eqns(jaxpr.jaxpr) if e.primitive.name in ("dot_general", "conv_general_dilated")]
+    dots = [e for e in all_eqns(jaxpr.jaxpr) if e.primitive.name in ("dot_general", "conv_general_dilated")]
     assert dots, "no matmuls found in the loss"
     bf = [e for e in dots if all(v.aval.dtype == jnp.bfloat16 for v in e.invars)]
     assert len(bf) >= 0.8 * len(dots), (len(bf), len(dots))
