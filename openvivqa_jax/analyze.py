@@ -276,7 +276,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     verbosity = logging.get_verbosity()
     if not args.verbose:
         logging.set_verbosity(logging.ERROR)
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        from openvivqa_jax.quiet import import_tensorflow_quietly
+
+        import_tensorflow_quietly()
     try:
         return _run(args)
     except EmptySplitError as e:

@@ -202,7 +202,9 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS.verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        from openvivqa_jax.quiet import import_tensorflow_quietly
+
+        import_tensorflow_quietly()
         logging.get_absl_handler().addFilter(_QuietLibraries())
     cfg = FLAGS.config
     from openvivqa_jax.config_check import check_config

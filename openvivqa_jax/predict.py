@@ -322,8 +322,11 @@ def _safe_name(s: str) -> str:
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0 success, 2 unusable input)."""
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from absl import logging
+
+    from openvivqa_jax.quiet import import_tensorflow_quietly
+
+    import_tensorflow_quietly()
 
     verbosity = logging.get_verbosity()
     if not args.verbose:

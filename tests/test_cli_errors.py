@@ -159,6 +159,38 @@ def test_quiet_filter_drops_backend_notices_only():
     assert not f.filter(rec("/x/orbax/checkpoint/foo.py", logging.INFO, "saved"))
 
 
+_FAKE_TF = '''import os
+os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\\n")
+os.write(2, b"I0000 00:00:1.0 1 port.cc:153] oneDNN custom operations are on. You may see ...\\n")
+os.write(2, b"E0000 real C++ error from the library\\n")
+'''
+
+
+def test_tensorflow_start_up_notices_are_dropped_and_other_lines_kept(tmp_path):
+    """A stand-in ``tensorflow`` package writes two notices and one real error line straight to file
+    descriptor 2 (as TensorFlow's C++ logging does, ignoring TF_CPP_MIN_LOG_LEVEL): only the error line
+    reaches standard error, once, and a second call does not import again."""
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(_FAKE_TF)
+    code = ("import sys; from openvivqa_jax.quiet import import_tensorflow_quietly as q; "
+            "print(q(), q()); print('after', file=sys.stderr)")
+    env = subprocess_env()
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    res = subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["True", "False"]
+    assert res.stderr.splitlines() == ["E0000 real C++ error from the library", "after"]
+
+
+def test_real_tensorflow_import_prints_no_start_up_notice():
+    """With the installed TensorFlow: nothing of its start-up notices reaches standard error."""
+    pytest.importorskip("tensorflow")
+    code = "from openvivqa_jax.quiet import import_tensorflow_quietly as q; import tensorflow_datasets; print(q())"
+    res = subprocess.run([PY, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "oneDNN" not in res.stderr and "InitializeLog" not in res.stderr, res.stderr
+
 def _tiny_args(tmp_path, data_dir, *extra):
     return ["--config", "configs/tiny.py", "--workdir", tmp_path / "run", f"--config.data.data_dir={data_dir}",
             "--config.eval.decoding=greedy", "--config.eval.ocr_ablation=False", *extra]
