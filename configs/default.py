@@ -24,6 +24,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.manual_dir = placeholder(str)
     c.data.builder_kwargs = ml_collections.ConfigDict()
     c.data.train_split = "train"
+    # Train on the questions of these template kinds only (synthetic set: e.g. ("colour",)); () trains on all.
+    # Evaluation still scores every question. Used to measure how fast one kind is learned (docs/evaluation.md).
+    c.data.train_kinds = ()
     c.data.eval_split = "validation"  # dev split: periodic evaluation and best-checkpoint selection
     c.data.test_split = "test"
     c.data.image_size = (128, 96)  # (width, height) fed to the CNN backbone
@@ -65,6 +68,9 @@ def get_config() -> ml_collections.ConfigDict:
     # MLPAG: also give the answer decoder the fused question tokens in its memory (after the OCR tokens and the
     # image); the paper's decoder reads only the fused OCR tokens and image (docs/evaluation.md, non-text).
     c.model.question_in_memory = False
+    # MLPAG: after the fusion layers, the question tokens attend over the image (MCAN's guided attention), so the
+    # question in the memory (question_in_memory) carries the objects it names (docs/evaluation.md, non-text).
+    c.model.question_over_image = False
     c.model.dtype = "float32"
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
     # less training memory for one more forward pass of each block. Used by M4C.

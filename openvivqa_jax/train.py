@@ -533,9 +533,15 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     # batches' (evaluation encodes other splits).
     train_pre = copy.copy(exp.inputs.pre)
     train_pre.counter = pipeline.SkipCounter()
-    it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
-                                 source_name=f"{exp.data.builder.name}/{cfg.data.train_split}",
-                                 num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch)
+    train_name = f"{exp.data.builder.name}/{cfg.data.train_split}"
+    subset = None
+    if cfg.data.get("train_kinds"):
+        recs = exp.data.records(cfg.data.train_split)
+        subset = pipeline.kind_subset(recs, tuple(cfg.data.train_kinds), train_name)
+        logging.info("data.train_kinds %s: training on %d of the %d questions of %s (%d left out)",
+                     list(cfg.data.train_kinds), len(subset), len(recs), train_name, len(recs) - len(subset))
+    it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed, source_name=train_name,
+                                 num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch, indices=subset)
     start = 0
     best_score, bad_evals = -np.inf, 0
     if latest.latest_step() is not None:

@@ -270,6 +270,40 @@ def test_mlpag_question_in_memory_appends_the_fused_question():
         np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=2e-4, rtol=1e-4)
 
 
+def test_mlpag_question_over_image_grounds_the_question_in_memory():
+    """``model.question_over_image``: after the fusion layers the question tokens attend over the image
+    (MCAN's guided attention); every other parameter is the model's without it, the OCR and image rows of
+    the memory are unchanged, the question rows are the guided-attention block applied to the question rows
+    and image rows of the model without it (concat fusion shows the image rows), they change with the image
+    (they do not without the option), and cached decoding equals the full forward pass."""
+    kw = dict(fusion="concat", question_in_memory=True)
+    cfg, qim = _model("mlpag", **kw)
+    _, qoi = _model("mlpag", question_over_image=True, **kw)
+    p0, p1 = nnx.to_pure_dict(nnx.state(qim, nnx.Param)), nnx.to_pure_dict(nnx.state(qoi, nnx.Param))
+    assert set(p1) - set(p0) == {"question_image_attention"} and set(p0) <= set(p1)
+    for k in p0:
+        jax.tree.map(np.testing.assert_array_equal, p0[k], p1[k])
+    batch = random_batch(cfg, V, batch=2, seed=7)
+    batch["question_mask"][1, 4:] = False
+    e0, e1 = qim.encode(batch), qoi.encode(batch)
+    n, q = cfg.model.num_ocr, cfg.model.max_question_len
+    mem0, mem1 = np.asarray(e0["memory"]), np.asarray(e1["memory"])
+    np.testing.assert_array_equal(mem1[:, :-q], mem0[:, :-q])
+    np.testing.assert_array_equal(np.asarray(e1["memory_mask"]), np.asarray(e0["memory_mask"]))
+    i_mask = np.asarray(e0["memory_mask"])[:, n:-q]
+    want = qoi.question_image_attention(e0["memory"][:, -q:], e0["memory"][:, n:-q], jnp.asarray(i_mask))
+    np.testing.assert_allclose(mem1[:, -q:], np.asarray(want), atol=1e-5)
+    other = dict(batch, image=np.ascontiguousarray(batch["image"][::-1]))  # the two examples' images swapped
+    assert np.abs(np.asarray(qoi.encode(other)["memory"])[:, -q:] - mem1[:, -q:]).max() > 1e-3
+    np.testing.assert_array_equal(np.asarray(qim.encode(other)["memory"])[:, -q:], mem0[:, -q:])
+    full = np.asarray(qoi(batch))
+    dec = qoi.prepare_decode(e1)
+    cache = qoi.init_cache(2, cfg.model.max_answer_len)
+    for t in range(cfg.model.max_answer_len):
+        logits, cache = qoi.decode_step(dec, jnp.asarray(batch["decoder_in"][:, t]), jnp.int32(t), cache)
+        np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=2e-4, rtol=1e-4)
+
+
 # ----------------------------------------------------------------------------- M4C
 def test_m4c_prefix_lm_mask_matches_definition():
     pm = np.array([[1, 1, 0, 1], [1, 0, 1, 1]], bool)

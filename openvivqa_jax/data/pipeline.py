@@ -506,16 +506,36 @@ class _TrainMap(grain.transforms.RandomMap):
 
 
 class _IndexedSource:
-    """Wraps a data source so items carry their index: ``(example, index)``."""
+    """Wraps a data source so items carry their index in it: ``(example, index)``; with ``indices``, only
+    those examples, in that order (item ``i`` is example ``indices[i]``)."""
 
-    def __init__(self, source):
+    def __init__(self, source, indices: Sequence[int] | None = None):
         self.source = source
+        self.indices = None if indices is None else np.asarray(indices, np.int64)
 
     def __len__(self):
-        return len(self.source)
+        return len(self.source) if self.indices is None else len(self.indices)
 
     def __getitem__(self, i):
-        return self.source[i], i
+        j = int(i) if self.indices is None else int(self.indices[int(i)])
+        return self.source[j], j
+
+
+def kind_subset(records: Sequence[Record], kinds: Sequence[str], source_name: str = "") -> list[int]:
+    """Indices of the records whose template ``kind`` is one of ``kinds`` (``data.train_kinds``).
+
+    Raises:
+      DatasetError: the split has no kinds (only the synthetic builder stores them), or a kind in ``kinds``
+        is not among the split's (names the split, the unknown kinds and the known ones).
+    """
+    present = sorted({r.kind for r in records if r.kind})
+    if not present:
+        raise DatasetError(f"{source_name}: data.train_kinds {list(kinds)} needs question kinds, and this split "
+                           "has none (the synthetic_openvivqa builder stores them)")
+    unknown = sorted(set(kinds) - set(present))
+    if unknown:
+        raise DatasetError(f"{source_name}: data.train_kinds names {unknown}, not among the split's kinds {present}")
+    return [r.index for r in records if r.kind in set(kinds)]
 
 
 class _ProcessShare:
@@ -539,7 +559,7 @@ class _ProcessShare:
 
 
 def train_iterator(source, pre: Preprocessor, *, batch_size: int, seed: int, source_name: str = "",
-                   num_threads: int = 2, prefetch: int = 8):
+                   num_threads: int = 2, prefetch: int = 8, indices: Sequence[int] | None = None):
     """An infinite, checkpointable iterator of local training batches.
 
     Shuffles the whole split with ``seed`` (a new permutation every epoch; the same on every
@@ -554,6 +574,7 @@ def train_iterator(source, pre: Preprocessor, *, batch_size: int, seed: int, sou
       pre: the :class:`Preprocessor`.
       batch_size: per-process batch size (the global batch divided by ``jax.process_count()``).
       seed: shuffle seed.
+      indices: train on these examples of ``source`` only (e.g. :func:`kind_subset`); None: all.
 
     Returns:
       A grain ``DatasetIterator`` with ``get_state()``/``set_state()``.
@@ -561,11 +582,12 @@ def train_iterator(source, pre: Preprocessor, *, batch_size: int, seed: int, sou
     Raises:
       DatasetError: if the split is smaller than one batch.
     """
-    if len(source) < batch_size * jax.process_count():
-        raise DatasetError(f"{source_name}: {len(source)} examples is fewer than one global batch "
+    indexed = _IndexedSource(source, indices)
+    if len(indexed) < batch_size * jax.process_count():
+        raise DatasetError(f"{source_name}: {len(indexed)} examples is fewer than one global batch "
                            f"({batch_size} x {jax.process_count()} processes); lower --config.train.batch_size "
-                           f"(at most {len(source)}) or train on a larger split")
-    ds = grain.MapDataset.source(_IndexedSource(source))
+                           f"(at most {len(indexed)}) or train on a larger split")
+    ds = grain.MapDataset.source(indexed)
     ds = ds.seed(seed).shuffle().repeat()
     ds = ds.random_map(_TrainMap(pre, source_name))  # lazy: only the rows this process asks for are read
     ds = grain.MapDataset.source(_ProcessShare(ds, batch_size, jax.process_index(), jax.process_count()))

@@ -78,6 +78,7 @@ class MLPAG(MemoryDecoderGenerator):
         self.num_ocr = cfg.num_ocr
         self.fusion = cfg.get("fusion", "sum")
         self.question_in_memory = bool(cfg.get("question_in_memory", False))
+        self.question_over_image = bool(cfg.get("question_over_image", False))
         if self.fusion not in ("sum", "concat"):
             raise ValueError(f"MLPAG fusion must be 'sum' (eq. 9) or 'concat', got {self.fusion!r}")
         self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
@@ -97,6 +98,8 @@ class MLPAG(MemoryDecoderGenerator):
                                      num_layers=cfg.num_decoder_layers, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
                                      dropout=cfg.dropout, max_len=cfg.max_answer_len, use_pointer=True, rngs=rngs,
                                      dtype=dtype)
+        if self.question_over_image:  # made last, so the other parameters are those of the model without it
+            self.question_image_attention = mk()
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
         """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
@@ -117,6 +120,8 @@ class MLPAG(MemoryDecoderGenerator):
             x_q = sa(x_q, q_mask, **kw)
             x_s = ca(x_s, x_q, q_mask, **kw)
             x_i = spa(x_i, x_q, q_mask, **kw)
+        if self.question_over_image:
+            x_q = self.question_image_attention(x_q, x_i, i_mask, **kw)
         if self.fusion == "sum":
             memory, mem_mask = fuse_sum(x_s, s_mask, x_i, i_mask)
         else:
