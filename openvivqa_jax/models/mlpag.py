@@ -11,6 +11,11 @@ Components (Figure 10):
   Then ``x_f = x_S ⊕ x_I`` (eq. 9, element-wise sum). When ``S != N`` the shorter stream is
   zero-padded to ``M = max(S, N)`` and the fused mask is the union of the two masks.
   ``fusion="concat"`` (an option, not the paper) concatenates instead.
+* Options, not the paper: ``question_over_image`` adds one more block after the fusion layers in which the
+  question tokens attend over the image, ``x_Q <- CrossBlock(x_Q, x_I)`` (MCAN's guided attention, Yu et al.
+  2019), so each question token can carry the object it names; ``question_in_memory`` appends ``x_Q`` to the
+  decoder's memory. Together they let the decoder read an object's colour through the question token that
+  names it (docs/evaluation.md, "Non-text questions").
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -63,7 +68,10 @@ class MLPAG(MemoryDecoderGenerator):
       cfg: the ``config.model`` ConfigDict (d_model, num_heads, ffn_dim, dropout, num_fusion_layers,
         num_decoder_layers, max_question_len, max_answer_len, num_ocr, vision.*, ocr_features,
         ocr_extra_features, phoc_dim, fusion, question_in_memory: also append the fused question tokens
-        ``x_Q`` to the decoder's memory, after the OCR tokens and the image; off in the paper's model).
+        ``x_Q`` to the decoder's memory, after the OCR tokens and the image; off in the paper's model),
+        question_over_image (the question tokens attend over the image after the fusion layers; off in the
+        paper's model; its block is created after every other one, so the other parameters are the same as
+        without it for a seed).
       vocab_size: ``V``.
       rngs: parameter RNGs.
       dtype: compute dtype.
