@@ -26,8 +26,67 @@ from flax import nnx
 from openvivqa_jax import assets, decoding, sharding
 from openvivqa_jax.workdir import load_config
 
-__all__ = ["restore_params", "make_decode_fn", "decode_fn_for", "make_attention_fn", "PhotoQuestion", "Inference",
+__all__ = ["CheckpointMismatchError", "check_checkpoint_fits", "restore_params", "make_decode_fn", "decode_fn_for", "make_attention_fn", "PhotoQuestion", "Inference",
            "abstract_params", "check_workdir", "load_config", "load_for_inference"]
+
+
+class CheckpointMismatchError(ValueError):
+    """A run's checkpoint does not fit the model built from the config (other model settings than the run was
+    trained with, e.g. another ``d_model``, vocabulary or ``model.question_over_image``)."""
+
+
+def _saved_param_shapes(item_dir: str) -> dict[str, tuple[int, ...]] | None:
+    """``{parameter path: shape}`` of the ``params`` subtree stored in an orbax item folder, from its metadata
+    (no array is read); None when the metadata cannot be read (then the restore itself reports)."""
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(logging.ERROR)  # orbax warns that a per-item metadata file is absent: not an error here
+    try:
+        meta = ocp.PyTreeCheckpointer().metadata(item_dir)
+        tree = getattr(getattr(meta, "item_metadata", meta), "tree", None)
+        params = tree["params"]
+        return {sharding.path_str(p).removesuffix("/value"): tuple(m.shape)
+                for p, m in jax.tree_util.tree_leaves_with_path(params)}
+    except Exception:  # noqa: BLE001 - any unreadable or other-format metadata: leave it to the restore
+        return None
+    finally:
+        logging.set_verbosity(verbosity)
+
+
+def check_checkpoint_fits(item_dir: str, abstract_params: Any, config_path: str | None = None) -> None:
+    """Compares the parameter shapes stored in a checkpoint with the model's before anything is restored.
+
+    Args:
+      item_dir: the checkpoint's ``state`` item folder, ``<workdir>/<checkpoints|best>/<step>/state``.
+      abstract_params: the model's parameters (arrays or ``jax.ShapeDtypeStruct`` s, an ``nnx.State``).
+      config_path: the run's ``config.json``, named in the message.
+
+    Raises:
+      CheckpointMismatchError: one line naming the checkpoint, how many parameters differ in shape, are
+        missing from it or are not in the model, with one example of each, and the run's config.
+    """
+    saved = _saved_param_shapes(item_dir)
+    if saved is None:
+        return
+    want = {sharding.path_str(p).removesuffix("/value"): tuple(a.shape)
+            for p, a in jax.tree_util.tree_leaves_with_path(abstract_params)}
+    differ = sorted(k for k in saved.keys() & want.keys() if saved[k] != want[k])
+    missing = sorted(want.keys() - saved.keys())
+    extra = sorted(saved.keys() - want.keys())
+    if not (differ or missing or extra):
+        return
+    parts = []
+    if differ:
+        k = differ[0]
+        parts.append(f"{len(differ)} parameters differ in shape (e.g. {k}: {saved[k]} in the checkpoint, {want[k]} "
+                     "in the model)")
+    if missing:
+        parts.append(f"{len(missing)} of the model's parameters are not in the checkpoint (e.g. {missing[0]})")
+    if extra:
+        parts.append(f"{len(extra)} of the checkpoint's parameters are not in the model (e.g. {extra[0]})")
+    cfg = f"; the run was trained with {config_path}" if config_path else ""
+    raise CheckpointMismatchError(
+        f"checkpoint {item_dir} does not fit the model of this config: {'; '.join(parts)}{cfg}. Use the model "
+        "settings the run was trained with, or another --workdir")
 
 
 def restore_params(workdir: str, abstract: Any, which: str = "best") -> tuple[Any, int]:
@@ -49,6 +108,7 @@ def restore_params(workdir: str, abstract: Any, which: str = "best") -> tuple[An
 
     Raises:
       FileNotFoundError: if the workdir holds no checkpoint there.
+      CheckpointMismatchError: the checkpoint's parameters do not fit ``abstract`` (:func:`check_checkpoint_fits`).
     """
     for sub in ([which, "checkpoints"] if which == "best" else [which]):
         d = os.path.join(workdir, sub)
@@ -60,6 +120,7 @@ def restore_params(workdir: str, abstract: Any, which: str = "best") -> tuple[An
             step = mngr.latest_step()
         if step is None:
             continue
+        check_checkpoint_fits(os.path.join(d, str(step), "state"), abstract, os.path.join(workdir, "config.json"))
         repl = jax.sharding.NamedSharding(jax.tree.leaves(abstract)[0].sharding.mesh, jax.sharding.PartitionSpec())
         target = {"step": jax.ShapeDtypeStruct((), jnp.int32, sharding=repl), "params": abstract}
         restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(

@@ -150,10 +150,12 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from openvivqa_jax.config_check import ConfigError
     from openvivqa_jax.data.ocr import OcrFileError, OcrUnavailableError
     from openvivqa_jax.data.pipeline import DatasetError
+    from openvivqa_jax.inference import CheckpointMismatchError
     from openvivqa_jax.models.vit import CheckpointError
     from tfds_builders.readers import DatasetInputError
 
-    return (ConfigError, DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError, CheckpointError)
+    return (ConfigError, DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError, CheckpointError,
+            CheckpointMismatchError)
 
 
 _received: list[str] = []  # names of the signals turned into KeyboardInterrupt by _on_sigterm

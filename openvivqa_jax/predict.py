@@ -69,7 +69,7 @@ def _input(fn, *args, prefix: str = ""):
 def _input_errors() -> tuple[type, ...]:
     """The input-error classes of the modules imported so far (no module is imported for them)."""
     kinds = [("openvivqa_jax.evaluation.formats", "InputError"), ("openvivqa_jax.data.ocr", "OcrFileError"),
-             ("openvivqa_jax.data.pipeline", "DatasetError")]
+             ("openvivqa_jax.data.pipeline", "DatasetError"), ("openvivqa_jax.inference", "CheckpointMismatchError")]
     return (FileNotFoundError, *(getattr(sys.modules[m], n) for m, n in kinds if m in sys.modules))
 
 

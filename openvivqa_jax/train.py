@@ -519,9 +519,6 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
 
     exp, state = create_experiment(cfg, workdir)
     spec, t = exp.spec, cfg.train
-    if jax.process_index() == 0:
-        with open(os.path.join(exp.workdir, "config.json"), "w", encoding="utf-8") as f:
-            f.write(cfg.to_json_best_effort(indent=2))
     logging.info("Model %s: %d parameters; mesh %s", cfg.model.name, spec.num_params, dict(spec.mesh.shape))
     writer = metric_writers.create_default_writer(exp.workdir, just_logging=jax.process_index() > 0)
     latest, best = checkpoint_managers(exp.workdir, t)
@@ -546,6 +543,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     best_score, bad_evals = -np.inf, 0
     if latest.latest_step() is not None:
         step = latest.latest_step()
+        inference.check_checkpoint_fits(os.path.join(str(latest.directory), str(step), "state"),
+                                        spec.abstract_state.params, os.path.join(exp.workdir, "config.json"))
         restored = latest.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(spec.abstract_state), data_iter=ocp.args.JsonRestore()))
         state = restored["state"]
@@ -556,6 +555,11 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
         logging.info("Resumed from step %d (%s)", start, latest.directory)
     else:
         logging.info("No checkpoint in %s: training starts at step 0", latest.directory)
+    # Written once the checkpoint (if any) is known to fit, so a resume with other model settings keeps the
+    # run's own config.json.
+    if jax.process_index() == 0:
+        with open(os.path.join(exp.workdir, "config.json"), "w", encoding="utf-8") as f:
+            f.write(cfg.to_json_best_effort(indent=2))
     step_fn = make_train_step(spec)
     hooks = []
     if jax.process_index() == 0:
