@@ -697,8 +697,8 @@ def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None
         copy = copying.shop_name_copy_rate(preds)
         if copy["rate"] is not None:
             metrics["shop_name_copy_rate"] = copy
-            lines.append(f"shop-name questions whose answer contains the full name: {copy['rate']:.1%} "
-                         f"({copy['num_copied']}/{copy['num_questions']})")
+            lines.append(f"unseen shop names copied (shop-name questions whose answer contains the full name; this "
+                         f"split's names never occur in training): {copy['rate']:.1%} ({copy['num_copied']}/{copy['num_questions']})")
             exp.jsonl.write(step, "final", {f"{split}/shop_name_copy_rate": copy["rate"]})
             _rewrite_metrics(exp, split, metrics)
         if split == cfg.data.test_split:

@@ -187,7 +187,12 @@ def test_word_provenance_matches_decode(tmp_path):
     assert [w["word"] for w in words] == ["cửa", "hàng", "này", "tên", "là", "thiện", "uyên", "giá"]
     assert [w["source"] for w in words] == ["vocab"] * 5 + ["ocr", "ocr", "vocab"]
     assert words[5]["ocr_index"] == 1 and words[5]["box"] == [0.2, 0.3, 0.7, 0.4]
-    assert words[0]["piece_ids"] == list(tok.encode("cửa hàng này tên là"))
+    # Each generated word carries its own pieces, which decode to it; together they are the run's pieces.
+    run = list(tok.encode("cửa hàng này tên là"))
+    assert sum((w["piece_ids"] for w in words[:5]), []) == run
+    for w in words[:5]:
+        assert tok.decode(w["piece_ids"]).strip() == w["word"]
+    assert words[0]["piece_ids"] == list(tok.encode("cửa")) and words[7]["piece_ids"] == list(tok.encode("giá"))
 
 
 def test_decoder_attention_path_leaves_logits_unchanged():

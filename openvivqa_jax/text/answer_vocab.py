@@ -184,7 +184,9 @@ def word_provenance(ids: Sequence[int], vocab: AnswerVocab, tokenizer: Tokenizer
     """Per answer word, where it came from.
 
     Steps come from :meth:`AnswerVocab.sources`: runs of vocabulary pieces are decoded by SentencePiece and
-    split into words (each ``source="vocab"`` with its piece ids); a copied OCR slot gives the token's
+    split into words (each ``source="vocab"`` with its own piece ids: from the piece that starts it, ``"\u2581..."``,
+    up to the next word's; every word of a run gets the whole run's ids when its pieces do not split at word
+    starts, e.g. byte-fallback bytes); a copied OCR slot gives the token's
     word(s) (``source="ocr"``, ``ocr_index``, ``box``, ``score``, ``ocr_text``); a slot pointing at no token
     yields nothing, as :meth:`AnswerVocab.decode` skips it. Joining the words with spaces gives exactly
     :meth:`AnswerVocab.decode` of ``ids``.
@@ -203,10 +205,24 @@ def word_provenance(ids: Sequence[int], vocab: AnswerVocab, tokenizer: Tokenizer
     run: list[int] = []
 
     def flush():
-        if run:
-            for w in tokenizer.decode(list(run)).split():
-                words.append({"word": w, "source": "vocab", "piece_ids": list(run), "in_ocr": w in texts})
-            run.clear()
+        if not run:
+            return
+        # Each word's own pieces: a word starts at a piece beginning with SentencePiece's "\u2581"; a group that
+        # decodes to nothing (a lone "\u2581") joins the next one.
+        groups: list[list[int]] = []
+        for i in run:
+            if not groups or (tokenizer.id_to_piece(i).startswith("\u2581") and tokenizer.decode(groups[-1]).strip()):
+                groups.append([])
+            groups[-1].append(i)
+        per_group = [tokenizer.decode(g).split() for g in groups]
+        whole = tokenizer.decode(list(run)).split()
+        if [w for ws in per_group for w in ws] == whole:
+            pairs = [(w, g) for ws, g in zip(per_group, groups) for w in ws]
+        else:  # pieces that do not split at word starts (e.g. byte-fallback bytes): every word gets the run
+            pairs = [(w, list(run)) for w in whole]
+        for w, g in pairs:
+            words.append({"word": w, "source": "vocab", "piece_ids": list(g), "in_ocr": w in texts})
+        run.clear()
 
     for kind, value in vocab.sources(ids):
         if kind == "ocr":
