@@ -26,7 +26,8 @@ from flax import nnx
 from openvivqa_jax import assets, decoding, sharding
 from openvivqa_jax.workdir import load_config
 
-__all__ = ["CheckpointMismatchError", "check_checkpoint_fits", "restore_params", "make_decode_fn", "decode_fn_for", "make_attention_fn", "PhotoQuestion", "Inference",
+__all__ = ["CheckpointMismatchError", "check_checkpoint_fits", "restore_params", "make_decode_fn", "decode_fn_for",
+           "make_attention_fn", "PhotoQuestion", "Inference",
            "abstract_params", "check_workdir", "load_config", "load_for_inference"]
 
 

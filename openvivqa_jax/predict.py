@@ -322,11 +322,10 @@ def _safe_name(s: str) -> str:
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0 success, 2 unusable input)."""
     args = build_parser().parse_args(argv)
+    # Predicting imports no TensorFlow (no TFDS, no clu), so there are no start-up notices to filter
+    # (openvivqa_jax/quiet.py) and no import to pay for.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from absl import logging
-
-    from openvivqa_jax.quiet import import_tensorflow_quietly
-
-    import_tensorflow_quietly()
 
     verbosity = logging.get_verbosity()
     if not args.verbose:
