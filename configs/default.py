@@ -27,6 +27,9 @@ def get_config() -> ml_collections.ConfigDict:
     # Train on the questions of these template kinds only (synthetic set: e.g. ("colour",)); () trains on all.
     # Evaluation still scores every question. Used to measure how fast one kind is learned (docs/evaluation.md).
     c.data.train_kinds = ()
+    # Oversample template kinds (synthetic set): "colour=4,count=3" makes every colour question appear 4 times per
+    # epoch and every count question 3 times (0 leaves a kind out; kinds not named keep 1). "" weights none.
+    c.data.train_kind_weights = ""
     c.data.eval_split = "validation"  # dev split: periodic evaluation and best-checkpoint selection
     c.data.test_split = "test"
     c.data.image_size = (128, 96)  # (width, height) fed to the CNN backbone

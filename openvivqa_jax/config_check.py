@@ -8,13 +8,14 @@ that sets it. Only fields present in the config are checked (model families have
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
 from openvivqa_jax.text.tokenizer import MODEL_TYPES
 
-__all__ = ["ConfigError", "check_config", "MIN_VOCAB_SIZE", "CHOICES"]
+__all__ = ["ConfigError", "check_config", "parse_kind_weights", "MIN_VOCAB_SIZE", "CHOICES"]
 
 #: The smallest ``tokenizer.vocab_size``: the 256 byte-fallback pieces and the 4 specials (pad, unk, bos, eos)
 #: of :mod:`openvivqa_jax.text.tokenizer`, plus one learned piece.
@@ -86,6 +87,33 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+def parse_kind_weights(spec: str) -> dict[str, int]:
+    """Parses ``data.train_kind_weights``: ``"colour=4,count=3"`` -> ``{"colour": 4, "count": 3}``.
+
+    Each weight is how many times every training question of that template kind appears in one epoch of the
+    shuffled stream (0 leaves the kind out); kinds not named keep weight 1
+    (:func:`openvivqa_jax.data.pipeline.kind_weighted_indices`). An empty string means no weights.
+
+    Raises:
+      ConfigError: an item is not ``kind=integer`` with an integer >= 0, or a kind is named twice (one line
+        quoting the item and naming the flag).
+    """
+    weights: dict[str, int] = {}
+    for item in (x.strip() for x in str(spec or "").split(",")):
+        if not item:
+            continue
+        kind, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or not re.fullmatch(r"\w+", kind) or not re.fullmatch(r"\d+", value):
+            raise ConfigError(f"config value data.train_kind_weights={spec!r}: item {item!r} is not kind=weight "
+                              "with a whole number weight >= 0, e.g. 'colour=4,count=3' (set it with "
+                              "--config.data.train_kind_weights=...)")
+        if kind in weights:
+            raise ConfigError(f"config value data.train_kind_weights={spec!r} names {kind!r} twice (set it with "
+                              "--config.data.train_kind_weights=...)")
+        weights[kind] = int(value)
+    return weights
+
+
 def _get(cfg, dotted: str):
     node = cfg
     for part in dotted.split("."):
@@ -112,8 +140,8 @@ def check_config(cfg) -> None:
     Raises:
       ConfigError: the first value out of range (one line: field, value, allowed range, flag), or a choice
         field (:data:`CHOICES`) with a value it does not know; also
-        ``model.d_model`` not divisible by ``model.num_heads``, or a ``data.image_size`` that is not two
-        integers >= 8.
+        ``model.d_model`` not divisible by ``model.num_heads``, a ``data.image_size`` that is not two
+        integers >= 8, or a ``data.train_kind_weights`` that :func:`parse_kind_weights` refuses.
     """
     for field, ok, allowed in _RULES:
         value = _get(cfg, field)
@@ -127,6 +155,9 @@ def check_config(cfg) -> None:
             continue
         if value not in allowed_values:
             _fail(field, value, "one of " + ", ".join(repr(v) for v in allowed_values))
+    weights = _get(cfg, "data.train_kind_weights")
+    if weights is not _MISSING and weights:
+        parse_kind_weights(weights)
     d, h = _get(cfg, "model.d_model"), _get(cfg, "model.num_heads")
     if _int(d) and _int(h) and d % h:
         raise ConfigError(f"config value model.d_model={d} is not divisible by model.num_heads={h} (attention "

@@ -18,6 +18,7 @@ computes exactly what the uninterrupted run would have.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -35,7 +36,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx, struct
 
-from openvivqa_jax import assets, evaluation, inference, interrupts, sharding
+from openvivqa_jax import assets, config_check, evaluation, inference, interrupts, sharding
 from openvivqa_jax.evaluation import copying
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.models import build_model, model_class
@@ -532,11 +533,22 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     train_pre.counter = pipeline.SkipCounter()
     train_name = f"{exp.data.builder.name}/{cfg.data.train_split}"
     subset = None
-    if cfg.data.get("train_kinds"):
+    weights = config_check.parse_kind_weights(cfg.data.get("train_kind_weights", ""))
+    if cfg.data.get("train_kinds") or weights:
         recs = exp.data.records(cfg.data.train_split)
+    if cfg.data.get("train_kinds"):
         subset = pipeline.kind_subset(recs, tuple(cfg.data.train_kinds), train_name)
         logging.info("data.train_kinds %s: training on %d of the %d questions of %s (%d left out)",
                      list(cfg.data.train_kinds), len(subset), len(recs), train_name, len(recs) - len(subset))
+        kept = set(subset)
+        recs = [r for r in recs if r.index in kept]
+    if weights:
+        subset = pipeline.kind_weighted_indices(recs, weights, train_name)
+        kind_of = {r.index: r.kind for r in recs}
+        share = collections.Counter(kind_of[i] for i in subset)
+        logging.info("data.train_kind_weights %s: an epoch is %d questions of %s (%d unweighted); share per kind: %s",
+                     weights, len(subset), train_name, len(recs),
+                     ", ".join(f"{k} {100 * v / len(subset):.1f}%" for k, v in share.most_common()))
     it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed, source_name=train_name,
                                  num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch, indices=subset)
     start = 0

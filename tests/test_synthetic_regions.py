@@ -68,6 +68,30 @@ def test_region_config_matches_the_generator():
     assert names["default_clean_regions"].region_features and not names["default_clean"].region_features
 
 
+def test_grounded_config_trains_on_more_pictures_and_scores_the_same_test_pictures():
+    """configs/synthetic/mlpag_regions_grounded.py: the 12,000-picture builder config differs from
+    default_clean_regions only in its training pictures, so its validation and test splits are the same
+    questions on the same pictures (its scores compare with the default job's)."""
+    import itertools
+
+    cfg = load_config("configs/synthetic/mlpag_regions_grounded.py")
+    assert cfg.data.builder_config == "large_clean_regions" and cfg.model.vision.kind == "region"
+    assert cfg.model.question_over_image and cfg.model.question_in_memory and cfg.data.train_kind_weights
+    names = {c.name: c for c in Builder.BUILDER_CONFIGS}
+    large, base = names["large_clean_regions"], names["default_clean_regions"]
+    assert (large.num_train_images, base.num_train_images) == (12000, 1500) and large.region_features
+    for split in ("validation", "test"):
+        a = list(itertools.islice(gen.generate_split(split, large.generator_config()), 6))
+        b = list(itertools.islice(gen.generate_split(split, base.generator_config()), 6))
+        assert [k for k, _ in a] == [k for k, _ in b]
+        for (_, x), (_, y) in zip(a, b):
+            assert (x["question"], x["answers"], x["kind"]) == (y["question"], y["answers"], y["kind"])
+            np.testing.assert_array_equal(x["image"], y["image"])
+            np.testing.assert_array_equal(x["objects"]["features"], y["objects"]["features"])
+    first_train = next(gen.generate_split("train", large.generator_config()))[1]
+    assert first_train["image_id"] == "syn-train-00000"
+
+
 @pytest.mark.slow
 def test_mlpag_trains_on_tiny_regions(tmp_path):
     """The builder's tiny_regions variant stores each image's regions, and MLPAG on region features trains and

@@ -50,7 +50,7 @@ import importlib
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import grain
 import jax
@@ -521,6 +521,18 @@ class _IndexedSource:
         return self.source[j], j
 
 
+def _check_kinds(records: Sequence[Record], field: str, named, source_name: str) -> None:
+    """Raises DatasetError if the split has no kinds or ``named`` (a list or dict of kinds, the config
+    ``field``'s value) names one the split does not have (names the split, the unknown kinds and the known ones)."""
+    present = sorted({r.kind for r in records if r.kind})
+    if not present:
+        raise DatasetError(f"{source_name}: {field} {named} needs question kinds, and this split has none (the "
+                           "synthetic_openvivqa builder stores them)")
+    unknown = sorted(set(named) - set(present))
+    if unknown:
+        raise DatasetError(f"{source_name}: {field} names {unknown}, not among the split's kinds {present}")
+
+
 def kind_subset(records: Sequence[Record], kinds: Sequence[str], source_name: str = "") -> list[int]:
     """Indices of the records whose template ``kind`` is one of ``kinds`` (``data.train_kinds``).
 
@@ -528,14 +540,28 @@ def kind_subset(records: Sequence[Record], kinds: Sequence[str], source_name: st
       DatasetError: the split has no kinds (only the synthetic builder stores them), or a kind in ``kinds``
         is not among the split's (names the split, the unknown kinds and the known ones).
     """
-    present = sorted({r.kind for r in records if r.kind})
-    if not present:
-        raise DatasetError(f"{source_name}: data.train_kinds {list(kinds)} needs question kinds, and this split "
-                           "has none (the synthetic_openvivqa builder stores them)")
-    unknown = sorted(set(kinds) - set(present))
-    if unknown:
-        raise DatasetError(f"{source_name}: data.train_kinds names {unknown}, not among the split's kinds {present}")
+    _check_kinds(records, "data.train_kinds", list(kinds), source_name)
     return [r.index for r in records if r.kind in set(kinds)]
+
+
+def kind_weighted_indices(records: Sequence[Record], weights: Mapping[str, int],
+                          source_name: str = "") -> list[int]:
+    """Training indices with each record repeated by its kind's weight (``data.train_kind_weights``).
+
+    ``weights``: :func:`openvivqa_jax.config_check.parse_kind_weights` of the config string. Oversampling by
+    repetition: a question of a kind with weight ``w`` appears ``w`` times per epoch of the
+    shuffled stream (and its reference answer is drawn afresh at each visit); weight 0 leaves it out; kinds not
+    in ``weights`` keep 1. Records stay in split order, each one's copies together (the stream shuffles them).
+
+    Raises:
+      DatasetError: the split has no kinds, ``weights`` names a kind the split does not have (names the split,
+        the unknown kinds and the known ones), or every weight is 0.
+    """
+    _check_kinds(records, "data.train_kind_weights", dict(weights), source_name)
+    out = [r.index for r in records for _ in range(int(weights.get(r.kind, 1)))]
+    if not out:
+        raise DatasetError(f"{source_name}: data.train_kind_weights {dict(weights)} leaves no training question")
+    return out
 
 
 class _ProcessShare:

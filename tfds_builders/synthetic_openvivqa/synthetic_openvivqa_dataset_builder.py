@@ -98,6 +98,11 @@ class Builder(tfds.core.GeneratorBasedBuilder):
             name="default_clean_regions", description="Like default_clean, with the oracle detector's region "
             "features (ground-truth boxes and classes, pooled colours).", region_features=True, **_CLEAN),
         SyntheticOpenVivqaConfig(
+            name="large_clean_regions", description="Like default_clean_regions with 12,000 training pictures "
+            "(the same validation and test pictures): enough object questions to learn the grounding "
+            "(configs/synthetic/mlpag_regions_grounded.py).", num_train_images=12000, region_features=True,
+            **_CLEAN),
+        SyntheticOpenVivqaConfig(
             name="tiny_regions", description="Like tiny, with the oracle detector's region features.",
             num_train_images=40, num_validation_images=10, num_test_images=10, region_features=True),
     ]
