@@ -11,7 +11,7 @@ Three changes to ``mlpag_regions.py``, each measured there:
   grounding is learned (counted in questions of the kind) is passed inside the run's 6,000 steps.
 
 Run: ``python -m openvivqa_jax.main --config configs/synthetic/mlpag_regions_grounded.py --workdir runs/grounded``
-(builds the 12,000-picture set first, about 3 minutes on 2 cores).
+(builds the 12,000-picture set first, under 2 minutes on 2 cores; the whole command took 15 min 32 s).
 """
 
 import ml_collections
