@@ -11,17 +11,115 @@ and exits with 130 (SIGINT) or 143 (SIGTERM), the shell's codes for those signal
 (:func:`last_checkpoint_step`). With several JAX processes the handlers are not installed: SIGTERM is
 JAX's preemption notice there, and the loop asks orbax (``CheckpointManager.reached_preemption``) for the
 step all processes agreed to save at.
+
+Outside the loop (while the data, tokenizer and model are set up, and while the final splits are scored)
+the entry point's handler (:func:`install`) records the signal and raises ``KeyboardInterrupt``. Python
+drops an exception raised inside a garbage-collector callback or a ``__del__`` method (it prints "Exception
+ignored in ..." with a traceback and goes on), and JAX runs a callback on every collection
+(``_xla_gc_callback``), so a Ctrl-C can land there and be lost. The handler therefore looks at the
+interrupted frames: inside such a callback it raises nothing and sends the signal again 20 ms later, when
+the callback has returned. As a second guard the record is kept: entering the loop (:class:`StopSignals`)
+and each later phase (:func:`raise_if_received`) raise ``KeyboardInterrupt`` again if a signal was recorded,
+so an interruption is never lost, wherever it lands.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import threading
 
-__all__ = ["EXIT_CODES", "StopSignals", "TrainingInterrupted", "last_checkpoint_step", "interrupted_message"]
+__all__ = ["EXIT_CODES", "StopSignals", "TrainingInterrupted", "last_checkpoint_step", "interrupted_message",
+           "install", "restore", "ignore_further", "received", "raise_if_received", "clear_received", "in_ignoring_context",
+           "REDELIVER_AFTER_S"]
 
 #: Exit status per signal name: 128 + the signal number, as a shell reports a process killed by it.
 EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+
+
+# Names of the signals that install()'s handler turned into KeyboardInterrupt, oldest first.
+_received: list[str] = []
+
+
+#: Seconds after which a signal that arrived inside a garbage-collector callback or ``__del__`` is sent again.
+REDELIVER_AFTER_S = 0.02
+
+
+def in_ignoring_context(frame) -> bool:
+    """Whether ``frame`` or a frame below it runs a garbage-collector callback (``gc.callbacks``) or a
+    ``__del__`` method: places where Python prints and drops an exception instead of raising it."""
+    codes = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in codes or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _on_signal(signum, frame) -> None:
+    _received.append(signal.Signals(signum).name)
+    if in_ignoring_context(frame):  # the exception would be dropped: deliver the signal again later
+        timer = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    raise KeyboardInterrupt
+
+
+def install(sigterm: bool = True) -> dict:
+    """Installs the entry point's handler for SIGINT (and SIGTERM unless ``sigterm`` is False: with several
+    JAX processes SIGTERM is JAX's preemption notice): it records the signal's name (:func:`received`) and
+    raises ``KeyboardInterrupt``. From a thread other than the main one (where Python refuses signal
+    handlers) it installs nothing.
+
+    Returns:
+      The handlers it replaced, ``{signal number: handler}``, for :func:`restore`.
+    """
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM) if sigterm else (signal.SIGINT,):
+        try:
+            previous[sig] = signal.signal(sig, _on_signal)
+        except ValueError:  # not the main thread
+            break
+    return previous
+
+
+def restore(previous: dict) -> None:
+    """Puts back the handlers that :func:`install` returned."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def ignore_further() -> None:
+    """Ignores SIGINT and SIGTERM from now on (the interruption is being reported; a signal sent again by
+    :func:`install`'s handler must not raise inside that report). From another thread: does nothing."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            return
+
+
+def received() -> str | None:
+    """The name of the last signal recorded by :func:`install`'s handler (``SIGINT``/``SIGTERM``), or None."""
+    return _received[-1] if _received else None
+
+
+def clear_received() -> None:
+    """Forgets the recorded signals (after the interruption has been reported)."""
+    _received.clear()
+
+
+def raise_if_received() -> None:
+    """Raises ``KeyboardInterrupt`` if :func:`install`'s handler recorded a signal: one whose exception was
+    swallowed where Python ignores exceptions (a garbage-collector callback, a ``__del__``).
+
+    Raises:
+      KeyboardInterrupt: a signal was recorded.
+    """
+    if _received:
+        raise KeyboardInterrupt
 
 
 def interrupted_message(step: int | None, checkpoint_step: int | None) -> str:
@@ -57,6 +155,8 @@ class StopSignals:
     signal's name; a second SIGINT/SIGTERM restores the previous handlers and raises ``KeyboardInterrupt``.
 
     Installing from a thread other than the main one (where Python refuses signal handlers) installs nothing.
+    Entering raises ``KeyboardInterrupt`` (installing nothing) if a signal was recorded before and its
+    exception was swallowed (:func:`raise_if_received`).
     """
 
     def __init__(self):
@@ -64,6 +164,7 @@ class StopSignals:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> "StopSignals":
+        raise_if_received()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)

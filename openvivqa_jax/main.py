@@ -25,7 +25,6 @@ import difflib
 import glob
 import logging as std_logging
 import os
-import signal
 import sys
 
 if "--verbose" not in sys.argv:  # before TensorFlow can be imported: its C++ start-up notices (oneDNN)
@@ -158,15 +157,6 @@ def _input_errors() -> tuple[type[Exception], ...]:
             CheckpointMismatchError)
 
 
-_received: list[str] = []  # names of the signals turned into KeyboardInterrupt by _on_sigterm
-
-
-def _on_sigterm(signum, frame) -> None:
-    del frame
-    _received.append(signal.Signals(signum).name)
-    raise KeyboardInterrupt
-
-
 def main(argv) -> None:
     """Runs the selected mode.
 
@@ -180,20 +170,24 @@ def main(argv) -> None:
     from openvivqa_jax.config_check import ConfigError
 
     single = not (FLAGS.config.get("distributed") and FLAGS.config.distributed.get("initialize"))
-    if single:  # several processes: SIGTERM is JAX's preemption notice (openvivqa_jax.interrupts)
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    # Several processes: SIGTERM is JAX's preemption notice (openvivqa_jax.interrupts).
+    interrupts.install(sigterm=single)
     try:
         _main(argv)
     except ConfigError as e:  # before _input_errors(), which imports the data and model modules
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
     except interrupts.TrainingInterrupted as e:
+        interrupts.ignore_further()
         print(str(e), file=sys.stderr)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
+        interrupts.ignore_further()
         logging.debug("traceback of the interruption", exc_info=True)
         print(interrupts.interrupted_message(None, interrupts.last_checkpoint_step(FLAGS.workdir)), file=sys.stderr)
-        sys.exit(interrupts.EXIT_CODES[_received[-1] if _received else "SIGINT"])
+        code = interrupts.EXIT_CODES[interrupts.received() or "SIGINT"]
+        interrupts.clear_received()
+        sys.exit(code)
     except _input_errors() as e:  # evaluated only for an exception none of the clauses above took
         logging.debug("traceback of the error below", exc_info=True)
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)

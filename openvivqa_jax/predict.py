@@ -213,6 +213,7 @@ def _ocr_settings(args) -> dict:
 
 
 def _run(args) -> int:
+    from openvivqa_jax import interrupts
     from openvivqa_jax.evaluation import formats
 
     single = args.image is not None or args.question is not None
@@ -256,6 +257,7 @@ def _run(args) -> int:
         if not records:
             raise PredictError(f"questions file {args.questions}: no question has a usable image "
                                f"({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})")
+    interrupts.raise_if_received()
     run, beam = load_run(args.workdir, beam=args.beam)
     from openvivqa_jax.inference import PhotoQuestion
 
@@ -271,6 +273,7 @@ def _run(args) -> int:
             ocr_cache[path] = _ocr_tokens(images[path], args.ocr, keys, ocr_cfg, stats)
         items.append(PhotoQuestion(r["question_id"], r["image_id"], r["question"], images[path], path, ocr_cache[path]))
     want_plot = bool(args.plot or args.plot_dir)
+    interrupts.raise_if_received()
     results = _input(run.answer_photos, items, beam, 1 if single else args.batch_size, want_plot)
     if want_plot:
         from openvivqa_jax.plot import plot_prediction
@@ -282,6 +285,7 @@ def _run(args) -> int:
                                           heat_note=res.get("heat_note", ""),
                                           title=f"{os.path.basename(it.image_path)} - {run.cfg.model.name} "
                                                 f"step {run.step}, beam {beam}")
+    interrupts.raise_if_received()
     if not single:
         output = args.output or "submission.json"
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
@@ -331,15 +335,21 @@ def run(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         logging.set_verbosity(logging.ERROR)
         warnings.filterwarnings("ignore")
+    from openvivqa_jax import interrupts
+
+    handlers = interrupts.install(sigterm=False)  # a Ctrl-C is never lost (openvivqa_jax.interrupts)
     try:
         return _run(args)
     except PredictError as e:
         _error(e)
         return 2
     except KeyboardInterrupt:
+        interrupts.ignore_further()
         _error("interrupted")
         return 130
     finally:
+        interrupts.clear_received()
+        interrupts.restore(handlers)
         logging.set_verbosity(verbosity)
 
 

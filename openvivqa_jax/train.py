@@ -466,7 +466,12 @@ def evaluate(exp: Experiment, params, step: int | None, split: str, write: bool 
     The metrics carry ``decoding``: how the predictions were made (``method`` greedy/beam/argmax,
     ``beam_size``, ``alpha``, ``ocr_masked``, the parameters' training ``step``), so files rewritten by a
     later ``--mode evaluate`` with other decoding settings say so.
+
+    Raises:
+      KeyboardInterrupt: a Ctrl-C/SIGTERM recorded earlier whose exception was swallowed
+        (:func:`openvivqa_jax.interrupts.raise_if_received`).
     """
+    interrupts.raise_if_received()
     cfg = exp.cfg
     preds = predict_split(exp, params, split, mask_ocr=mask_ocr, max_examples=cfg.eval.max_eval_examples,
                           **decode_kw)
