@@ -91,10 +91,11 @@ def restore(previous: dict) -> None:
         signal.signal(sig, handler)
 
 
-def ignore_further() -> None:
-    """Ignores SIGINT and SIGTERM from now on (the interruption is being reported; a signal sent again by
-    :func:`install`'s handler must not raise inside that report). From another thread: does nothing."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
+def ignore_further(sigterm: bool = True) -> None:
+    """Ignores SIGINT (and SIGTERM unless ``sigterm`` is False) from now on: the interruption is being
+    reported, and a signal sent again by :func:`install`'s handler must not raise inside that report. From
+    another thread: does nothing."""
+    for sig in (signal.SIGINT, signal.SIGTERM) if sigterm else (signal.SIGINT,):
         try:
             signal.signal(sig, signal.SIG_IGN)
         except ValueError:  # not the main thread

@@ -344,7 +344,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         _error(e)
         return 2
     except KeyboardInterrupt:
-        interrupts.ignore_further()
+        interrupts.ignore_further(sigterm=False)  # install() took SIGINT only; restore() puts it back
         _error("interrupted")
         return 130
     finally:
