@@ -31,8 +31,8 @@ import signal
 import threading
 
 __all__ = ["EXIT_CODES", "StopSignals", "TrainingInterrupted", "last_checkpoint_step", "interrupted_message",
-           "install", "restore", "ignore_further", "received", "raise_if_received", "clear_received", "in_ignoring_context",
-           "REDELIVER_AFTER_S"]
+           "install", "restore", "ignore_further", "received", "raise_if_received", "clear_received",
+           "in_ignoring_context", "REDELIVER_AFTER_S"]
 
 #: Exit status per signal name: 128 + the signal number, as a shell reports a process killed by it.
 EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
@@ -76,10 +76,16 @@ def install(sigterm: bool = True) -> dict:
     Returns:
       The handlers it replaced, ``{signal number: handler}``, for :func:`restore`.
     """
+    return _set_handlers(_on_signal, sigterm)
+
+
+def _set_handlers(handler, sigterm: bool = True) -> dict:
+    """Sets ``handler`` for SIGINT (and SIGTERM); returns the replaced ones. Off the main thread (where Python
+    refuses signal handlers) it sets nothing and returns ``{}``."""
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM) if sigterm else (signal.SIGINT,):
         try:
-            previous[sig] = signal.signal(sig, _on_signal)
+            previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread
             break
     return previous
@@ -95,11 +101,7 @@ def ignore_further(sigterm: bool = True) -> None:
     """Ignores SIGINT (and SIGTERM unless ``sigterm`` is False) from now on: the interruption is being
     reported, and a signal sent again by :func:`install`'s handler must not raise inside that report. From
     another thread: does nothing."""
-    for sig in (signal.SIGINT, signal.SIGTERM) if sigterm else (signal.SIGINT,):
-        try:
-            signal.signal(sig, signal.SIG_IGN)
-        except ValueError:  # not the main thread
-            return
+    _set_handlers(signal.SIG_IGN, sigterm)
 
 
 def received() -> str | None:
@@ -166,11 +168,7 @@ class StopSignals:
 
     def __enter__(self) -> "StopSignals":
         raise_if_received()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread
-                break
+        self._previous = _set_handlers(self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -185,8 +183,7 @@ class StopSignals:
 
     def restore(self) -> None:
         """Puts the previous handlers back (idempotent)."""
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        restore(self._previous)
         self._previous = {}
 
 
