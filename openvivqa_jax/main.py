@@ -44,6 +44,11 @@ flags.mark_flags_as_required(["config", "workdir"])
 #: Exit status of usage errors (bad flags, config file or field), as argparse uses.
 USAGE_ERROR = 2
 
+#: The trainers of the tasks beside answer generation, by the config's ``task`` field (absent: ``"vqa"``,
+#: :mod:`openvivqa_jax.train`). Each module has ``train_and_evaluate(cfg, workdir)`` and
+#: ``evaluate(cfg, workdir)``, for ``--mode train`` and ``--mode evaluate``.
+TASKS: dict[str, str] = {}
+
 
 class _QuietLibraries(std_logging.Filter):
     """Drops INFO chatter of orbax, TFDS and grain (one line per checkpoint file) and JAX's notices that no
@@ -207,6 +212,10 @@ def _main(argv) -> None:
 
     check_config(cfg)
     _init_distributed(cfg)
+    task = cfg.get("task", "vqa")
+    if task != "vqa":
+        _run_task(task, cfg)
+        return
     from openvivqa_jax import train
 
     if FLAGS.mode == "train":
@@ -215,6 +224,23 @@ def _main(argv) -> None:
         # The model is built abstractly and only the parameters of the best checkpoint are restored.
         exp, _ = train.create_experiment(cfg, FLAGS.workdir, initialize=False)
         train.final_evaluation(exp, step=None)
+
+
+def _run_task(task: str, cfg) -> None:
+    """Runs a task of :data:`TASKS` in the selected mode.
+
+    Raises:
+      ConfigError: ``task`` names no task.
+    """
+    import importlib
+
+    from openvivqa_jax.config_check import ConfigError
+
+    if task not in TASKS:
+        raise ConfigError(f"config value task={task!r} names no task: must be one of "
+                          f"{', '.join(repr(t) for t in ['vqa', *sorted(TASKS)])} (set it with --config.task=...)")
+    module = importlib.import_module(TASKS[task])
+    (module.train_and_evaluate if FLAGS.mode == "train" else module.evaluate)(cfg, FLAGS.workdir)
 
 
 def run() -> None:

@@ -1,0 +1,27 @@
+"""The base class of every error a user can cause: a bad config value, file, record, checkpoint or flag.
+
+An entry point (``main``, ``predict``, ``evaluate``, ``analyze``, ``plot``, ``param_count``) reports such an
+error as one ``error: <ErrorClass>: <message>`` line on stderr, without a traceback, and exits with the
+error's :attr:`UserError.exit_code`. Anything else is a bug of the program and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UserError", "USAGE_EXIT_CODE", "INPUT_EXIT_CODE"]
+
+#: Exit status of a usage error (a misspelt flag or config field, a config file that does not load), as
+#: argparse uses.
+USAGE_EXIT_CODE = 2
+#: Exit status of an input error (a value out of range, a bad file or record, a missing download).
+INPUT_EXIT_CODE = 1
+
+
+class UserError(Exception):
+    """An error caused by the user's input, reported in one line with :attr:`exit_code`.
+
+    Subclasses name what was wrong (``ConfigError``, ``DatasetError``, ...). The message is one line that names
+    the record, the file and what is wrong, and where it helps, the option that fixes it.
+    """
+
+    #: The process exit status an entry point uses for this error.
+    exit_code: int = INPUT_EXIT_CODE
