@@ -63,16 +63,15 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.phoc_dim = 702
     # OCR token features: PHOC + appearance under the box (+ the box, always). Piece embeddings
     # ("pieces") are an option: learned from scratch, they are untrained for words never seen in
-    # training, and with them the default model copied 4% of unseen shop names instead of 47%
-    # (dev, 400 steps, measured side by side).
+    # training, so a model that reads them copies unseen shop names far less often (docs/results.md).
     c.model.ocr_features = ("phoc", "appearance")
     c.model.ocr_extra_features = ml_collections.ConfigDict()
     c.model.fusion = "sum"
     # MLPAG: also give the answer decoder the fused question tokens in its memory (after the OCR tokens and the
-    # image); the paper's decoder reads only the fused OCR tokens and image (docs/evaluation.md, non-text).
+    # image); the paper's decoder reads only the fused OCR tokens and image (docs/results.md, non-text).
     c.model.question_in_memory = False
     # MLPAG: after the fusion layers, the question tokens attend over the image (MCAN's guided attention), so the
-    # question in the memory (question_in_memory) carries the objects it names (docs/evaluation.md, non-text).
+    # question in the memory (question_in_memory) carries the objects it names (docs/results.md, non-text).
     c.model.question_over_image = False
     c.model.dtype = "float32"
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
@@ -91,8 +90,8 @@ def get_config() -> ml_collections.ConfigDict:
     # grid cell's channels; models/layers.py SmallCNN).
     c.model.vision.space_to_depth = 1
     # Each grid cell also gets its own pixels, average-pooled over 4x4 blocks (16 x 3 values per 16x16-pixel
-    # cell; 0: none; models/layers.py SmallCNN). Measured on the dev split against 0 (README): signboard
-    # colours and object counts are learned with them.
+    # cell; 0: none; models/layers.py SmallCNN): with them the signboard colours are learned
+    # (docs/results.md, non-text questions).
     c.model.vision.pixel_features = 4
 
     c.train = ml_collections.ConfigDict()
@@ -110,8 +109,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.decay_factor = 0.1
     c.train.grad_clip_norm = 1.0
     c.train.grad_accum_steps = 1
-    # PRNG of the dropout masks: 'threefry2x32' (JAX's default), 'rbg' or 'unsafe_rbg' (faster on CPU:
-    # MLPAG paper-size step 17.8 -> 19.5 / 20.3 examples/s; README, Benchmarks).
+    # PRNG of the dropout masks: 'threefry2x32' (JAX's default, the same bits on every backend), 'rbg' or
+    # 'unsafe_rbg' (cheaper bits; benchmarks/README.md).
     c.train.dropout_prng = "threefry2x32"
     # 'softmax' over the positive set; 'softmax_prefer_copy': a copyable word's target is its OCR
     # slots only (see models/base.py); 'bce': M4C's multi-label loss.

@@ -115,7 +115,7 @@ def test_tiny_region_mlpag_learns_object_colours(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 18: the tiny MLPAG answers non-text kinds at chance (measured "
+@pytest.mark.xfail(strict=True, reason="the tiny pixel-CNN MLPAG answers non-text kinds at chance (measured "
                    "shop_count 43.5% exact after 400 steps, chance 43.5%, with and without pooled cell pixels)")
 def test_tiny_mlpag_learns_shop_count_above_chance(tmp_path):
     from tfds_builders.synthetic_openvivqa import generator

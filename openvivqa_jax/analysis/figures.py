@@ -117,7 +117,7 @@ def plot_levels(splits: Mapping[str, Mapping], output: str, title: str = "") -> 
              for lv in LEVELS]
     _stacked_bars(ax, names, parts, lambda v: f"{v:.0f}%")
     ax.set_xlim(0, 100)
-    ax.set_xlabel("% of answers (heuristic levels, see README)")
+    ax.set_xlabel("% of answers (heuristic levels, see docs/analysis.md)")
     ax.set_title(title or "Linguistic level of answers")
     fig.tight_layout()
     fig.savefig(output, format="png")

@@ -13,7 +13,7 @@ nằm ở phía nào ?") never becomes a piece, however large ``vocab_size`` is.
 pairs inside each word, so every frequent syllable ends up whole. Measured on the synthetic train
 split (6,019 questions, vocab 1,000): unigram 16.6 pieces per question, 21.6% of questions cut at 20
 pieces, 46% of the 196 syllables seen 20+ times single pieces; BPE 8.0 pieces, 0% cut, 100% single
-(the README's tokenizer table). ``model_type="unigram"`` remains for reproducing older workdirs.
+(docs/results.md). ``model_type="unigram"`` remains for reproducing older workdirs.
 """
 
 from __future__ import annotations
