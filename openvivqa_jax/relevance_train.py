@@ -511,6 +511,11 @@ def _setup(cfg, workdir: str):
         if meta["language"] != lang:
             raise RelevanceModelError(f"workdir {workdir} holds a relevance model of language {meta['language']!r}, "
                                       f"not data.language={lang!r}: use another --workdir")
+        want = {"source": cfg.visual.source, "pool_grid": list(cfg.visual.pool_grid)}
+        have = {k: meta["visual"].get(k) for k in want}
+        if have != want:
+            raise RelevanceModelError(f"workdir {workdir} holds a relevance model of visual features {have}, not "
+                                      f"{want}: use another --workdir")
         vocab = Vocabulary(meta["words"])
     else:
         texts, _, _ = data.pairs(cfg.data.train_split)

@@ -42,7 +42,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.visual.source = "regions"  # 'regions', 'cnn', 'vit' or 'file'
     # (rows, cols) cells the visual feature is pooled over, concatenated; (1, 1): the mean of the region
     # features (or the global mean of the grid). (1, 2) keeps the left and right halves apart.
-    c.visual.pool_grid = (1, 1)
+    c.visual.pool_grid = (1, 2)
     # Standardize every dimension with the train images' mean and deviation before the cosine (the raw region
     # means are alike from image to image: cosines near 1).
     c.visual.standardize = True
