@@ -43,7 +43,9 @@ def wrong_answers(kind: str, answer: str, other_names: list[str], colours: list[
     if kind in ("position", "shop_position"):
         for s in SIDES:
             if s in answer:
-                return "side", [answer.replace(s, o) for o in SIDES if o != s and (o != "ở giữa" or kind != "position")]
+                # Object sides are left or right only; shops also have a middle one.
+                return "side", [answer.replace(s, o) for o in SIDES
+                                if o != s and (o != "ở giữa" or kind != "position")]
     if kind == "name" and " tên là " in answer:
         head, name = answer.rsplit(" tên là ", 1)
         return "shop_name", [f"{head} tên là {n}" for n in other_names if n != name][:5]

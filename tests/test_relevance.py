@@ -115,7 +115,8 @@ def test_clinrel_of_a_sentence_with_itself_is_one(vi_workdir):
     from openvivqa_jax.evaluation.relevance import RelevanceInputs
 
     res = evaluator.score({"1": "chiếc xe màu đỏ", "2": "có một cây dù", "3": "xanh lá"},
-                          {"1": ["Chiếc xe màu đỏ"], "2": ["chiếc xe màu xanh lá", "có một cây dù"], "3": ["màu đỏ"]},
+                          {"1": ["Chiếc xe màu đỏ"], "2": ["chiếc xe màu xanh lá", "có một cây dù"],
+                           "3": ["màu đỏ"]},
                           metrics=["CLinRel"], per_question=True, relevance=RelevanceInputs(models=wd))
     pq = res["per_question"]
     assert pq["1"]["CLinRel"] == pytest.approx(1.0, abs=1e-6)  # the same words after normalization
@@ -144,9 +145,11 @@ def test_cmedrel_without_image_ids_is_none_with_a_note(vi_workdir):
 
 
 def _records(tmp_path, langs=("vi", "vi", "vi")):
-    recs = [{"question_id": "q1", "image_id": "img0", "question": "xe màu gì ?", "prediction": "chiếc xe màu đỏ",
+    recs = [{"question_id": "q1", "image_id": "img0", "question": "xe màu gì ?",
+             "prediction": "chiếc xe màu đỏ",
              "references": ["chiếc xe màu đỏ"], "qa_type": 0, "kind": "colour", "language": langs[0]},
-            {"question_id": "q2", "image_id": "img1", "question": "có mấy cây dù ?", "prediction": "có một cây dù",
+            {"question_id": "q2", "image_id": "img1", "question": "có mấy cây dù ?",
+             "prediction": "có một cây dù",
              "references": ["có hai cây dù"], "qa_type": 0, "kind": "count", "language": langs[1]},
             {"question_id": "q3", "image_id": "img2", "question": "xe màu gì ?", "prediction": "xanh lá",
              "references": ["chiếc xe màu xanh lá"], "qa_type": 0, "kind": "colour", "language": langs[2]}]

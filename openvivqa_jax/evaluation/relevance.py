@@ -221,7 +221,8 @@ def _languages(ctx, encoders: Mapping[str, Any]) -> list[str]:
         if lang not in encoders:
             have = ", ".join(f"{k} ({e.workdir})" for k, e in encoders.items())
             raise RelevanceModelError(f"question {qid!r} is in {lang!r}, but the relevance model(s) given encode "
-                                      f"{have}: pass one per language, e.g. --relevance_model {lang}=runs/w2vvpp_{lang}")
+                                      f"{have}: pass one per language, e.g. "
+                                      f"--relevance_model {lang}=runs/w2vvpp_{lang}")
         out.append(lang)
     return out
 
