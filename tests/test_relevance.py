@@ -277,3 +277,35 @@ def test_trained_tiny_model_prefers_the_right_colour_and_resumes(tmp_path, capsy
         wrong.extend(s[1:])
     auc = np.mean(np.asarray(right) > np.asarray(wrong))
     assert len(recs) >= 10 and auc > 0.7, auc
+
+
+def test_vit_visual_features_are_the_loaded_checkpoints_pooled_grid(tmp_path):
+    """visual.source='vit': the big_vision checkpoint is loaded and its grid averaged over each pool cell."""
+    import ml_collections
+
+    from openvivqa_jax import relevance_train as rt
+    from test_vit import HEADS, MLP, PATCH, WIDTH, _bv_checkpoint
+
+    rng = np.random.default_rng(3)
+    flat = _bv_checkpoint(rng, grid=4)
+    np.savez(tmp_path / "vit.npz", **flat)
+    cfg = ml_collections.ConfigDict(dict(seed=0, visual=dict(
+        source="vit", vit_checkpoint=str(tmp_path / "vit.npz"), patch_size=PATCH, width=WIDTH, depth=2,
+        heads=HEADS, mlp_dim=MLP, posemb_grid=(4, 4))))
+    fn, _ = rt._image_backbone(cfg)
+    images = rng.random((2, 16, 32, 3)).astype(np.float32)  # a 2 x 4 grid of patches
+    grid = np.asarray(fn(images))
+    assert grid.shape == (2, 2, 4, WIDTH)
+    # The checkpoint's weights, not the seeded ones: a ViT of another seed loaded from the same file agrees.
+    from flax import nnx
+
+    from openvivqa_jax.models import vit as vit_lib
+
+    other = vit_lib.ViT(**vit_lib.vit_settings(cfg.visual), rngs=nnx.Rngs(7))
+    vit_lib.load_big_vision_npz(other, str(tmp_path / "vit.npz"))
+    np.testing.assert_allclose(grid, np.asarray(other(images)), rtol=1e-5, atol=1e-5)
+    pooled = rt.pool_grid(grid, (1, 2))
+    np.testing.assert_allclose(pooled[:, :WIDTH], grid[:, :, :2].mean((1, 2)), rtol=1e-6)
+    np.testing.assert_allclose(pooled[:, WIDTH:], grid[:, :, 2:].mean((1, 2)), rtol=1e-6)
+    with pytest.raises(Exception, match="vit_checkpoint is empty"):
+        rt._image_backbone(ml_collections.ConfigDict(dict(seed=0, visual=dict(source="vit", vit_checkpoint=None))))
