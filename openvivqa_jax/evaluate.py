@@ -6,6 +6,11 @@ Usage::
         [--metrics BLEU-4,CIDEr,METEOR ...] [--meteor_jar meteor-1.5.jar] [--java /usr/bin/java] \\
         [--vectors vi.vec] [--meteor_timeout 300] [--max_tokens 256] [--per_question] [--table] \\
         [--answer_rules auto|vietnamese|english] [--text_mode openvivqa|pycocoevalcap]
+        [--relevance_model runs/w2vvpp_vi | vi=runs/a,en=runs/b] [--image_features feats.npz]
+
+``--relevance_model`` (W2VV++ workdirs of configs/relevance/w2vvpp.py) adds CLinRel and CMedRel to the default
+metrics; CMedRel reads each question's ``image_id`` from the predictions or references file and the image
+features from ``--image_features`` (``.npz`` keyed by image id) or the model's workdir (docs/relevance.md).
 
 ``--text_mode openvivqa`` (default) scores the Vietnamese-normalized text (one tone-mark convention, prices,
 format characters removed): spellings of one answer count as one, which is what the OpenViVQA paper's
@@ -71,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--java", default=None, help="Java binary (default: $OPENVIVQA_JAVA or java on PATH)")
     p.add_argument("--meteor_timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds allowed per METEOR mode")
     p.add_argument("--vectors", default=None, help="word2vec text-format vectors for WMDRel")
+    p.add_argument("--relevance_model", default=None,
+                   help="W2VV++ workdir(s) for CLinRel/CMedRel: PATH (its own language) or LANG=PATH,LANG=PATH")
+    p.add_argument("--image_features", default=None,
+                   help="CMedRel: image features .npz keyed by image id (default: the relevance model's own)")
     p.add_argument("--max_tokens", type=int, default=MAX_TOKENS, help="tokens kept per string (longer are capped)")
     p.add_argument("--per_question", action="store_true", help="include every question's scores")
     p.add_argument("--table", action="store_true", help="also print a plain-text table to stderr")
@@ -107,6 +116,17 @@ def _decode_notes(path: str, fmt: str) -> dict:
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     return {str(r["question_id"]): r["decode_notes"] for r in data if isinstance(r, dict) and r.get("decode_notes")}
+
+
+def _relevance_inputs(args: argparse.Namespace, refs):
+    """CLinRel/CMedRel inputs: the models, the features file, image ids from the predictions and references files."""
+    if not args.relevance_model:
+        return None
+    from openvivqa_jax.evaluation.relevance import RelevanceInputs, image_ids_from_file
+
+    ids = {**image_ids_from_file(args.predictions), **image_ids_from_file(args.references)}
+    return RelevanceInputs(models=args.relevance_model, image_features=args.image_features, image_ids=ids,
+                           questions=dict(refs.questions))
 
 
 def _error(message: str) -> None:
@@ -148,6 +168,8 @@ def _run(args: argparse.Namespace) -> int:
         metrics = evaluator.resolve_metrics(
             args.metrics, have_vectors=args.vectors is not None,
             multilingual=any(v != "vi" for v in languages.values()))
+        if args.metrics is None and args.relevance_model:
+            metrics = evaluator.resolve_metrics([*metrics, "CLinRel", "CMedRel"])
     except (InputError, ValueError) as e:
         _error(e)
         return 2
@@ -182,6 +204,7 @@ def _run(args: argparse.Namespace) -> int:
             answer_rules=_answer_rules(args.answer_rules, refs.format),
             text_mode=args.text_mode,
             decode_notes=_decode_notes(args.predictions, preds.format),
+            relevance=_relevance_inputs(args, refs),
         )
     except OSError as e:
         _error(f"cannot read vectors file {args.vectors!r}: {e.strerror or e}")

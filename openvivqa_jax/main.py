@@ -47,7 +47,7 @@ USAGE_ERROR = 2
 #: The trainers of the tasks beside answer generation, by the config's ``task`` field (absent: ``"vqa"``,
 #: :mod:`openvivqa_jax.train`). Each module has ``train_and_evaluate(cfg, workdir)`` and
 #: ``evaluate(cfg, workdir)``, for ``--mode train`` and ``--mode evaluate``.
-TASKS: dict[str, str] = {}
+TASKS: dict[str, str] = {"relevance": "openvivqa_jax.relevance_train"}
 
 
 class _QuietLibraries(std_logging.Filter):
@@ -156,10 +156,11 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from openvivqa_jax.data.pipeline import DatasetError
     from openvivqa_jax.inference import CheckpointMismatchError
     from openvivqa_jax.models.vit import CheckpointError
+    from openvivqa_jax.errors import UserError
     from tfds_builders.readers import DatasetInputError
 
-    return (ConfigError, DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError, CheckpointError,
-            CheckpointMismatchError)
+    return (UserError, ConfigError, DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError,
+            CheckpointError, CheckpointMismatchError)
 
 
 def main(argv) -> None:

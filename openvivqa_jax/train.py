@@ -444,8 +444,8 @@ def predict_split(exp: Experiment, params, split: str, mask_ocr: bool = False, m
     if missing:
         raise RuntimeError(f"evaluation of {split} produced no prediction for {len(missing)} questions, "
                            f"e.g. {missing[:3]}")
-    return [{"question_id": r.question_id, "question": r.question, "prediction": preds[r.index],
-             "references": r.answers, "qa_type": r.qa_type,
+    return [{"question_id": r.question_id, "image_id": r.image_id, "question": r.question,
+             "prediction": preds[r.index], "references": r.answers, "qa_type": r.qa_type,
              **({"language": r.extra["language"]} if "language" in r.extra else {}),
              **({"kind": r.kind} if r.kind else {}),
              **({"decode_notes": decode_notes[r.index]} if r.index in decode_notes else {})} for r in recs]

@@ -21,6 +21,8 @@ EM, F1         SQuAD v1.1 style, max over references, :mod:`.squad`
 EVJVQA-F1      EVJVQA's ranking metric: token F1 with Japanese cut per character, :mod:`.evjvqa`
 EVJVQA-BLEU    mean of corpus BLEU-1..4 on EVJVQA's tokens, :mod:`.evjvqa`
 WMDRel         1 - WMD/2 over unit word vectors from a user file (only with ``vectors``), :mod:`.wmd`
+CLinRel        cosine of hypothesis and reference in a W2VV++ visual space (``relevance``), :mod:`.relevance`
+CMedRel        cosine of hypothesis and image feature in that space (``relevance``), :mod:`.relevance`
 =============  ===============================================================================
 
 Group values: each group (``overall``, ``text_qa``, ``non_text_qa``) is scored as if it were the
@@ -93,10 +95,10 @@ BLEU_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4")
 EVJVQA_METRICS = ("EVJVQA-F1", "EVJVQA-BLEU")
 #: Every metric name, in report order.
 ALL_METRICS = (*BLEU_METRICS, "ROUGE-L", "CIDEr", "METEOR", "METEOR-vi", "ANLS", "VQA-accuracy", "EM", "F1",
-               *EVJVQA_METRICS, "WMDRel")
+               *EVJVQA_METRICS, "WMDRel", "CLinRel", "CMedRel")
 #: Metrics computed when none are named (WMDRel is added when a vectors file is given, the EVJVQA metrics
-#: when the questions carry languages other than Vietnamese).
-DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m != "WMDRel" and m not in EVJVQA_METRICS)
+#: when the questions carry languages other than Vietnamese; CLinRel and CMedRel only when named).
+DEFAULT_METRICS = tuple(m for m in ALL_METRICS if m not in ("WMDRel", "CLinRel", "CMedRel", *EVJVQA_METRICS))
 _ALIASES = {"BLEU": BLEU_METRICS, "METEOR-all": ("METEOR", "METEOR-vi"), "EVJVQA": EVJVQA_METRICS, "all": ALL_METRICS}
 #: Group name -> qa_type value.
 GROUPS = {"text_qa": QA_TYPE_TEXT, "non_text_qa": QA_TYPE_NON_TEXT}
@@ -419,6 +421,15 @@ def _wmd_relevance(ctx: ScoringContext) -> None:
         )
 
 
+@register_metric("CLinRel", "CMedRel")
+def _visual_relevance(ctx: ScoringContext) -> None:
+    """CLinRel and CMedRel with the W2VV++ encoders of ``options["relevance"]``; None with a note when there
+    are none (:mod:`.relevance`, imported here: it loads JAX)."""
+    from openvivqa_jax.evaluation import relevance as relevance_lib
+
+    relevance_lib.score_relevance(ctx)
+
+
 def score(
     predictions: Mapping[str, Any],
     references: Mapping[str, Sequence[Any] | str],
@@ -435,6 +446,7 @@ def score(
     answer_rules: str = "vietnamese",
     text_mode: str = "openvivqa",
     decode_notes: Mapping[str, Mapping[str, int]] | None = None,
+    relevance: Any = None,
 ) -> dict[str, Any]:
     """Scores predictions against references with every requested metric.
 
@@ -460,6 +472,8 @@ def score(
       text_mode: ``"openvivqa"`` or ``"pycocoevalcap"`` (module doc; the latter needs Java).
       decode_notes: question id -> ``{"dropped_bytes": n, "unknown_pieces": n}`` from decoding
         (:class:`~openvivqa_jax.text.tokenizer.DecodeNotes`), counted in the notes.
+      relevance: the encoders, image ids and image features of CLinRel / CMedRel
+        (:class:`.relevance.RelevanceInputs`); None leaves them None with a note.
 
     Returns:
       ``{"overall": {metric: value}, "text_qa": {...}, "non_text_qa": {...}, "num_questions":
@@ -637,7 +651,7 @@ def score(
         groups=groups, result=result, notes=notes, counts=counts,
         empty_idx=np.asarray([i for i, qid in enumerate(ids) if qid in empty_set], np.int64),
         options=dict(java=java, meteor_jar=meteor_jar, meteor_timeout=meteor_timeout, vectors=vectors,
-                     answer_rules=answer_rules, have_languages=bool(lang_map)))
+                     answer_rules=answer_rules, have_languages=bool(lang_map), relevance=relevance))
     for metric_names, fn in METRIC_FUNCTIONS.items():
         if any(m in names for m in metric_names):
             fn(ctx)
@@ -731,6 +745,8 @@ def evaluate_split(
         for f in GROUP_BY_FIELDS:
             if rec.get(f) is not None:
                 clean[f] = fields.setdefault(f, {})[qid] = _as_text(rec[f], qid, f)
+        if rec.get("image_id") is not None:  # CMedRel scores the answer against its image
+            clean["image_id"] = _as_text(rec["image_id"], qid, "image id")
         if rec.get("decode_notes"):  # what decoding dropped (train.py), for the notes
             clean["decode_notes"] = decode_notes[qid] = dict(rec["decode_notes"])
         clean_records.append(clean)

@@ -45,7 +45,7 @@ from openvivqa_jax.evaluation.ngrams import build_ngram_corpus
 __all__ = ["MEAN_METRICS", "QA_TYPE_NAMES", "exact_match", "qa_type_labels", "field_scores", "format_field_tables"]
 
 #: Metrics whose part value is the mean of the per-question values.
-MEAN_METRICS = ("ROUGE-L", "ANLS", "VQA-accuracy", "EM", "F1", "EVJVQA-F1", "WMDRel")
+MEAN_METRICS = ("ROUGE-L", "ANLS", "VQA-accuracy", "EM", "F1", "EVJVQA-F1", "WMDRel", "CLinRel", "CMedRel")
 #: ``qa_type`` value -> the label used in ``by_field["qa_type"]``.
 QA_TYPE_NAMES = {QA_TYPE_TEXT: "text", QA_TYPE_NON_TEXT: "non_text"}
 _BLEU = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4")
