@@ -2,6 +2,9 @@
 
 from setuptools import find_packages, setup
 
+# The core install trains (the synthetic set and every builder's local generation), evaluates, predicts,
+# plots and analyzes. Nothing in it imports TensorFlow: TFDS reads and writes array_record files without it,
+# and TensorBoard events are written by tensorboard's own event-file writer (openvivqa_jax/tensorboard_writer.py).
 INSTALL_REQUIRES = [
     "jax>=0.4.35",
     "flax>=0.10.0",
@@ -12,33 +15,46 @@ INSTALL_REQUIRES = [
     "grain>=0.2.2",
     "sentencepiece>=0.2.0",
     "ml-collections>=0.1.1",
-    "clu>=0.0.12",
-    # clu.metric_writers (TensorBoard events) and TFDS dataset generation need these at run time.
-    "tensorflow-cpu>=2.16; platform_machine=='x86_64' or platform_machine=='AMD64'",
-    "tensorflow>=2.16; platform_machine!='x86_64' and platform_machine!='AMD64'",
     "tensorboard>=2.16",
     "importlib_resources",
     "numpy>=1.26",
     "pillow>=10.0",
     "pytesseract>=0.3.10",
-    # The detector+tesseract OCR engine: PP-OCR's DB text detector ships inside this wheel as an ONNX file
-    # (with onnxruntime and opencv as its dependencies), so nothing is downloaded at run time.
+    # The detector+tesseract OCR engine (the default of predict and the builders): PP-OCR's DB text detector
+    # ships inside this wheel as an ONNX file (with onnxruntime and opencv as its dependencies), so nothing is
+    # downloaded at run time.
     "rapidocr-onnxruntime>=1.3",
     "rapidfuzz>=3.0",
     "matplotlib>=3.8",
     "absl-py>=2.0",
 ]
 
-# The `tfds` command line (`tfds build tfds_builders/<name> --manual_dir=...`) imports apache_beam and
-# mlcroissant at start-up (tensorflow-datasets 4.9), even for builders that use neither.
-TFDS_CLI = ["apache-beam>=2.60", "mlcroissant>=1.0"]
+TENSORFLOW = [
+    "tensorflow-cpu>=2.16; platform_machine=='x86_64' or platform_machine=='AMD64'",
+    "tensorflow>=2.16; platform_machine!='x86_64' and platform_machine!='AMD64'",
+]
+
+# The `tfds` command line (`tfds build tfds_builders/<name> --manual_dir=...`) imports TensorFlow, apache_beam
+# and mlcroissant at start-up (tensorflow-datasets 4.9), even for builders that use none of them.
+TFDS_CLI = [*TENSORFLOW, "apache-beam>=2.60", "mlcroissant>=1.0"]
 
 EXTRAS_REQUIRE = {
     "tfds-cli": TFDS_CLI,
-    # pycocoevalcap is the reference the metrics are checked against; it is used by tests only. The tests
-    # also run the `tfds` command line.
-    "test": ["pytest>=8.0", "pytest-xdist>=3.5", "filelock>=3.12", "pycocoevalcap==1.2", "nbformat", "nbclient", "ipykernel", *TFDS_CLI],
+    # Builds on Apache Beam (data.builder_kwargs beam_runner / tfds build --beam_pipeline_options).
+    "beam": ["apache-beam>=2.60"],
+    # train.profile: clu's profiler hook (clu.periodic_actions imports TensorFlow through clu.metric_writers).
+    "profile": ["clu>=0.0.12", *TENSORFLOW],
+    # METEOR (the Meteor 1.5 jar) and --text_mode pycocoevalcap (its PTB tokenizer) use the jars inside
+    # pycocoevalcap, which is also the reference the metrics are checked against; without it METEOR is None
+    # with a note saying why.
+    "meteor": ["pycocoevalcap==1.2"],
+    # launch/colab.ipynb run headless (nbclient).
+    "notebook": ["nbformat", "nbclient", "ipykernel"],
 }
+# Everything the tests need: every extra above (the tests also run the `tfds` command line and the notebook).
+EXTRAS_REQUIRE["test"] = ["pytest>=8.0", "pytest-xdist>=3.5", "filelock>=3.12",
+                          *dict.fromkeys(r for k in ("tfds-cli", "beam", "profile", "meteor", "notebook")
+                                         for r in EXTRAS_REQUIRE[k])]
 
 setup(
     name="openvivqa_jax",

@@ -48,6 +48,7 @@ from absl import logging
 from openvivqa_jax.analysis import guideline, kappa, stats
 from openvivqa_jax.analysis.records import (AnalysisInputError, EmptySplitError, QA, order_splits,
                                             read_reference_file, read_tfds)
+from openvivqa_jax.errors import UserError
 
 __all__ = ["build_parser", "analyze", "format_summary", "run"]
 
@@ -79,23 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", default=None, help="dataset name in the figure titles (default: the builder or files)")
     p.add_argument("--verbose", action="store_true", help="show library logging on stderr")
     return p
-
-
-def _error(message: str) -> None:
-    print("error: " + " ".join(str(message).split()), file=sys.stderr)
-
-
-def _input_errors() -> tuple[type[Exception], ...]:
-    """Errors caused by the user's files or settings, reported in one line."""
-    errors: list[type[Exception]] = [AnalysisInputError, FileNotFoundError]
-    from openvivqa_jax.data.ocr import OcrFileError
-
-    errors.append(OcrFileError)
-    if "openvivqa_jax.data.pipeline" in sys.modules:
-        errors.append(sys.modules["openvivqa_jax.data.pipeline"].DatasetError)
-    if "tfds_builders.readers" in sys.modules:
-        errors.append(sys.modules["tfds_builders.readers"].DatasetInputError)
-    return tuple(errors)
 
 
 def _data_config(args: argparse.Namespace):
@@ -273,22 +257,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         parser.error("give a dataset (--builder, --config or --input) and/or --agreement")
     if args.ocr_file and not args.input:
         parser.error("--ocr_file goes with --input (a TFDS dataset carries its OCR tokens)")
-    verbosity = logging.get_verbosity()
-    if not args.verbose:
-        logging.set_verbosity(logging.ERROR)
-        from openvivqa_jax.quiet import import_tensorflow_quietly
+    from openvivqa_jax.cli import run_main
 
-        import_tensorflow_quietly()
-    try:
-        return _run(args)
-    except EmptySplitError as e:
-        _error(e)
-        return 1
-    except _input_errors() as e:
-        _error(e)
-        return 2
-    finally:
-        logging.set_verbosity(verbosity)
+    # An empty split exits 1, every other unusable input 2 (documented); TFDS imports TensorFlow.
+    return run_main(lambda: _run(args), verbose=args.verbose, import_tensorflow=True, log_level=logging.ERROR,
+                    sigterm=False, with_class=False, exit_codes={EmptySplitError: 1, UserError: 2, FileNotFoundError: 2},
+                    handled=(FileNotFoundError,))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
+from openvivqa_jax.models import DTYPES, MODEL_REGISTRY
 from openvivqa_jax.text.tokenizer import MODEL_TYPES
+from openvivqa_jax.errors import UserError
 
 __all__ = ["ConfigError", "check_config", "parse_kind_weights", "MIN_VOCAB_SIZE", "CHOICES"]
 
@@ -22,7 +24,7 @@ __all__ = ["ConfigError", "check_config", "parse_kind_weights", "MIN_VOCAB_SIZE"
 MIN_VOCAB_SIZE = 261
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value out of range; the message (one line) names the field, the value and what is allowed."""
 
 
@@ -77,8 +79,11 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
 
 
 #: (dotted field, allowed values) for fields that name a choice; a typo would otherwise fail only when the
-#: value is first used (``eval.answer_rules`` at the first evaluation, after training).
+#: value is first used (``model.name`` after the dataset and tokenizer are built, ``eval.answer_rules`` at the
+#: first evaluation, after training).
 CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("model.name", tuple(MODEL_REGISTRY)),
+    ("model.dtype", DTYPES),
     ("tokenizer.model_type", MODEL_TYPES),
     ("eval.answer_rules", ANSWER_RULES),
     ("eval.decoding", ("greedy", "beam")),

@@ -4,7 +4,7 @@ Usage::
 
     python -m openvivqa_jax.evaluate --predictions preds.json --references dev.json \\
         [--metrics BLEU-4,CIDEr,METEOR ...] [--meteor_jar meteor-1.5.jar] [--java /usr/bin/java] \\
-        [--vectors vi.vec] [--meteor_timeout 300] [--max_tokens 256] [--per_question] [--table] \\
+        [--vectors vi.vec] [--meteor_timeout 300] [--max_tokens 256] [--per_question] [--table] [--json FILE] \\
         [--answer_rules auto|vietnamese|english] [--text_mode openvivqa|pycocoevalcap]
         [--relevance_model runs/w2vvpp_vi | vi=runs/a,en=runs/b] [--image_features feats.npz]
 
@@ -31,7 +31,9 @@ Output: the :func:`openvivqa_jax.evaluation.score` dict as JSON on stdout (overa
 known, counts and notes; EVJVQA-F1 and EVJVQA-BLEU by default when the references carry languages other
 than ``vi``, e.g. EVJVQA's ``language`` field; ``by_field``: question count, exact match, CIDEr and the cheap
 metrics per QA type, and per ``kind`` and ``language`` where the records carry them), plus ``inputs`` naming
-the files and detected formats. ``--table`` prints the plain-text tables to stderr as well.
+the files and detected formats. ``--table`` prints the plain-text tables on stdout instead (the JSON then goes
+only where ``--json FILE`` says, ``-`` for stdout); ``--json FILE`` writes the JSON to a file. METEOR, which
+runs a Java scorer for 10-20 s, says on stderr when it starts and how long it took.
 
 Exit codes: 0 on success; 2 for unusable input (unreadable file, invalid JSON, unknown layout,
 malformed record, unknown metric: one ``error:`` line on stderr naming the file/record); 1 when no
@@ -48,9 +50,11 @@ from collections.abc import Sequence
 
 from absl import logging
 
+from openvivqa_jax.cli import print_error, run_main
+from openvivqa_jax.errors import UserError
 from openvivqa_jax.evaluation import evaluator
 from openvivqa_jax.evaluation.formats import InputError, load_predictions, load_references
-from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S
+from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S, meteor_progress
 from openvivqa_jax.evaluation.evaluator import TEXT_MODES
 from openvivqa_jax.evaluation.sanitize import MAX_TOKENS
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
@@ -82,7 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CMedRel: image features .npz keyed by image id (default: the relevance model's own)")
     p.add_argument("--max_tokens", type=int, default=MAX_TOKENS, help="tokens kept per string (longer are capped)")
     p.add_argument("--per_question", action="store_true", help="include every question's scores")
-    p.add_argument("--table", action="store_true", help="also print a plain-text table to stderr")
+    p.add_argument("--table", action="store_true",
+                   help="print the plain-text tables on stdout instead of the JSON (which --json FILE still writes)")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="also write the JSON result to FILE ('-': stdout; the default without --table)")
     p.add_argument("--verbose", action="store_true", help="log every note to stderr too (absl logging)")
     p.add_argument(
         "--answer_rules",
@@ -130,11 +137,11 @@ def _relevance_inputs(args: argparse.Namespace, refs):
 
 
 def _error(message: str) -> None:
-    print("error: " + " ".join(str(message).split()), file=sys.stderr)
+    print_error(message)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line.
+    """Runs the command line (through :func:`openvivqa_jax.cli.run_main`).
 
     Args:
       argv: arguments without the program name (default ``sys.argv[1:]``).
@@ -143,13 +150,9 @@ def run(argv: Sequence[str] | None = None) -> int:
       The exit code (0 success, 1 nothing to score, 2 unusable input).
     """
     args = build_parser().parse_args(argv)
-    verbosity = logging.get_verbosity()
-    if not args.verbose:  # the notes are in the JSON; keep stderr to the one-line messages
-        logging.set_verbosity(logging.ERROR)
-    try:
-        return _run(args)
-    finally:
-        logging.set_verbosity(verbosity)
+    # The notes are in the JSON; stderr keeps to the one-line messages.
+    return run_main(lambda: _run(args), verbose=args.verbose, log_level=logging.ERROR, sigterm=False,
+                    with_class=False, exit_codes={UserError: 2})
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -189,23 +192,24 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        result = evaluator.score(
-            preds.predictions,
-            refs.answers,
-            refs.qa_types,
-            metrics,
-            java=args.java,
-            meteor_jar=args.meteor_jar,
-            meteor_timeout=args.meteor_timeout,
-            vectors=args.vectors,
-            max_tokens=args.max_tokens,
-            per_question=args.per_question,
-            fields=refs.fields,
-            answer_rules=_answer_rules(args.answer_rules, refs.format),
-            text_mode=args.text_mode,
-            decode_notes=_decode_notes(args.predictions, preds.format),
-            relevance=_relevance_inputs(args, refs),
-        )
+        with meteor_progress(sys.stderr):
+            result = evaluator.score(
+                preds.predictions,
+                refs.answers,
+                refs.qa_types,
+                metrics,
+                java=args.java,
+                meteor_jar=args.meteor_jar,
+                meteor_timeout=args.meteor_timeout,
+                vectors=args.vectors,
+                max_tokens=args.max_tokens,
+                per_question=args.per_question,
+                fields=refs.fields,
+                answer_rules=_answer_rules(args.answer_rules, refs.format),
+                text_mode=args.text_mode,
+                decode_notes=_decode_notes(args.predictions, preds.format),
+                relevance=_relevance_inputs(args, refs),
+            )
     except OSError as e:
         _error(f"cannot read vectors file {args.vectors!r}: {e.strerror or e}")
         return 2
@@ -218,10 +222,20 @@ def _run(args: argparse.Namespace) -> int:
         "references": ref_path,
         "references_format": refs.format,
     }
-    json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
-    sys.stdout.write("\n")
+    json_to = args.json or (None if args.table else "-")
+    if json_to == "-":
+        json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
+        sys.stdout.write("\n")
+    elif json_to:
+        try:
+            with open(json_to, "w", encoding="utf-8") as f:
+                json.dump(result, f, ensure_ascii=False, indent=2)
+                f.write("\n")
+        except OSError as e:
+            _error(f"cannot write --json {json_to!r}: {e.strerror or e}")
+            return 2
     if args.table:
-        print(evaluator.format_table(result), file=sys.stderr)
+        print(evaluator.format_table(result))
     return 0
 
 

@@ -25,13 +25,14 @@ from flax import nnx
 
 from openvivqa_jax import assets, decoding, sharding
 from openvivqa_jax.workdir import load_config
+from openvivqa_jax.errors import UserError
 
 __all__ = ["CheckpointMismatchError", "check_checkpoint_fits", "restore_params", "make_decode_fn", "decode_fn_for",
            "make_attention_fn", "PhotoQuestion", "Inference",
            "abstract_params", "check_workdir", "load_config", "load_for_inference"]
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError, ValueError):
     """A run's checkpoint does not fit the model built from the config (other model settings than the run was
     trained with, e.g. another ``d_model``, vocabulary or ``model.question_over_image``)."""
 

@@ -33,6 +33,9 @@ if "--verbose" not in sys.argv:  # before TensorFlow can be imported: its C++ st
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from openvivqa_jax.cli import print_error  # noqa: E402
+from openvivqa_jax.errors import USAGE_EXIT_CODE  # noqa: E402
+
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
 flags.DEFINE_string("workdir", None, "Run folder: checkpoints, logs, metrics and predictions.")
@@ -42,7 +45,7 @@ flags.DEFINE_bool("verbose", False, "Keep the start-up notices of JAX (no TPU ba
 flags.mark_flags_as_required(["config", "workdir"])
 
 #: Exit status of usage errors (bad flags, config file or field), as argparse uses.
-USAGE_ERROR = 2
+USAGE_ERROR = USAGE_EXIT_CODE
 
 #: The trainers of the tasks beside answer generation, by the config's ``task`` field (absent: ``"vqa"``,
 #: :mod:`openvivqa_jax.train`). Each module has ``train_and_evaluate(cfg, workdir)`` and
@@ -64,12 +67,8 @@ class _QuietLibraries(std_logging.Filter):
         return not any(p in record.pathname for p in self._NOISY)
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def _usage_error(message: str) -> None:
-    print(f"error: {_one_line(message)}", file=sys.stderr)
+    print_error(message)
     sys.exit(USAGE_ERROR)
 
 
@@ -104,6 +103,9 @@ def _parse_flags(argv: list[str]) -> list[str]:
     try:
         rest = FLAGS(argv)
     except flags.Error as e:
+        if "Error whilst parsing config file" in str(e):  # get_config raised: ml_collections quotes its traceback
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            _usage_error(f"config file {_config_arg(argv)} did not load: {lines[-1].removesuffix(' (see --help)')}")
         _usage_error(f"{e} (see --help)")
     except (AttributeError, KeyError) as e:  # --config.a.b=... naming a field that does not exist
         inner = e.args[0] if e.args else e  # AttributeError(KeyError("'name'\nDid you mean ...?"))
@@ -149,69 +151,37 @@ def _init_distributed(cfg) -> None:
                  jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
-def _input_errors() -> tuple[type[Exception], ...]:
-    """Errors caused by the user's files or settings: reported in one line, without a traceback."""
-    from openvivqa_jax.config_check import ConfigError
-    from openvivqa_jax.data.ocr import OcrFileError, OcrUnavailableError
-    from openvivqa_jax.data.pipeline import DatasetError
-    from openvivqa_jax.inference import CheckpointMismatchError
-    from openvivqa_jax.models.vit import CheckpointError
-    from openvivqa_jax.errors import UserError
-    from tfds_builders.readers import DatasetInputError
+def main(argv) -> int:
+    """Runs the selected mode through :func:`openvivqa_jax.cli.run_main`.
 
-    return (UserError, ConfigError, DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError,
-            CheckpointError, CheckpointMismatchError)
-
-
-def main(argv) -> None:
-    """Runs the selected mode.
-
-    Input errors (:func:`_input_errors`: a config value out of range, a bad dataset file or row, a dataset
-    built in the wrong format, a missing manual download folder, a missing OCR engine, a bad ViT checkpoint)
-    end the run with ``error: <ErrorClass>: <message>`` on stderr and exit status 1; the traceback is logged
-    at ``--verbosity=1``. SIGINT / SIGTERM end it with one ``interrupted ...`` line and status 130 / 143
-    (:mod:`openvivqa_jax.interrupts`; during training a checkpoint of the current step is saved first).
+    A user's error (:class:`openvivqa_jax.errors.UserError`: a config value out of range, an unknown model
+    name or split, a bad dataset file or row, a dataset built in the wrong format, a missing manual download
+    folder, a missing OCR engine, a bad ViT checkpoint) ends the run with ``error: <ErrorClass>: <message>``
+    on stderr and exit status 1; the traceback is logged at ``--verbosity=1``. SIGINT / SIGTERM end it with
+    one ``interrupted ...`` line and status 130 / 143 (:mod:`openvivqa_jax.interrupts`; during training a
+    checkpoint of the current step is saved first).
     """
-    from openvivqa_jax import interrupts
-    from openvivqa_jax.config_check import ConfigError
+    from openvivqa_jax import cli, interrupts
 
     single = not (FLAGS.config.get("distributed") and FLAGS.config.distributed.get("initialize"))
     # Several processes: SIGTERM is JAX's preemption notice (openvivqa_jax.interrupts).
-    interrupts.install(sigterm=single)
-    try:
-        _main(argv)
-    except ConfigError as e:  # before _input_errors(), which imports the data and model modules
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        sys.exit(1)
-    except interrupts.TrainingInterrupted as e:
-        interrupts.ignore_further()
-        print(str(e), file=sys.stderr)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        interrupts.ignore_further()
-        logging.debug("traceback of the interruption", exc_info=True)
-        print(interrupts.interrupted_message(None, interrupts.last_checkpoint_step(FLAGS.workdir)), file=sys.stderr)
-        code = interrupts.EXIT_CODES[interrupts.received() or "SIGINT"]
-        interrupts.clear_received()
-        sys.exit(code)
-    except _input_errors() as e:  # evaluated only for an exception none of the clauses above took
-        logging.debug("traceback of the error below", exc_info=True)
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        sys.exit(1)
+    return cli.run_main(
+        lambda: _main(argv), verbose=FLAGS.verbose, sigterm=single, squash=False,
+        on_interrupt=lambda: interrupts.interrupted_message(None, interrupts.last_checkpoint_step(FLAGS.workdir)))
 
 
 def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    cfg = FLAGS.config
+    from openvivqa_jax.config_check import check_config
+
+    check_config(cfg)  # before TensorFlow, JAX and the data modules are imported: a bad value fails at once
     if not FLAGS.verbose:
         from openvivqa_jax.quiet import import_tensorflow_quietly
 
         import_tensorflow_quietly()
         logging.get_absl_handler().addFilter(_QuietLibraries())
-    cfg = FLAGS.config
-    from openvivqa_jax.config_check import check_config
-
-    check_config(cfg)
     _init_distributed(cfg)
     task = cfg.get("task", "vqa")
     if task != "vqa":

@@ -104,12 +104,14 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; prints the table."""
+    """CLI entry point; prints the table. A ``--config_dir`` without configs: one ``error:`` line, exit 2."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config_dir", default="configs/openvivqa", help="folder of paper-size configs")
     args = parser.parse_args(argv)
-    print(format_table(config_rows(args.config_dir)))
-    return 0
+    from openvivqa_jax.cli import run_main
+
+    return run_main(lambda: print(format_table(config_rows(args.config_dir))), sigterm=False, with_class=False,
+                    handled=(FileNotFoundError,), exit_codes={FileNotFoundError: 2})
 
 
 if __name__ == "__main__":

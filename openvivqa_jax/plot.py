@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from openvivqa_jax.errors import UserError
+
 __all__ = ["MetricsFileError", "read_metrics", "plot_training_curves", "plot_prediction", "heat_from_boxes",
            "attention_heat", "build_parser", "run"]
 
@@ -37,7 +39,7 @@ __all__ = ["MetricsFileError", "read_metrics", "plot_training_curves", "plot_pre
 _WIDE_SCALE = ("CIDEr",)
 
 
-class MetricsFileError(ValueError):
+class MetricsFileError(UserError, ValueError):
     """``metrics.jsonl`` is missing, malformed or empty; the message names the file and the line."""
 
 
@@ -325,26 +327,25 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0 success, 2 unusable input)."""
     args = build_parser().parse_args(argv)
+    from openvivqa_jax.cli import run_main
+
+    return run_main(lambda: _run(args), sigterm=False, with_class=False, exit_codes={UserError: 2})
+
+
+def _run(args: argparse.Namespace) -> int:
     path = os.path.join(os.path.expanduser(args.workdir), "metrics.jsonl")
     if not os.path.isdir(os.path.expanduser(args.workdir)):
-        print(f"error: workdir {args.workdir!r} does not exist", file=sys.stderr)
-        return 2
+        raise UserError(f"workdir {args.workdir!r} does not exist")
     if not os.path.isfile(path):
-        print(f"error: {path}: no metrics.jsonl in the workdir (has the run logged a step yet?)", file=sys.stderr)
-        return 2
+        raise MetricsFileError(f"{path}: no metrics.jsonl in the workdir (has the run logged a step yet?)")
     output = args.output or os.path.join(os.path.expanduser(args.workdir), "training_curves.png")
     try:
         info = plot_training_curves(path, output, title=args.title, dev_metrics=args.metrics)
-    except MetricsFileError as e:
-        print("error: " + " ".join(str(e).split()), file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot write {output}: {e.strerror or e}", file=sys.stderr)
-        return 2
+    except OSError as e:  # MetricsFileError covers reading the metrics; this is the picture
+        raise UserError(f"cannot write {output}: {e.strerror or e}") from e
     print(f"wrote {info['output']} ({info['train_steps']} training log points, {info['eval_steps']} dev evaluations: "
           f"{', '.join(info['series'])})")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(run())

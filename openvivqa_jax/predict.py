@@ -27,7 +27,6 @@ import io
 import json
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +41,7 @@ from openvivqa_jax.data.ocr import (  # the OCR engines and the merge of tessera
     plausible_token,
     run_ocr_passes,
 )
+from openvivqa_jax.errors import UserError
 
 __all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
            "plausible_token", "run_ocr_passes", "merge_ocr_passes", "load_image", "load_run",
@@ -52,7 +52,7 @@ __all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_
 DEFAULT_MAX_PIXELS = DEFAULT_MAX_IMAGE_PIXELS
 
 
-class PredictError(Exception):
+class PredictError(UserError):
     """Unusable input; the message (one line) names the file or the question and what is wrong."""
 
 
@@ -194,10 +194,6 @@ def _json_result(res: dict) -> dict:
     return out
 
 
-def _error(msg: str) -> None:
-    print("error: " + " ".join(str(msg).split()), file=sys.stderr)
-
-
 def _ocr_settings(args) -> dict:
     """``--ocr`` / ``--ocr_passes``: the OCR table of a file (loaded and validated) and the tesseract passes."""
     from openvivqa_jax.data.ocr import read_ocr_table
@@ -326,32 +322,14 @@ def _safe_name(s: str) -> str:
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0 success, 2 unusable input)."""
     args = build_parser().parse_args(argv)
-    # Predicting imports no TensorFlow (no TFDS, no clu), so there are no start-up notices to filter
-    # (openvivqa_jax/quiet.py) and no import to pay for.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from absl import logging
 
-    verbosity = logging.get_verbosity()
-    if not args.verbose:
-        logging.set_verbosity(logging.ERROR)
-        warnings.filterwarnings("ignore")
-    from openvivqa_jax import interrupts
+    from openvivqa_jax.cli import run_main
 
-    handlers = interrupts.install(sigterm=False)  # a Ctrl-C is never lost (openvivqa_jax.interrupts)
-    try:
-        return _run(args)
-    except PredictError as e:
-        _error(e)
-        return 2
-    except KeyboardInterrupt:
-        interrupts.ignore_further(sigterm=False)  # install() took SIGINT only; restore() puts it back
-        _error("interrupted")
-        return 130
-    finally:
-        interrupts.clear_received()
-        interrupts.restore(handlers)
-        logging.set_verbosity(verbosity)
-
+    # Predicting imports no TensorFlow (no TFDS, no clu), so there are no start-up notices to filter
+    # (openvivqa_jax/quiet.py) and no import to pay for. SIGTERM keeps its default.
+    return run_main(lambda: _run(args), verbose=args.verbose, log_level=logging.ERROR, quiet_warnings=True,
+                    sigterm=False, with_class=False, exit_codes={UserError: 2})
 
 if __name__ == "__main__":
     sys.exit(run())

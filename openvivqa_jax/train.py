@@ -6,9 +6,9 @@ The workdir holds everything needed to resume or to predict::
     spm.model              the SentencePiece model (trained on the train split only)
     checkpoints/<step>/    orbax: train state + grain iterator state (latest ``keep_checkpoints``)
     best/<step>/           orbax: the best train state by the dev metric
-    events.out.tfevents.*  TensorBoard (clu metric writers)
+    events.out.tfevents.*  TensorBoard scalars (train/*, dev/*, and the final test/*)
     metrics.jsonl          one JSON object per logged step / evaluation
-    eval/<split>_metrics.json, eval/<split>_predictions.json
+    eval/<role>_metrics.json, eval/<role>_predictions.json   role: dev, test, test_no_ocr
 
 A run killed at any point and restarted with the same command resumes from the last checkpoint with
 the data iterator where it was; per-step dropout keys are ``fold_in(seed, step)``, so the resumed run
@@ -36,7 +36,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx, struct
 
-from openvivqa_jax import assets, config_check, evaluation, inference, interrupts, sharding
+from openvivqa_jax import assets, config_check, evaluation, inference, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.evaluation import copying
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.models import build_model, model_class
@@ -321,6 +321,24 @@ class DataSplits:
             self._records[split] = pipeline.read_records(self.source(split), f"{self.builder.name}/{split}")
         return self._records[split]
 
+    def check_splits(self, named: dict[str, str]) -> None:
+        """Checks that every split the run will read is in the dataset, before anything is trained or compiled.
+
+        Args:
+          named: ``{config field: split spec}``, e.g. ``{"data.eval_split": "dev"}``; a spec may slice
+            (``train[90%:]``) or join (``train+test``) the builder's splits.
+
+        Raises:
+          DatasetError: a split is not in the dataset (one line: the field, the dataset's splits, the flag).
+        """
+        have = sorted(self.builder.info.splits)
+        for field, spec in named.items():
+            missing = [n for n in (s.split("[", 1)[0].strip() for s in str(spec).split("+")) if n not in have]
+            if missing:
+                raise pipeline.DatasetError(
+                    f"config value {field}={spec!r} names split {missing[0]!r}, which {self.builder.name} does not "
+                    f"have (its splits: {', '.join(have)}); set --config.{field}=... to one of them")
+
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
@@ -363,6 +381,9 @@ def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
     os.makedirs(workdir, exist_ok=True)
     mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
     data = DataSplits(cfg.data)
+    # Every split the run reads is checked now, not after training (the periodic and final evaluations).
+    data.check_splits({**({"data.train_split": cfg.data.train_split} if initialize else {}),
+                       "data.eval_split": cfg.data.eval_split, "data.test_split": cfg.data.test_split})
     train_records = None
     if not assets.exists_on_process_0(os.path.join(workdir, "spm.model")):
         train_records = data.records(cfg.data.train_split)
@@ -519,14 +540,28 @@ def _print_table(title: str, metrics: dict) -> str:
 
 def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains ``cfg`` in ``workdir`` (resuming if checkpoints exist), evaluates dev periodically and the
-    test split at the end; returns ``{split: metrics}``.
-    """
-    from clu import metric_writers, periodic_actions
+    test split at the end; returns ``{role: metrics}`` (:func:`final_evaluation`).
 
+    A run that has finished (:func:`finished_step`) is not evaluated again: one line says so and how to
+    re-score it (``--mode evaluate``); nothing is appended to ``metrics.jsonl`` and no TensorBoard file is
+    written. Smoke-run settings that train nothing (warm-up past the last step, :func:`warn_warmup`) and inputs
+    mostly cut (:func:`warn_cut_inputs`) are WARNING lines.
+    """
+    finished = finished_step(workdir, cfg.train.num_train_steps)
+    if finished is not None:
+        message = (f"{workdir}: this run finished at step {finished} and its final scores are in metrics.jsonl "
+                   f"and eval/; nothing to do. To score it again: --mode evaluate; to train longer: "
+                   f"--config.train.num_train_steps=<more than {finished}>")
+        logging.warning(message)
+        if jax.process_index() == 0:
+            print(message, flush=True)
+        return {}
+    warn_warmup(cfg)
     exp, state = create_experiment(cfg, workdir)
     spec, t = exp.spec, cfg.train
     logging.info("Model %s: %d parameters; mesh %s", cfg.model.name, spec.num_params, dict(spec.mesh.shape))
-    writer = metric_writers.create_default_writer(exp.workdir, just_logging=jax.process_index() > 0)
+    # TensorBoard events with scalar values (not tensor summaries); process 0 only.
+    writer = tensorboard_writer.create_writer(exp.workdir, just_logging=jax.process_index() > 0)
     latest, best = checkpoint_managers(exp.workdir, t)
 
     global_batch = t.batch_size
@@ -579,11 +614,10 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             f.write(cfg.to_json_best_effort(indent=2))
     step_fn = make_train_step(spec)
     hooks = []
-    if jax.process_index() == 0:
-        hooks.append(periodic_actions.ReportProgress(num_train_steps=t.num_train_steps, writer=writer,
-                                                     every_steps=t.log_every_steps))
-        if t.get("profile"):
-            hooks.append(periodic_actions.Profile(logdir=exp.workdir, num_profile_steps=5))
+    if jax.process_index() == 0 and t.get("profile"):
+        from clu import periodic_actions  # imports TensorFlow (clu.metric_writers): only when profiling
+
+        hooks.append(periodic_actions.Profile(logdir=exp.workdir, num_profile_steps=5))
 
     def save(step: int) -> None:
         latest.save(step, args=ocp.args.Composite(
@@ -592,7 +626,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                                          "bad_evals": int(bad_evals)})))
 
     def eval_dev(step: int) -> float:
-        metrics, _ = evaluate(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split, write=True)
+        metrics, _ = evaluate(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split, write=True,
+                              tag="dev")
         overall = metrics["overall"]
         writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items() if v is not None})
         exp.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})
@@ -618,12 +653,13 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
                 vals = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
                 acc = {}
-                writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
+                steps_per_sec = t.log_every_steps / max(1e-9, time.time() - t0)
+                writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()},
+                                            "steps_per_sec": steps_per_sec})
                 exp.jsonl.write(step, "train", vals)
                 logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
                              vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
-                             vals["learning_rate"],
-                             t.log_every_steps / max(1e-9, time.time() - t0))
+                             vals["learning_rate"], steps_per_sec)
                 t0 = time.time()
             if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
                 score = eval_dev(step)
@@ -661,9 +697,65 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                      "model.max_answer_len=%d", _pct(rates.get("question_truncation_rate")), m.max_question_len,
                      _pct(rates.get("answer_truncation_rate")), m.max_answer_len)
         exp.jsonl.write(step, "train_inputs", {f"train/{k}": v for k, v in rates.items()})
-    results = final_evaluation(exp, step, state)
+    warn_cut_inputs("training", rates, cfg.model)
+    warn_cut_inputs("evaluation", exp.inputs.counter.truncation_rates(), cfg.model)
+    results = final_evaluation(exp, step, state, writer=writer)
     writer.flush()
+    writer.close()
     return results
+
+
+#: Share of questions or answers cut at ``model.max_question_len`` / ``max_answer_len`` above which the run
+#: warns: the model then never sees (or is never asked for) whole inputs.
+CUT_WARNING_RATE = 0.5
+
+
+def warn_cut_inputs(what: str, rates: dict, model_cfg) -> None:
+    """Logs a WARNING for each truncation rate of :meth:`~openvivqa_jax.data.pipeline.SkipCounter.truncation_rates`
+    above :data:`CUT_WARNING_RATE` (``what``: ``training`` or ``evaluation``), naming the flag that fixes it."""
+    for kind, field in (("question", "max_question_len"), ("answer", "max_answer_len")):
+        rate = rates.get(f"{kind}_truncation_rate")
+        if rate is not None and rate > CUT_WARNING_RATE:
+            logging.warning("%s of the %s %ss were cut at model.%s=%d: raise --config.model.%s", _pct(rate), what,
+                            kind, field, model_cfg.get(field), field)
+
+
+def warn_warmup(cfg) -> None:
+    """Logs a WARNING when ``train.warmup_steps`` exceeds ``train.num_train_steps`` (a paper config's 10,000
+    warm-up steps in a short smoke run): the run ends in warm-up, with a learning rate far below the
+    schedule's peak, and learns next to nothing. Names the rate reached and the flag that fixes it."""
+    t = cfg.train
+    warm, steps = int(t.get("warmup_steps", 0) or 0), int(t.num_train_steps)
+    if t.get("schedule") not in ("noam", "m4c") or warm <= steps:
+        return
+    schedule = make_schedule(t, cfg.model.d_model)
+    last, peak = float(schedule(steps - 1)), float(schedule(warm - 1))
+    logging.warning("train.warmup_steps=%d > train.num_train_steps=%d: the run ends in warm-up; its learning rate "
+                    "reaches %.2e at the last step (the schedule's peak %.2e is at step %d), so it learns next to "
+                    "nothing. For a short run set --config.train.warmup_steps=%d (a tenth of the steps)", warm,
+                    steps, last, peak, warm, max(1, steps // 10))
+
+
+def finished_step(workdir: str, num_train_steps: int) -> int | None:
+    """The last step of a finished run in ``workdir``: its newest checkpoint is at ``num_train_steps`` (or
+    more) and ``metrics.jsonl`` holds the ``final`` records of that step. None otherwise (a new run, one to
+    resume, or one whose final evaluation did not complete)."""
+    last = interrupts.last_checkpoint_step(workdir)
+    if last is None or last < num_train_steps:
+        return None
+    try:
+        with open(os.path.join(os.path.expanduser(workdir), "metrics.jsonl"), encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash: not a final record
+        if isinstance(rec, dict) and rec.get("kind") == "final" and rec.get("step") == last:
+            return last
+    return None
 
 
 def _pct(x: float | None) -> str:
@@ -676,15 +768,25 @@ def _rewrite_metrics(exp: Experiment, tag: str, metrics: dict) -> None:
             json.dump(metrics, f, ensure_ascii=False, indent=2)
 
 
-def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None = None) -> dict:
+def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None = None, writer=None) -> dict:
     """Scores dev and test with the best checkpoint's parameters (:func:`openvivqa_jax.inference.restore_params`:
     ``best/``, else the latest of ``checkpoints/``; no optimizer state), prints tables and example answers,
     and scores the test split again with OCR tokens masked out (``eval.ocr_ablation``).
+
+    Files, ``metrics.jsonl`` keys and TensorBoard tags name the splits by their role, ``dev``
+    (``data.eval_split``) and ``test`` (``data.test_split``; ``test_no_ocr`` for the ablation), whatever the
+    dataset calls them (``validation``, ``val``, ``train[90%:]``); one split set as both is scored once, as
+    ``test``.
 
     Args:
       exp: the run.
       step: the step logged in ``metrics.jsonl`` (None: the restored parameters' step).
       state: the current train state, evaluated when the workdir holds no checkpoint.
+      writer: a ``clu`` metric writer; gets the test scores (``test/<metric>``, ``test_no_ocr/<metric>``) at
+        ``step``. None: no TensorBoard.
+
+    Returns:
+      ``{role: metrics}`` for the roles scored (``dev``, ``test``, ``test_no_ocr``).
 
     Raises:
       FileNotFoundError: no checkpoint and no ``state``.
@@ -700,46 +802,46 @@ def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None
     step = p_step if step is None else step
     results = {}
     lines = []
-    for split in dict.fromkeys([cfg.data.eval_split, cfg.data.test_split]):
-        # Split specs may slice ("train[90%:]") or join ("train+test") the builder's splits.
-        names = [s.split("[", 1)[0].strip() for s in split.split("+")]
-        if not all(n in exp.data.builder.info.splits for n in names):
-            logging.warning("final evaluation: split %r is not in %s (splits %s); not scored. Override "
-                            "--config.data.eval_split / --config.data.test_split.", split, exp.data.builder.name,
-                            sorted(exp.data.builder.info.splits))
-            continue
-        metrics, preds = evaluate(exp, params, p_step, split)
-        results[split] = metrics
-        lines.append(_print_table(f"{split} ({len(preds)} questions)", metrics))
+    roles = {"dev": cfg.data.eval_split, "test": cfg.data.test_split}
+    if roles["dev"] == roles["test"]:
+        del roles["dev"]
+    for tag, split in roles.items():
+        metrics, preds = evaluate(exp, params, p_step, split, tag=tag)
+        results[tag] = metrics
+        lines.append(_print_table(f"{tag}: {split} ({len(preds)} questions)", metrics))
         copy = copying.shop_name_copy_rate(preds)
         if copy["rate"] is not None:
             metrics["shop_name_copy_rate"] = copy
             lines.append(f"unseen shop names copied (shop-name questions whose answer contains the full name; this "
                          f"split's names never occur in training): {copy['rate']:.1%} ({copy['num_copied']}/{copy['num_questions']})")
-            exp.jsonl.write(step, "final", {f"{split}/shop_name_copy_rate": copy["rate"]})
-            _rewrite_metrics(exp, split, metrics)
-        if split == cfg.data.test_split:
+            exp.jsonl.write(step, "final", {f"{tag}/shop_name_copy_rate": copy["rate"]})
+            _rewrite_metrics(exp, tag, metrics)
+        if tag == "test":
             lines.append(f"\n== example answers ({split}) ==")
             for p in preds[: cfg.eval.num_examples_to_print]:
                 lines.append(f"Q: {p['question']}\n   predicted: {p['prediction']}\n   reference: "
                              f"{' | '.join(p['references'])}")
-        exp.jsonl.write(step, "final", {f"{split}/{k}": v for k, v in metrics["overall"].items() if v is not None})
-    test = cfg.data.test_split
-    if cfg.eval.get("ocr_ablation") and test in results:
-        metrics, preds = evaluate(exp, params, p_step, test, mask_ocr=True, tag=f"{test}_no_ocr")
-        results[f"{test}_no_ocr"] = metrics
-        lines.append(_print_table(f"{test} with OCR tokens masked out", metrics))
+        overall = {f"{tag}/{k}": v for k, v in metrics["overall"].items() if v is not None}
+        exp.jsonl.write(step, "final", overall)
+        if writer is not None and tag == "test":
+            writer.write_scalars(step, overall)
+    if cfg.eval.get("ocr_ablation") and "test" in results:
+        metrics, preds = evaluate(exp, params, p_step, roles["test"], mask_ocr=True, tag="test_no_ocr")
+        results["test_no_ocr"] = metrics
+        lines.append(_print_table(f"test: {roles['test']} with OCR tokens masked out", metrics))
         copy = copying.shop_name_copy_rate(preds)
         if copy["rate"] is not None:
             metrics["shop_name_copy_rate"] = copy
             lines.append(f"shop-name copy rate without OCR: {copy['rate']:.1%}")
-            _rewrite_metrics(exp, f"{test}_no_ocr", metrics)
-        with_ocr = (results[test].get("text_qa") or {}).get("CIDEr")
+            _rewrite_metrics(exp, "test_no_ocr", metrics)
+        if writer is not None:
+            writer.write_scalars(step, {f"test_no_ocr/{k}": v for k, v in metrics["overall"].items() if v is not None})
+        with_ocr = (results["test"].get("text_qa") or {}).get("CIDEr")
         without = (metrics.get("text_qa") or {}).get("CIDEr")
         if with_ocr is not None and without is not None:
             ratio = with_ocr / without if without > 0 else float("inf")
             lines.append(f"text-QA CIDEr with OCR {with_ocr:.3f} vs masked {without:.3f}: ratio {ratio:.2f}")
-            exp.jsonl.write(step, "final", {f"{test}/text_qa_cider_ocr_ratio": ratio})
+            exp.jsonl.write(step, "final", {"test/text_qa_cider_ocr_ratio": ratio})
     if jax.process_index() == 0:
         print("\n".join(lines), flush=True)
     return results

@@ -349,9 +349,10 @@ def run_main(config: str, workdir: Path, manual_dir: Path, data_dir: Path, *over
     return subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
 
 
-def _read(workdir: Path, split: str):
-    metrics = json.loads((workdir / "eval" / f"{split}_metrics.json").read_text(encoding="utf-8"))
-    preds = json.loads((workdir / "eval" / f"{split}_predictions.json").read_text(encoding="utf-8"))
+def _read(workdir: Path, role: str):
+    """The metrics and predictions files of ``role`` (``dev``: data.eval_split; ``test``: data.test_split)."""
+    metrics = json.loads((workdir / "eval" / f"{role}_metrics.json").read_text(encoding="utf-8"))
+    preds = json.loads((workdir / "eval" / f"{role}_predictions.json").read_text(encoding="utf-8"))
     return metrics, preds
 
 
@@ -370,7 +371,7 @@ def test_stvqa_task1_m4c_trains_and_decodes_within_the_dictionaries(tmp_path):
     assert res.returncode == 0, res.stderr[-4000:]
     _trained(wd)
     # Dev = the held-out tail of train (train[90%:] of 10 questions: one, in TFDS's stored order), scored with ANLS.
-    dev, dev_preds = _read(wd, "train[90%:]")
+    dev, dev_preds = _read(wd, "dev")
     assert len(dev_preds) == 1
     word = STVQA_WORDS[(int(dev_preds[0]["question_id"]) - 1) % len(STVQA_WORDS)]
     assert dev_preds[0]["references"] == [word, word]
@@ -393,7 +394,7 @@ def test_textvqa_m4c_trains_and_scores_vqa_accuracy(tmp_path):
     res = run_main("configs/textvqa/m4c.py", wd, manual, tmp_path / "tfds", *TINY_M4C)
     assert res.returncode == 0, res.stderr[-4000:]
     recs = _trained(wd)
-    val, preds = _read(wd, "val")
+    val, preds = _read(wd, "dev")
     assert sorted(p["question_id"] for p in preds) == ["100", "101", "102"]
     assert all(len(p["references"]) == 10 for p in preds)
     assert {"VQA-accuracy", "ANLS", "CIDEr"} <= set(val["metrics"])
@@ -419,7 +420,7 @@ def test_vivqa_mlpag_trains_and_scores_exact_match(tmp_path):
     res = run_main("configs/vivqa/mlpag.py", wd, manual, tmp_path / "tfds", *TINY_MLPAG)
     assert res.returncode == 0, res.stderr[-4000:]
     _trained(wd)
-    dev, dev_preds = _read(wd, "train[90%:]")
+    dev, dev_preds = _read(wd, "dev")
     assert len(dev_preds) == 1  # one of 10 rows, in TFDS's stored order
     answer = VIVQA_QA[int(dev_preds[0]["question_id"]) % len(VIVQA_QA)][1]
     assert dev_preds[0]["references"] == [answer]
@@ -443,7 +444,7 @@ def test_vivqa_saaa_skips_a_bad_row_counted_through_a_json_builder_config(tmp_pa
     assert "vivqa/train: skipped (invalid_record)" in res.stderr
     assert "train.csv: line 5 (row 3): img_id 'abc' is not an integer COCO id" in res.stderr
     assert "kept 10 examples, skipped {'invalid_record': 1}" in res.stderr
-    train, preds = _read(wd, "train")
+    train, preds = _read(wd, "dev")  # data.eval_split=train
     assert len(preds) == 10 and "EM" in train["metrics"]
     answers = json.loads((wd / "answers.json").read_text(encoding="utf-8"))
     assert answers  # the classifier's answer list, from the train split

@@ -248,8 +248,8 @@ def test_two_processes_match_one_process_of_eight_devices(runs):
     assert len(pt) == len({p["question_id"] for p in pt}) == 40
     assert [p["question_id"] for p in pt] == [p["question_id"] for p in po]
     assert [p["prediction"] for p in pt] == [p["prediction"] for p in po]
-    mo = _read(one / "work" / "eval" / "validation_metrics.json")["overall"]
-    mt = _read(two / "work" / "eval" / "validation_metrics.json")["overall"]
+    mo = _read(one / "work" / "eval" / "dev_metrics.json")["overall"]
+    mt = _read(two / "work" / "eval" / "dev_metrics.json")["overall"]
     assert mt == pytest.approx(mo, rel=1e-6, abs=1e-9)
     # A checkpoint was written mid-run by both processes together.
     assert {"3", "6"} <= set(os.listdir(two / "work" / "checkpoints"))

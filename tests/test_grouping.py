@@ -83,11 +83,25 @@ def test_exact_match_ignores_punctuation_tokens_only():
 def test_evaluate_cli_reports_per_kind(tmp_path, capsys):
     path = tmp_path / "dev_predictions.json"
     path.write_text(json.dumps(RECORDS, ensure_ascii=False), encoding="utf-8")
-    assert evaluate.run(["--predictions", str(path), "--metrics", "CIDEr,EM", "--table"]) == 0
+    out_json = tmp_path / "result.json"
+    assert evaluate.run(["--predictions", str(path), "--metrics", "CIDEr,EM", "--table", "--json", str(out_json)]) == 0
     out, err = capsys.readouterr()
-    result = json.loads(out)
+    result = json.loads(out_json.read_text(encoding="utf-8"))
     colour = result["by_field"]["kind"]["colour"]
     assert set(colour) == {"num_questions", "exact_match", "CIDEr", "EM"}  # METEOR etc. not requested
     assert (colour["num_questions"], colour["exact_match"], colour["EM"]) == (2, 0.5, 0.5)
-    assert re.search(r"^by kind\s+questions\s+exact match\s+CIDEr$", err, re.M), err
-    assert re.search(r"^colour\s+2\s+50\.0% \(1/2\)", err, re.M), err
+    # --table: the table is the command's output (stdout), not JSON; stderr stays empty
+    assert re.search(r"^by kind\s+questions\s+exact match\s+CIDEr$", out, re.M), out
+    assert re.search(r"^colour\s+2\s+50\.0% \(1/2\)", out, re.M), out
+    assert not out.lstrip().startswith("{") and err == ""
+
+
+def test_evaluate_cli_table_and_json_on_stdout(tmp_path, capsys):
+    """``--json -`` with ``--table``: the JSON first, then the table, both on stdout."""
+    path = tmp_path / "dev_predictions.json"
+    path.write_text(json.dumps(RECORDS, ensure_ascii=False), encoding="utf-8")
+    assert evaluate.run(["--predictions", str(path), "--metrics", "EM", "--table", "--json", "-"]) == 0
+    out, _ = capsys.readouterr()
+    decoded, end = json.JSONDecoder().raw_decode(out)
+    assert decoded["by_field"]["kind"]["colour"]["EM"] == 0.5
+    assert re.search(r"^by kind\s+questions\s+exact match", out[end:], re.M), out[end:]

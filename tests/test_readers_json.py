@@ -193,28 +193,51 @@ def test_tfds_build_command_line_prints_one_line(tmp_path):
         "'annotations' (a repeated JSON key); skip_invalid_records keeps the first entry")
 
 
-def test_cli_hook_one_line_for_input_errors_also_from_beam_workers(monkeypatch, capsys):
-    """The hook the `tfds` command line gets: our input errors (also a Beam worker's, which reaches the
-    driver as traceback text in a RuntimeError) print one line; other exceptions go to the previous hook."""
+def test_tfds_cli_handler_one_line_for_input_errors_also_from_beam_workers(monkeypatch, capsys):
+    """The absl exception handler the `tfds` command line gets: our input errors (also a Beam worker's, which
+    reaches the driver as traceback text in a RuntimeError, or one chained as a cause) print one line and end
+    the process with the error's exit code; other exceptions are not its business (absl re-raises them)."""
     import sys
     import types
 
-    calls = []
+    from absl import app
+
+    from openvivqa_jax import cli
+
     monkeypatch.setitem(sys.modules, "tensorflow_datasets.scripts.cli.main", types.ModuleType("cli"))
-    monkeypatch.setattr(sys, "excepthook", lambda *a: calls.append(a))
-    assert readers.install_cli_error_hook()
-    hook = sys.excepthook
-    hook(readers.DatasetInputError, readers.DatasetInputError("a.json: question 7: bad\nsecond line"), None)
+    monkeypatch.setattr(app, "EXCEPTION_HANDLERS", [])
+    exits = []
+    monkeypatch.setattr(cli, "exit_now", exits.append)
+    assert cli.install_tfds_cli_handler() and cli.install_tfds_cli_handler()
+    assert len(app.EXCEPTION_HANDLERS) == 1  # registered once
+    handler = app.EXCEPTION_HANDLERS[0]
     worker_text = ("Traceback (most recent call last):\n  File \"beam_build.py\", line 1, in image_examples\n"
                    "tfds_builders.readers.ImageFileError: a.json: question 3: image x.jpg: not a recognised image "
                    "file [while running 'test/PerImage']")
-    hook(RuntimeError, RuntimeError(worker_text), None)
-    other = KeyError("x")
-    hook(KeyError, other, None)
+    chained = RuntimeError("pipeline failed")
+    chained.__cause__ = readers.DatasetInputError("b.json: question 1: no answers")
+    for exc in (readers.DatasetInputError("a.json: question 7: bad\nsecond line"), RuntimeError(worker_text),
+                chained):
+        assert handler.wants(exc)
+        handler.handle(exc)
+    assert not handler.wants(KeyError("x"))
     err = capsys.readouterr().err.splitlines()
     assert err == ["error: DatasetInputError: a.json: question 7: bad second line",
-                   "error: ImageFileError: a.json: question 3: image x.jpg: not a recognised image file"]
-    assert calls == [(KeyError, other, None)]
+                   "error: ImageFileError: a.json: question 3: image x.jpg: not a recognised image file",
+                   "error: DatasetInputError: b.json: question 1: no answers"]
+    assert exits == [1, 1, 1]
+
+
+def test_tfds_cli_handler_not_outside_the_tfds_command_line(monkeypatch):
+    import sys
+
+    from absl import app
+
+    from openvivqa_jax import cli
+
+    monkeypatch.delitem(sys.modules, "tensorflow_datasets.scripts.cli.main", raising=False)
+    monkeypatch.setattr(app, "EXCEPTION_HANDLERS", [])
+    assert not cli.install_tfds_cli_handler() and app.EXCEPTION_HANDLERS == []
 
 
 def test_textvqa_stvqa_viquad_count_unknown_fields(tmp_path):

@@ -194,7 +194,7 @@ def test_main_trains_on_a_tfds_build_data_dir(tmp_path):
     shutil.rmtree(manual)
     res = _main(tmp_path / "run", data, manual)
     assert res.returncode == 0, res.stderr[-4000:]
-    for split, ids in (("val", ["100", "101", "102"]), ("test", ["200", "201"])):
+    for split, ids in (("dev", ["100", "101", "102"]), ("test", ["200", "201"])):  # val is the dev split
         preds = json.loads((tmp_path / "run" / "eval" / f"{split}_predictions.json").read_text(encoding="utf-8"))
         assert sorted(p["question_id"] for p in preds) == ids
 

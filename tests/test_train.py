@@ -90,7 +90,7 @@ def test_workdir_contents_and_predictions(tmp_path, data_dir):
                          cwd=ROOT, env=subprocess_env(), check=True, capture_output=True, text=True)
     assert "example answers" in out.stdout and "CIDEr" in out.stdout
     for f in ["config.json", "spm.model", "metrics.jsonl", "eval/test_metrics.json", "eval/test_predictions.json",
-              "eval/validation_metrics.json", "eval/test_no_ocr_metrics.json"]:
+              "eval/dev_metrics.json", "eval/test_no_ocr_metrics.json"]:
         assert (wd / f).exists(), f
     assert any(p.startswith("events.out.tfevents") for p in os.listdir(wd))
     preds = json.loads((wd / "eval" / "test_predictions.json").read_text())
@@ -192,7 +192,7 @@ def test_real_openvivqa_sample_with_tesseract(tmp_path):
                     config="configs/openvivqa/mlpag.py")
     res = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
-    preds = json.loads((wd / "eval" / "train_predictions.json").read_text())
+    preds = json.loads((wd / "eval" / "test_predictions.json").read_text())  # one split as dev and test: "test"
     with open(os.path.join(sample, "examples_data.json"), encoding="utf-8") as f:
         raw = json.load(f)
     assert sorted(p["question_id"] for p in preds) == sorted(str(k) for k in raw["annotations"])

@@ -15,7 +15,6 @@ import collections
 import dataclasses
 import json
 import re
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,17 +25,17 @@ import tensorflow_datasets as tfds
 from absl import logging
 from PIL import Image
 
+from openvivqa_jax.cli import install_tfds_cli_handler
 from openvivqa_jax.data import images as images_lib
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.text.normalize import normalize_text
 from tfds_builders import common
+from openvivqa_jax.errors import UserError
 
 __all__ = [
     "DatasetInputError",
     "ImageFileError",
     "record_error",
-    "cli_input_errors",
-    "install_cli_error_hook",
     "ReaderConfig",
     "SkipCounter",
     "ErrorPolicy",
@@ -58,83 +57,12 @@ __all__ = [
 ]
 
 
-class DatasetInputError(ValueError):
+class DatasetInputError(UserError, ValueError):
     """A source file has bad input; the message names the file, the record and what is wrong."""
 
 
 class ImageFileError(DatasetInputError):
     """An image (or per-image feature file) is missing or cannot be decoded."""
-
-
-def cli_input_errors() -> tuple[type[Exception], ...]:
-    """Errors caused by the user's files or settings during a build: printed in one line by the ``tfds``
-    command line (:func:`install_cli_error_hook`), like the main job does."""
-    errors: list[type[Exception]] = [DatasetInputError, ocr_lib.OcrFileError, ocr_lib.OcrUnavailableError]
-    try:
-        from openvivqa_jax.data.images import ImageDecodeError
-    except ImportError:  # pragma: no cover - older checkouts without the shared image decoder
-        pass
-    else:
-        errors.append(ImageDecodeError)
-    return tuple(errors)
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())
-
-
-def _with_subclasses(classes: tuple[type, ...]) -> list[type]:
-    out, todo = [], list(classes)
-    while todo:
-        c = todo.pop()
-        if c not in out:
-            out.append(c)
-            todo.extend(c.__subclasses__())
-    return out
-
-
-def install_cli_error_hook() -> bool:
-    """Makes the ``tfds build`` command line report input errors as one ``error: <Class>: <message>`` line.
-
-    ``tfds build`` lets every exception escape ``absl.app.run`` and Python prints a 19-frame traceback before
-    the message. Under the ``tfds`` command line (``tensorflow_datasets.scripts.cli.main`` imported), this
-    wraps ``sys.excepthook``: an error of :func:`cli_input_errors` (also one that Apache Beam re-raised with
-    the original as its cause or context, or as the last line of a worker's traceback text) prints the single
-    line; any other exception keeps its traceback.
-    The exit status stays 1. Installed once; a no-op outside the ``tfds`` command line.
-
-    Returns:
-        Whether the hook is (now) installed.
-    """
-    if "tensorflow_datasets.scripts.cli.main" not in sys.modules:
-        return False
-    if getattr(sys.excepthook, "_openvivqa_cli_hook", False):
-        return True
-    previous = sys.excepthook
-    errors = cli_input_errors()
-
-    def hook(exc_type, exc, tb):
-        seen, e = set(), exc
-        while e is not None and id(e) not in seen:  # Beam wraps worker errors; find ours in the chain
-            if isinstance(e, errors):
-                print(f"error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
-                return
-            # A Beam worker process's error reaches this process as text: its traceback, ending with
-            # "<module>.<Class>: <message> [while running '<step>']".
-            lines = [x for x in str(e).splitlines() if x.strip()]
-            for cls in _with_subclasses(errors):
-                prefix = f"{cls.__module__}.{cls.__qualname__}: "
-                if lines and lines[-1].startswith(prefix):
-                    message = lines[-1][len(prefix):].split(" [while running ")[0]
-                    print(f"error: {cls.__name__}: {_one_line(message)}", file=sys.stderr)
-                    return
-            seen.add(id(e))
-            e = e.__cause__ or e.__context__
-        previous(exc_type, exc, tb)
-
-    hook._openvivqa_cli_hook = True  # type: ignore[attr-defined]
-    sys.excepthook = hook
-    return True
 
 
 def record_error(
@@ -559,6 +487,7 @@ class OcrSource:
             raise ValueError(f"unknown OCR engine {engine!r}; expected auto, file, {', '.join(ocr_lib.ENGINES)}")
         self.engine = engine
         self.stats: dict[str, int] = {}
+        self._summarized: dict[str, int] = {}  # stats at the previous log_summary
         self._kwargs = dict(lang=lang, min_confidence=min_confidence, psm=psm, min_side=min_side)
         # Non-default single-pass Tesseract settings (a builder config's ocr_psm, ...) run run_tesseract
         # itself; the defaults run the `tesseract` engine of predict (four passes, merged).
@@ -609,8 +538,13 @@ class OcrSource:
         return tokens
 
     def log_summary(self, name: str) -> None:
-        """Logs the engine and the token counters (kept/dropped per reason)."""
-        logging.info("%s: OCR engine %s, stats %s", name, self.engine, self.stats)
+        """Logs the engine and the token counters (kept/dropped per reason) counted since the previous summary:
+        one builder reads its splits one after the other, so each split's line counts that split's images
+        (:attr:`stats` keeps the totals)."""
+        since = self._summarized
+        delta = {k: v - since.get(k, 0) for k, v in self.stats.items() if v - since.get(k, 0)}
+        self._summarized = dict(self.stats)
+        logging.info("%s: OCR engine %s, stats %s", name, self.engine, delta)
 
 
 def ocr_feature(tokens: Sequence[Mapping[str, Any]]) -> dict:
@@ -654,4 +588,6 @@ def boxes_to_unit(
     return np.clip(b, 0.0, 1.0).astype(np.float32)
 
 
-install_cli_error_hook()
+# Under the ``tfds build`` command line a user's error prints one ``error: <Class>: <message>`` line, as in
+# the main job (an absl exception handler; nothing is patched outside the tfds command line).
+install_tfds_cli_handler()

@@ -26,6 +26,7 @@ from typing import Any
 
 from openvivqa_jax.evaluation import formats
 from openvivqa_jax.text.normalize import normalize_text
+from openvivqa_jax.errors import UserError
 
 __all__ = [
     "AnalysisInputError",
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-class AnalysisInputError(ValueError):
+class AnalysisInputError(UserError, ValueError):
     """A dataset, file or option cannot be used; the one-line message names it and what is wrong."""
 
 

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from openvivqa_jax.errors import UserError
+
 __all__ = [
     "ImageDecodeError",
     "DEFAULT_MAX_PIXELS",
@@ -59,7 +61,7 @@ DEFAULT_MIN_SIDE = 8
 _ORIENTATION_TAG = 0x0112
 
 
-class ImageDecodeError(ValueError):
+class ImageDecodeError(UserError, ValueError):
     """An image that cannot be used; the message is one line naming the file, the question and why."""
 
 

@@ -42,6 +42,7 @@ from absl import logging
 from PIL import Image, ImageOps
 
 from openvivqa_jax.text.normalize import normalize_text
+from openvivqa_jax.errors import UserError
 
 __all__ = [
     "OcrUnavailableError",
@@ -76,11 +77,11 @@ DEFAULT_MIN_CONFIDENCE = 50.0
 DEFAULT_MIN_SIDE = 600
 
 
-class OcrUnavailableError(RuntimeError):
+class OcrUnavailableError(UserError, RuntimeError):
     """Raised when the Tesseract binary or a requested language's traineddata is not installed."""
 
 
-class OcrFileError(ValueError):
+class OcrFileError(UserError, ValueError):
     """Raised when an OCR JSON file is malformed; the message names the file and the image id."""
 
 

@@ -63,6 +63,7 @@ from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
 from openvivqa_jax.text.answer_vocab import AnswerVocab
 from openvivqa_jax.text.normalize import normalize_text
 from openvivqa_jax.text.tokenizer import Tokenizer
+from openvivqa_jax.errors import UserError
 
 __all__ = [
     "DatasetError",
@@ -80,7 +81,7 @@ __all__ = [
 ]
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """Bad input data; the message names the record, the file and what is wrong."""
 
 

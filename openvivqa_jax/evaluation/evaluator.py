@@ -754,7 +754,7 @@ def evaluate_split(
         score_kwargs = dict(score_kwargs, decode_notes=decode_notes)
     if out_dir is None:  # e.g. non-zero JAX processes: score only
         result = score(preds, refs, types, metrics, fields=fields, **score_kwargs)
-        logging.info("%s metrics:\n%s", split, format_table(result))
+        logging.debug("%s metrics:\n%s", split, format_table(result))  # callers print or log the scores once
         return result
     os.makedirs(out_dir, exist_ok=True)
     pred_path = os.path.join(os.fspath(out_dir), f"{split}_predictions.json")
@@ -764,7 +764,8 @@ def evaluate_split(
     metrics_path = os.path.join(os.fspath(out_dir), f"{split}_metrics.json")
     with open(metrics_path, "w", encoding="utf-8") as f:
         json.dump(result, f, ensure_ascii=False, indent=2)
-    logging.info("%s metrics (%s):\n%s", split, metrics_path, format_table(result))
+    logging.info("%s metrics written to %s", split, metrics_path)
+    logging.debug("%s metrics:\n%s", split, format_table(result))  # callers print or log the scores once
     return result
 
 

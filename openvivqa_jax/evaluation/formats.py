@@ -39,6 +39,7 @@ import json
 import os
 from collections.abc import Mapping
 from typing import Any
+from openvivqa_jax.errors import UserError
 
 __all__ = [
     "QA_TYPE_TEXT",
@@ -81,7 +82,7 @@ _QA_TYPE_NAMES = {
 }
 
 
-class InputError(ValueError):
+class InputError(UserError, ValueError):
     """A prediction or reference file cannot be used; the message names the file and record."""
 
 

@@ -37,12 +37,16 @@ import queue
 import shutil
 import subprocess
 import tempfile
+import contextlib
+import contextvars
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from absl import logging
+
+from openvivqa_jax.errors import UserError
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -53,7 +57,29 @@ __all__ = [
     "find_pycocoevalcap_jar",
     "meteor_scores",
     "meteor_scores_all_modes",
+    "meteor_progress",
 ]
+
+# Where meteor_scores_all_modes reports its progress (meteor_progress); None: nowhere.
+_PROGRESS: contextvars.ContextVar = contextvars.ContextVar("meteor_progress", default=None)
+
+
+@contextlib.contextmanager
+def meteor_progress(stream) -> Iterator[None]:
+    """Within the block, :func:`meteor_scores_all_modes` writes one line to ``stream`` (a text file, e.g.
+    ``sys.stderr``) when a mode's jar starts and one with its seconds when it ends: the Java scorer loads its
+    paraphrase table for 10-20 s, which a command line otherwise spends silent."""
+    token = _PROGRESS.set(stream)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
+def _progress(line: str) -> None:
+    stream = _PROGRESS.get()
+    if stream is not None:
+        print(line, file=stream, flush=True)
 
 #: Seconds allowed for one whole jar exchange (JVM start, paraphrase table load, scoring).
 DEFAULT_TIMEOUT_S = 300.0
@@ -64,7 +90,7 @@ MODES: dict[str, tuple[str, ...]] = {"METEOR": ("-norm",), "METEOR-vi": ()}
 _JAR_NAME = "meteor-1.5.jar"
 
 
-class MeteorUnavailable(RuntimeError):
+class MeteorUnavailable(UserError, RuntimeError):
     """METEOR cannot be computed here (no Java, no jar, JVM crash or timeout); the message says why.
 
     Attributes:
@@ -335,10 +361,13 @@ def meteor_scores_all_modes(
         return {mode: e for mode in modes}
     score_lines = ["SCORE ||| " + " ||| ".join(list(rs) + [h]) for h, rs in zip(hyps, refs)]
     for mode in modes:  # one after the other: two JVMs loading the paraphrase table compete for CPU
+        t0 = time.monotonic()
+        _progress(f"{mode}: scoring {len(hyps)} answers with the Meteor 1.5 jar (Java; about 10-20 s) ...")
         try:
             session = _JarSession(java_bin, jar, MODES[mode], time.monotonic() + timeout)
         except MeteorUnavailable as e:
             out[mode] = e
+            _progress(f"{mode}: not computed ({e})")
             continue
         try:
             session.write(score_lines)
@@ -347,6 +376,8 @@ def meteor_scores_all_modes(
             out[mode] = e
         finally:
             session.close()
+        _progress(f"{mode}: {'not computed' if isinstance(out[mode], MeteorUnavailable) else 'done'} in "
+                  f"{time.monotonic() - t0:.1f} s")
     return {mode: out[mode] for mode in modes}
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import importlib
 
-import jax.numpy as jnp
-from flax import nnx
+# JAX and Flax are imported by build_model, not here: the config check (openvivqa_jax.config_check) reads
+# MODEL_REGISTRY and DTYPES before anything heavy is imported.
 
-__all__ = ["MODEL_REGISTRY", "build_model", "model_class"]
+__all__ = ["MODEL_REGISTRY", "DTYPES", "build_model", "model_class"]
 
 #: ``name -> ".module:Class"``, the module relative to this package; modules are imported lazily. Each
 #: model module is a leaf: it imports only the shared modules (``layers``, ``encoders``, ``embeddings``,
@@ -25,7 +25,8 @@ MODEL_REGISTRY = {
     "lorra": ".lorra:LoRRA",
 }
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+#: The compute dtypes ``config.model.dtype`` may name (parameters stay float32).
+DTYPES = ("float32", "bfloat16")
 
 
 def model_class(name: str):
@@ -57,11 +58,15 @@ def build_model(model_cfg, vocab_size: int, seed: int = 0):
       ValueError: for an unknown model name or dtype, or an ``attention_impl`` that does not apply
         (:func:`~openvivqa_jax.models.layers.set_attention_impl`).
     """
+    import jax.numpy as jnp
+    from flax import nnx
+
     from openvivqa_jax.models.layers import set_attention_impl
 
     klass = model_class(model_cfg.name)
     dtype_name = model_cfg.get("dtype", "float32")
-    if dtype_name not in _DTYPES:
-        raise ValueError(f"unknown model dtype {dtype_name!r}; known: {sorted(_DTYPES)}")
-    model = klass(model_cfg, vocab_size, rngs=nnx.Rngs(params=seed), dtype=_DTYPES[dtype_name])
-    return set_attention_impl(model, model_cfg.get("attention_impl", "xla"), _DTYPES[dtype_name])
+    if dtype_name not in DTYPES:
+        raise ValueError(f"unknown model dtype {dtype_name!r}; known: {sorted(DTYPES)}")
+    dtype = getattr(jnp, dtype_name)  # jnp.float32, jnp.bfloat16
+    model = klass(model_cfg, vocab_size, rngs=nnx.Rngs(params=seed), dtype=dtype)
+    return set_attention_impl(model, model_cfg.get("attention_impl", "xla"), dtype)

@@ -47,6 +47,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
+from openvivqa_jax.errors import UserError
 from openvivqa_jax.models.layers import Dropout, MultiHeadAttention, dense, layer_norm
 
 __all__ = ["VIT_VARIANTS", "ViT", "ViTBlock", "ViTMlp", "CheckpointError", "vit_settings", "resample_posemb",
@@ -68,7 +69,7 @@ _PREFIXES = ("params/img/", "params/", "opt/target/", "img/")
 _IGNORED_TOP = ("head/", "pre_logits/", "MAPHead_0/")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A ``.npz`` checkpoint cannot be loaded; the message names the file, the key and what is wrong."""
 
 

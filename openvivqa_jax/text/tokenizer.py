@@ -112,6 +112,10 @@ def train_sentencepiece(
     tok = Tokenizer(model_path)
     logging.info("Trained SentencePiece (%s) on %d sentences: %d pieces -> %s", model_type, len(corpus),
                  tok.vocab_size, model_path)
+    if tok.vocab_size < vocab_size:  # hard_vocab_limit=False: a small corpus gives fewer pieces than asked
+        logging.warning("tokenizer.vocab_size=%d, but the %d training sentences give only %d pieces: the model's "
+                        "vocabulary has %d entries (a small or smoke-run train split; the bound is an upper one)",
+                        vocab_size, len(corpus), tok.vocab_size, tok.vocab_size)
     return tok
 
 

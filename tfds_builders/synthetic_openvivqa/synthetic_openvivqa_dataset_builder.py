@@ -39,37 +39,16 @@ __all__ = ["Builder", "SyntheticOpenVivqaConfig"]
 
 
 @dataclasses.dataclass(eq=False)
-class SyntheticOpenVivqaConfig(tfds.core.BuilderConfig):
-    """Builder config: the fields of :class:`generator.GeneratorConfig` (see there for their meaning).
-
-    Attributes:
-        seed: master seed.
-        num_train_images, num_validation_images, num_test_images: images per split (3-5 questions each).
-        image_size: rendered ``(width, height)`` in pixels.
-        jpeg_quality: PIL JPEG quality of the stored images.
-        ocr_drop_prob, ocr_sub_prob, ocr_box_jitter: OCR noise (token drop probability, probability of one
-            substituted character per token, box jitter std as a fraction of the box size); all 0 = clean.
-        max_ocr_tokens: scene-text tokens per image at most.
-        region_features: also store the oracle detector's region features ``objects`` ``{features (num_regions,
-            generator.REGION_FEATURE_DIM) float16, boxes (num_regions, 4)}`` (``generator.detector_regions``).
-    """
-
-    seed: int = 0
-    num_train_images: int = 1500
-    num_validation_images: int = 150
-    num_test_images: int = 200
-    image_size: tuple[int, int] = (256, 192)
-    jpeg_quality: int = 90
-    ocr_drop_prob: float = 0.03
-    ocr_sub_prob: float = 0.05
-    ocr_box_jitter: float = 0.02
-    max_ocr_tokens: int = 30
-    region_features: bool = False
+class SyntheticOpenVivqaConfig(tfds.core.BuilderConfig, generator.GeneratorConfig):
+    """Builder config: ``tfds.core.BuilderConfig``'s name, version and description plus every setting of
+    :class:`generator.GeneratorConfig` (seed, images per split, image size, JPEG quality, OCR noise, OCR tokens
+    per image, questions per image, region features), declared there once; the builder stores the images as
+    JPEG of ``jpeg_quality`` and, with ``region_features``, the oracle detector's ``objects`` ``{features
+    (num_regions, generator.REGION_FEATURE_DIM) float16, boxes (num_regions, 4)}``."""
 
     def generator_config(self) -> generator.GeneratorConfig:
-        """The :class:`generator.GeneratorConfig` with this config's values."""
-        names = {f.name for f in dataclasses.fields(generator.GeneratorConfig)}
-        return generator.GeneratorConfig(**{k: getattr(self, k) for k in names if hasattr(self, k)})
+        """The generator's settings: this config itself (it is a :class:`generator.GeneratorConfig`)."""
+        return self
 
 
 _CLEAN = dict(ocr_drop_prob=0.0, ocr_sub_prob=0.0, ocr_box_jitter=0.0)

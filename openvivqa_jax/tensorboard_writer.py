@@ -1,0 +1,88 @@
+"""TensorBoard scalars as scalars: a writer of ``simple_value`` events that needs no TensorFlow.
+
+``clu.metric_writers.create_default_writer`` writes through ``tf.summary``, which (TensorFlow 2) stores every
+scalar as a rank-0 *tensor* summary: TensorBoard's UI shows it, but ``EventAccumulator.Scalars`` and other
+readers of scalar events find nothing; and importing ``clu.metric_writers`` imports TensorFlow.
+:class:`ScalarEventWriter` writes ``Summary.Value(simple_value=...)`` events with TensorBoard's own event-file
+writer (``tensorboard.summary.writer``, pure Python). It has the ``write_scalars`` / ``flush`` / ``close``
+methods of a ``clu`` ``MetricWriter``, the only ones the train loop calls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ScalarEventWriter", "NullWriter", "create_writer", "event_files"]
+
+
+class NullWriter:
+    """Writes nothing (processes other than 0 of a multi-process run)."""
+
+    def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+        """Ignores the values."""
+        del step, scalars
+
+    def flush(self) -> None:
+        """Nothing to flush."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+class ScalarEventWriter(NullWriter):
+    """Writes scalars to ``<logdir>/events.out.tfevents.*`` as TensorBoard scalar events.
+
+    The event file is created on the first write, so a writer that is never written to leaves no file.
+    """
+
+    def __init__(self, logdir: str):
+        self.logdir = logdir
+        self._writer = None
+
+    def _file(self):
+        if self._writer is None:
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+            os.makedirs(self.logdir, exist_ok=True)
+            self._writer = EventFileWriter(self.logdir)
+        return self._writer
+
+    def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+        """One event at ``step`` with one ``simple_value`` per tag (values cast to float)."""
+        import time
+
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        values = [summary_pb2.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]
+        if values:
+            self._file().add_event(event_pb2.Event(wall_time=time.time(), step=int(step),
+                                                   summary=summary_pb2.Summary(value=values)))
+
+    def flush(self) -> None:
+        """Writes pending events to disk."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Flushes and closes the event file."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def create_writer(logdir: str | None, just_logging: bool = False) -> NullWriter:
+    """A :class:`ScalarEventWriter` of ``logdir``; a :class:`NullWriter` when ``just_logging`` (processes other
+    than 0: the run's own log lines carry the values) or ``logdir`` is None."""
+    if logdir is None or just_logging:
+        return NullWriter()
+    return ScalarEventWriter(logdir)
+
+
+def event_files(logdir: str) -> list[str]:
+    """The TensorBoard event files directly in ``logdir`` (sorted)."""
+    try:
+        return sorted(os.path.join(logdir, n) for n in os.listdir(logdir) if n.startswith("events.out.tfevents."))
+    except OSError:
+        return []
