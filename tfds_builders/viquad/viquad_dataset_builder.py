@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,10 +107,13 @@ def answer_end(passage: str, text: str, start: int) -> int | None:
     want = _norm(text)
     if not want:
         return None
-    # Another Unicode form or tone placement: the slice may be longer or shorter (NFD letters).
+    # Another Unicode form or tone placement: the slice may be longer or shorter (NFD letters). The shortest
+    # slice that normalizes to the answer, with the combining marks of its last letter.
     for end in range(start + 1, min(len(passage), start + 3 * n + 2) + 1):
-        if _norm(passage[start:end]) == want and (end == len(passage) or _norm(passage[start:end + 1]) != want):
-            return end
+        if _norm(passage[start:end]) == want:
+            while end < len(passage) and unicodedata.category(passage[end]).startswith("M"):
+                end += 1
+            return end if _norm(passage[start:end]) == want else None
     return None
 
 
