@@ -138,8 +138,7 @@ def predict_split(cfg, graphdef, params, tokenizer, records: list[dict]) -> tupl
     """Best span per question (the best over its windows) cut from its original passage.
 
     Returns:
-      ``(predictions, spans)``: per question ``{question_id, question, prediction, references, qa_type,
-      language}`` for :func:`openvivqa_jax.evaluation.evaluate_split`, and ``{question_id: {"start", "end",
+      ``(predictions, spans)``: per question ``{question_id, question, prediction, references, qa_type}`` for :func:`openvivqa_jax.evaluation.evaluate_split`, and ``{question_id: {"start", "end",
       "score"}}`` (characters of the passage, span score).
     """
     w = _windows(cfg, tokenizer, records, train=False)
