@@ -97,6 +97,49 @@ def test_offsets_round_trip_on_vietnamese_passages(tokenizer, form):
         assert toks.char_start[inside].min() == s and toks.char_end[inside].max() == e
 
 
+def test_passage_pieces_are_the_normalized_passage_pieces(tokenizer):
+    """Word by word, the pieces are those of the whole normalized passage (no piece crosses a space), so the
+    reader reads what the tokenizer was trained on."""
+    from openvivqa_jax.text.normalize import normalize_text
+
+    text = NFD(PASSAGE.replace("\u00ad", ""))
+    toks = feats.tokenize_passage(tokenizer, text)
+    assert toks.ids.tolist() == list(tokenizer.encode(normalize_text(text)))
+
+
+def test_reader_masks_the_question_and_takes_any_encoder():
+    """Logits off the passage are NEG_INF; an encoder passed in replaces the built one (the seam for BERT)."""
+    import jax.numpy as jnp
+    import ml_collections
+    from flax import nnx
+
+    from openvivqa_jax.models.layers import NEG_INF
+    from openvivqa_jax.reading.model import build_reader, span_loss
+
+    m = ml_collections.ConfigDict(dict(encoder="transformer", d_model=8, num_heads=2, ffn_dim=16, num_layers=1,
+                                       dropout=0.0, max_seq_len=10, dtype="float32"))
+    batch = {"input_ids": jnp.arange(20).reshape(2, 10) % 7, "segment_ids": (jnp.arange(10) >= 4).astype(jnp.int32)[None].repeat(2, 0),
+             "input_mask": jnp.ones((2, 10), bool), "passage_mask": (jnp.arange(10) >= 4)[None].repeat(2, 0)}
+    s, e = build_reader(m, 7)(batch)
+    assert s.shape == e.shape == (2, 10)
+    assert np.all(np.asarray(s)[:, :4] == NEG_INF) and np.all(np.asarray(e)[:, 4:] > NEG_INF)
+    loss, metrics = span_loss(s, e, jnp.array([4, 5]), jnp.array([6, 9]))
+    assert np.isfinite(float(loss)) and float(loss) > 0
+
+    class Fixed(nnx.Module):
+        """Token k -> the unit vector of its position: the head sees exactly what this encoder gives."""
+
+        def __call__(self, input_ids, segment_ids, input_mask, *, deterministic=True, rngs=None):
+            return jnp.eye(10, 8)[None].repeat(input_ids.shape[0], 0)
+
+    reader = build_reader(m, 7, encoder=Fixed())
+    s, _ = reader(batch)
+    kernel = np.asarray(reader.span_head.kernel[...])
+    bias = np.asarray(reader.span_head.bias[...])
+    np.testing.assert_allclose(np.asarray(s)[0, 4:8], kernel[4:8, 0] + bias[0], rtol=1e-6)
+    assert np.all(np.asarray(s)[0, 8:] == bias[0])
+
+
 def test_windows_and_labels(tokenizer):
     """A long passage is cut into windows every doc_stride pieces; the training labels point at the answer's
     pieces in the one window that holds it (checked against the passage's own text)."""
