@@ -37,7 +37,7 @@ import unicodedata
 __all__ = ["SPLIT_SIZES", "make_split", "synthetic_dataset"]
 
 #: Passages per split (about 4 questions each).
-SPLIT_SIZES = {"train": 600, "dev": 60, "test": 60}
+SPLIT_SIZES = {"train": 1500, "dev": 60, "test": 60}
 _SEEDS = {"train": 11, "dev": 12, "test": 13}
 
 _SYLLABLES = ("Hòa", "Hoà", "Bình", "Thủy", "Thuỷ", "Nguyên", "Phú", "Lạc", "Đông", "Sơn", "Hải", "Long", "An",
