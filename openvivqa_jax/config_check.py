@@ -154,9 +154,12 @@ def check_config(cfg) -> None:
             continue
         if not ok(value):
             _fail(field, value, allowed)
+    answering = _get(cfg, "task") in (_MISSING, None, "", "vqa")
     for field, allowed_values in CHOICES:
         value = _get(cfg, field)
         if value is _MISSING or value is None or value == "":
+            continue
+        if field == "model.name" and not answering:  # other tasks name their own models
             continue
         if value not in allowed_values:
             _fail(field, value, "one of " + ", ".join(repr(v) for v in allowed_values))

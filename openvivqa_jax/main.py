@@ -50,7 +50,7 @@ USAGE_ERROR = USAGE_EXIT_CODE
 #: The trainers of the tasks beside answer generation, by the config's ``task`` field (absent: ``"vqa"``,
 #: :mod:`openvivqa_jax.train`). Each module has ``train_and_evaluate(cfg, workdir)`` and
 #: ``evaluate(cfg, workdir)``, for ``--mode train`` and ``--mode evaluate``.
-TASKS: dict[str, str] = {"relevance": "openvivqa_jax.relevance_train"}
+TASKS: dict[str, str] = {"reading": "openvivqa_jax.reading.train", "relevance": "openvivqa_jax.relevance_train"}
 
 
 class _QuietLibraries(std_logging.Filter):

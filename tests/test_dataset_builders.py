@@ -352,7 +352,7 @@ def _squad(manual: Path) -> None:
         "qas": [
             {"id": "uit_1", "question": "Thủ đô của Việt Nam là gì?", "answers": [{"text": "Hà Nội", "answer_start": 0}]},
             {"id": "uit_2", "question": NFD("Tỉnh nào ở phía tây?"),
-             "answers": [{"text": NFD("Hoà Bình"), "answer_start": 59}, {"text": "Hòa Bình", "answer_start": 59}]},
+             "answers": [{"text": NFD("Hoà Bình"), "answer_start": 78}, {"text": "Hòa Bình", "answer_start": 78}]},
         ]}]}]})
     write_json(manual / "dev_ViQuAD.json", {"version": "1.1", "data": [{"title": "Sông", "paragraphs": [{
         "context": "Sông Hồng chảy qua Hà Nội.",

@@ -133,7 +133,7 @@ def make_viquad(m: Path) -> Path:
         "qas": [{"id": "uit_1", "question": "Thủ đô của Việt Nam là gì?",
                  "answers": [{"text": "Hà Nội", "answer_start": 0}]},
                 {"id": "uit_2", "question": "Thành phố nằm bên sông nào?",
-                 "answers": [{"text": "sông Hồng", "answer_start": 51}, {"text": "Hồng", "answer_start": 56}]}]}]}]})
+                 "answers": [{"text": "sông Hồng", "answer_start": 49}, {"text": "Hồng", "answer_start": 54}]}]}]}]})
     _json(m / "dev_ViQuAD.json", {"version": "1.1", "data": [{"title": "Sông", "paragraphs": [{
         "context": "Sông Hồng chảy qua Hà Nội.",
         "qas": [{"id": "uit_9", "question": "Sông nào?", "answers": [{"text": "Sông Hồng", "answer_start": 0}]}]}]}]})

@@ -223,7 +223,7 @@ def test_viquad(tmp_path):
     manual = make_viquad(tmp_path / "manual")
     data = tmp_path / "data"
     tfds_build("viquad", manual, data)
-    builder = built(data, "viquad", "default")
+    builder = built(data, "viquad", "default", "1.2.0")
     assert qa(read(builder, "train")) == {
         "uit_1": ("thủ đô của việt nam là gì ?", ["hà nội"]),
         "uit_2": ("thành phố nằm bên sông nào ?", ["sông hồng", "hồng"])}

@@ -249,6 +249,40 @@ class Tokenizer:
         notes.dropped_bytes += removed
         return text, notes
 
+    def encode_with_offsets(self, text: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """Encodes ``text`` and says which characters of ``text`` each piece covers.
+
+        The ids equal :meth:`encode`'s. Offsets are character (code point) indices into ``text``, from
+        SentencePiece's byte offsets (``return_type="proto"``: ``begin``/``end`` per piece). The byte-fallback
+        pieces of one character share that character's span (SentencePiece gives all but the last an empty
+        byte range); the dummy-prefix piece ``▁`` of a space covers that space.
+
+        Returns:
+          ``(ids, starts, ends)``, each ``(pieces,)``: piece ``k`` covers ``text[starts[k]:ends[k]]``,
+          ``starts[k] < ends[k]`` whenever ``text`` is not empty.
+        """
+        return self._encode_offsets(text)
+
+    @functools.lru_cache(maxsize=200_000)
+    def _encode_offsets(self, text: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        proto = self._sp.encode(text, return_type="proto")
+        # byte offset -> character index (the character that byte belongs to), plus the end.
+        char_of = []
+        for ci, ch in enumerate(text):
+            char_of.extend([ci] * len(ch.encode("utf-8")))
+        char_of.append(len(text))
+        ids, starts, ends = [], [], []
+        for piece in proto.pieces:
+            b = min(piece.begin, len(char_of) - 1)
+            e = min(piece.end, len(char_of) - 1)
+            s, t = char_of[b], char_of[e] if e > b else char_of[b] + 1
+            if e > b and char_of[e - 1] >= t:  # an end inside a character: round up to its end
+                t = char_of[e - 1] + 1
+            ids.append(int(piece.id))
+            starts.append(min(s, len(text)))
+            ends.append(min(max(t, s + 1), len(text)) if text else 0)
+        return tuple(ids), tuple(starts), tuple(ends)
+
     def id_to_piece(self, i: int) -> str:
         """The piece string of id ``i``."""
         return self._sp.id_to_piece(int(i))
