@@ -154,12 +154,13 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from openvivqa_jax.config_check import ConfigError
     from openvivqa_jax.data.ocr import OcrFileError, OcrUnavailableError
     from openvivqa_jax.data.pipeline import DatasetError
+    from openvivqa_jax.errors import UserError
     from openvivqa_jax.inference import CheckpointMismatchError
     from openvivqa_jax.models.vit import CheckpointError
     from tfds_builders.readers import DatasetInputError
 
     return (ConfigError, DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError, CheckpointError,
-            CheckpointMismatchError)
+            CheckpointMismatchError, UserError)
 
 
 def main(argv) -> None:

@@ -363,8 +363,8 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
                          "counted in the Beam counter %s/missing_or_corrupt_image)", name,
                          sum(len(g.records) for g in image_groups), len(image_groups), dict(sorted(languages.items())),
                          name)
-            return examples
-        return self._counted(name, examples, counter, languages)
+            return self._expect(split, examples, planned=sum(len(g.records) for g in image_groups))
+        return self._expect(split, self._counted(name, examples, counter, languages))
 
     def _counted(self, name: str, examples, counter: readers.SkipCounter, languages: collections.Counter):
         kept = 0
