@@ -70,7 +70,9 @@ def _input_errors() -> tuple[type, ...]:
     """The input-error classes of the modules imported so far (no module is imported for them)."""
     kinds = [("openvivqa_jax.evaluation.formats", "InputError"), ("openvivqa_jax.data.ocr", "OcrFileError"),
              ("openvivqa_jax.data.pipeline", "DatasetError"), ("openvivqa_jax.inference", "CheckpointMismatchError")]
-    return (FileNotFoundError, *(getattr(sys.modules[m], n) for m, n in kinds if m in sys.modules))
+    from openvivqa_jax.errors import UserError
+
+    return (FileNotFoundError, UserError, *(getattr(sys.modules[m], n) for m, n in kinds if m in sys.modules))
 
 
 def load_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS, question: str | None = None):
