@@ -51,6 +51,7 @@ from collections.abc import Sequence
 
 from absl import logging
 
+from openvivqa_jax import jsonio
 from openvivqa_jax.evaluation import evaluator
 from openvivqa_jax.evaluation.formats import InputError, load_predictions, load_references
 from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S
@@ -120,8 +121,7 @@ def _decode_notes(path: str, fmt: str) -> dict:
     """``decode_notes`` of an evaluator predictions file (records written by ``evaluate_split``)."""
     if fmt != "records":
         return {}
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    data = jsonio.read_json(path, error=InputError)
     return {str(r["question_id"]): r["decode_notes"] for r in data if isinstance(r, dict) and r.get("decode_notes")}
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import re
 import sys
 import time
@@ -26,6 +25,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 from PIL import Image
 
+from openvivqa_jax import jsonio
 from openvivqa_jax.data import images as images_lib
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.text.normalize import normalize_text
@@ -209,47 +209,22 @@ class ErrorPolicy:
         self.counter.skip(reason, error)
 
 
-class JsonObject(dict):
-    """A JSON object as :func:`read_json` returns it: a dict that keeps the FIRST value of a repeated key.
-
-    ``json.load`` keeps the last value of a repeated key without a word; in the public-release form of a
-    dataset (``{"annotations": {question_id: {...}}}``) a repeated key is a duplicated question id, so the
-    repeats are kept apart for the caller to report.
-
-    Attributes:
-        duplicates: ``[(key, value)]`` of every repeat after the first, in file order.
-    """
-
-    def __init__(self, pairs: Sequence[tuple[str, Any]] = ()):
-        super().__init__()
-        self.duplicates: list[tuple[str, Any]] = []
-        for key, value in pairs:
-            if key in self:
-                self.duplicates.append((key, value))
-            else:
-                self[key] = value
-
-
-def duplicate_keys(obj: Any) -> list[str]:
-    """The keys repeated in a JSON object read by :func:`read_json` (each repeat once, in file order);
-    ``[]`` for anything else."""
-    return [k for k, _ in getattr(obj, "duplicates", [])]
+#: A JSON object as :func:`read_json` returns it (:class:`openvivqa_jax.jsonio.JsonObject`): a dict that keeps the
+#: FIRST value of a repeated key, the repeats in ``.duplicates`` for the builder to report or skip.
+JsonObject = jsonio.JsonObject
+#: The keys repeated in a JSON object read by :func:`read_json` (:func:`openvivqa_jax.jsonio.duplicate_keys`).
+duplicate_keys = jsonio.duplicate_keys
 
 
 def read_json(path: Path) -> Any:
-    """Reads a UTF-8 JSON file; objects come back as :class:`JsonObject` (first value of a repeated key
-    kept, repeats in ``.duplicates``), so no repeated key is lost unseen.
+    """Reads a UTF-8 JSON file, a byte-order mark accepted (:func:`openvivqa_jax.jsonio.read_json`); objects come
+    back as :class:`JsonObject` (first value of a repeated key kept, repeats in ``.duplicates``), so no repeated
+    key is lost unseen.
 
     Raises:
         DatasetInputError: naming the file and, for a syntax error, the line and column.
     """
-    try:
-        with Path(path).open(encoding="utf-8") as f:
-            return json.load(f, object_pairs_hook=JsonObject)
-    except json.JSONDecodeError as e:
-        raise DatasetInputError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetInputError(f"{path}: cannot read: {e}") from e
+    return jsonio.read_json(path, error=DatasetInputError)
 
 
 class UnknownFields:

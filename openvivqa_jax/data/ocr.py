@@ -30,7 +30,6 @@ from __future__ import annotations
 import collections
 import functools
 import io
-import json
 import math
 import os
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -333,13 +332,9 @@ def load_ocr_file(path: str | os.PathLike, stats: MutableMapping[str, int] | Non
             object, or any image's tokens are invalid (file and image id named).
     """
     path = Path(path)
-    try:
-        with path.open(encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise OcrFileError(f"{path}: cannot read OCR file: {e}") from e
-    except json.JSONDecodeError as e:
-        raise OcrFileError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+    from openvivqa_jax import jsonio
+
+    data = jsonio.read_json(path, what="OCR file", error=OcrFileError, repeated_keys="error")
     if not isinstance(data, dict):
         raise OcrFileError(f"{path}: expected a JSON object {{image_id: [tokens]}}, got {type(data).__name__}")
     local: dict[str, int] = {}
@@ -753,13 +748,9 @@ def read_ocr_table(path: str) -> dict[str, list[dict]] | list[dict]:
       OcrFileError: unreadable file, invalid JSON (line and column), or invalid tokens; the message starts
         with the path.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except OSError as e:
-        raise OcrFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise OcrFileError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    from openvivqa_jax import jsonio
+
+    raw = jsonio.read_json(path, error=OcrFileError, repeated_keys="error")
     if isinstance(raw, list):
         return validate_tokens(raw, source=path, image_id="(all)")
     return load_ocr_file(path)

@@ -323,23 +323,23 @@ def read_dictionary_file(path: str) -> tuple[str, ...]:
       DatasetError: the file is missing or unreadable, invalid JSON, or not a list of strings
         (names the file, and the JSON line or list index).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: cannot read the decoding dictionary: {e}") from e
+    from openvivqa_jax import jsonio
+
     if path.endswith(".json"):
+        words = jsonio.read_json(path, what="decoding dictionary", error=DatasetError)
+    else:
         try:
-            words = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+            with open(path, encoding="utf-8-sig") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise DatasetError(f"{path}: cannot read the decoding dictionary: {e}") from e
+        words = text.splitlines()
+    if path.endswith(".json"):
         if not isinstance(words, list):
             raise DatasetError(f"{path}: a JSON dictionary must be a list of strings, got {type(words).__name__}")
         for i, w in enumerate(words):
             if not isinstance(w, str):
                 raise DatasetError(f"{path}: entry {i} is {type(w).__name__} ({w!r}), expected a string")
-    else:
-        words = text.splitlines()
     return tuple(dict.fromkeys(w for w in (normalize_text(x) for x in words) if w))
 
 

@@ -92,7 +92,7 @@ def read_global_dictionary(path: Path) -> list[str]:
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise readers.DatasetInputError(f"{path}: global dictionary must be a JSON list of strings")
     else:
-        words = path.read_text(encoding="utf-8").splitlines()
+        words = path.read_text(encoding="utf-8-sig").splitlines()
     return list(dict.fromkeys(w for w in (normalize_text(x) for x in words) if w))
 
 
