@@ -67,6 +67,7 @@ from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.evaluation import meteor as meteor_lib
 from openvivqa_jax.evaluation import rouge as rouge_lib
 from openvivqa_jax.evaluation import squad as squad_lib
+from openvivqa_jax.evaluation import scripts as scripts_lib
 from openvivqa_jax.evaluation import vqa_accuracy as vqa_lib
 from openvivqa_jax.evaluation import wmd as wmd_lib
 from openvivqa_jax.evaluation.formats import (
@@ -207,6 +208,10 @@ class ScoringContext:
     options: dict[str, Any]
     per_q: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     _ngrams: Any = None
+    #: ``hyps``/``refs`` before the per-character cut of :mod:`.scripts` (ANLS's character edit distance); None:
+    #: nothing was cut.
+    string_hyps: list[str] | None = None
+    string_refs: list[list[str]] | None = None
 
     def wants(self, name: str) -> bool:
         """Whether ``name`` was requested."""
@@ -342,7 +347,7 @@ def _meteor(ctx: ScoringContext) -> None:
 @register_metric("ANLS")
 def _anls(ctx: ScoringContext) -> None:
     """ANLS (ST-VQA, tau 0.5), mean over questions."""
-    ctx.put_mean("ANLS", anls_lib.anls(ctx.hyps, ctx.refs))
+    ctx.put_mean("ANLS", anls_lib.anls(ctx.string_hyps or ctx.hyps, ctx.string_refs or ctx.refs))
 
 
 @register_metric("VQA-accuracy")
@@ -612,6 +617,21 @@ def score(
         want_squad = "EM" in names or "F1" in names
         squad_hyps = [squad_text(t) for t in raw_hyps] if want_squad else []
         squad_refs = [[squad_text(r) for r in rs] for rs in raw_refs_kept] if want_squad else []
+        # Scripts without word spaces: one token per character (scripts module doc).
+        cut = [i for i, qid in enumerate(ids) if scripts_lib.applies(lang_map.get(qid), [hyps[i], *refs[i]])]
+        if cut:
+            string_hyps, string_refs = list(hyps), [list(rs) for rs in refs]
+            for i in cut:
+                hyps[i] = scripts_lib.split_spaceless(hyps[i])
+                refs[i] = [scripts_lib.split_spaceless(r) for r in refs[i]]
+                if want_squad:
+                    squad_hyps[i] = scripts_lib.split_spaceless(squad_hyps[i])
+                    squad_refs[i] = [scripts_lib.split_spaceless(r) for r in squad_refs[i]]
+        count("per_character_questions", [ids[i] for i in cut], "{n} questions in a script written without spaces "
+              "between words (Chinese, Japanese, Thai, ...) were tokenized per character for BLEU, ROUGE-L, CIDEr, "
+              "METEOR, WMDRel and F1, as the EVJVQA scorer does for Japanese")
+    if text_mode == "pycocoevalcap" or not ids or not cut:
+        string_hyps = string_refs = None
     empty_set = set(empty_refs)
     n = len(ids)
     type_arr = np.asarray(types, np.int64)
@@ -637,7 +657,8 @@ def score(
         groups=groups, result=result, notes=notes, counts=counts,
         empty_idx=np.asarray([i for i, qid in enumerate(ids) if qid in empty_set], np.int64),
         options=dict(java=java, meteor_jar=meteor_jar, meteor_timeout=meteor_timeout, vectors=vectors,
-                     answer_rules=answer_rules, have_languages=bool(lang_map)))
+                     answer_rules=answer_rules, have_languages=bool(lang_map)),
+        string_hyps=string_hyps, string_refs=string_refs)
     for metric_names, fn in METRIC_FUNCTIONS.items():
         if any(m in names for m in metric_names):
             fn(ctx)
