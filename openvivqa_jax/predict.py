@@ -207,7 +207,7 @@ def _ocr_settings(args) -> dict:
 
     ocr_table = None
     if args.ocr not in OCR_ENGINES:
-        ocr_table = _input(read_ocr_table, args.ocr, prefix="OCR file ")
+        ocr_table = _input(read_ocr_table, args.ocr, bool(args.skip_bad), prefix="OCR file ")
     passes = tuple(p.strip() for p in args.ocr_passes.split(",") if p.strip())
     bad = [p for p in passes if p not in DEFAULT_OCR_PASSES]
     if bad or not passes:

@@ -525,8 +525,12 @@ class OcrSource:
         min_confidence: float = ocr_lib.DEFAULT_MIN_CONFIDENCE,
         psm: int = ocr_lib.DEFAULT_PSM,
         min_side: int = ocr_lib.DEFAULT_MIN_SIDE,
+        skip_invalid: bool = False,
     ):
-        """Raises: ValueError for an unknown engine; OcrFileError for a bad OCR file;
+        """``skip_invalid`` (a builder's ``skip_invalid_records``): bad tokens of the OCR file are skipped and
+        counted in ``stats["skipped_invalid_tokens"]`` (:func:`openvivqa_jax.data.ocr.validate_tokens`).
+
+        Raises: ValueError for an unknown engine; OcrFileError for a bad OCR file;
         OcrUnavailableError when Tesseract is requested but not installed (checked up front)."""
         if engine == "auto":
             engine = "file" if ocr_file is not None and Path(ocr_file).is_file() else auto_fallback
@@ -543,7 +547,7 @@ class OcrSource:
         if engine == "file":
             if ocr_file is None or not Path(ocr_file).is_file():
                 raise ocr_lib.OcrFileError(f"{ocr_file}: OCR file not found (ocr_engine='file')")
-            self._cache = ocr_lib.load_ocr_file(ocr_file, stats=self.stats)
+            self._cache = ocr_lib.load_ocr_file(ocr_file, stats=self.stats, skip_invalid=skip_invalid)
             self.ocr_file = Path(ocr_file)
             logging.info("OCR from %s (%d images)", ocr_file, len(self._cache))
         elif engine != "none":

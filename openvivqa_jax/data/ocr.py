@@ -252,6 +252,11 @@ def run_tesseract(
     return tokens
 
 
+#: How far outside [0, 1] a box coordinate of an OCR file may lie and still be clipped to the image edge, as a
+#: fraction of the image side (2%: engines emit boxes a few pixels past the edge of text that touches it).
+BOX_TOLERANCE = 0.02
+
+
 def validate_tokens(
     tokens: Any,
     *,
@@ -259,18 +264,23 @@ def validate_tokens(
     image_id: str,
     stats: MutableMapping[str, int] | None = None,
     split: bool = True,
+    skip_invalid: bool = False,
 ) -> list[dict]:
     """Validates and normalizes one image's OCR tokens read from a file, then (``split``) splits them into
     single copyable words with their own boxes (:func:`split_copyable`).
 
     Args:
         tokens: a list of ``{"text": str, "box": [x0, y0, x1, y1], "score": float}``; ``score`` may be
-            omitted (then 1.0). Boxes must be xyxy in ``[0, 1]`` (a tolerance of 1e-3 is clipped).
+            omitted (then 1.0). Boxes must be xyxy in ``[0, 1]``; a coordinate at most :data:`BOX_TOLERANCE`
+            outside is clipped to the edge (counted as ``clipped_boxes``).
         source: the file the tokens come from (for error messages).
         image_id: the image the tokens belong to (for error messages).
         stats: optional counter; ``dropped_empty_after_normalization`` counts tokens whose text is
             empty after normalization (they are dropped); :func:`split_copyable`'s counters.
         split: split multi-word tokens (``"giá 20,000 đồng"``) into words.
+        skip_invalid: a bad token (box beyond the tolerance or inverted, bad score, no text) is skipped,
+            counted as ``skipped_invalid_tokens`` and logged, instead of an error (a builder's
+            ``skip_invalid_records``, predict's ``--skip_bad``).
 
     Returns:
         The tokens with normalized text (one word each with ``split``), boxes as float tuples and float
@@ -285,44 +295,67 @@ def validate_tokens(
         raise OcrFileError(f"{where}: expected a list of OCR tokens, got {type(tokens).__name__}")
     out = []
     for i, tok in enumerate(tokens):
-        if not isinstance(tok, Mapping):
-            raise OcrFileError(f"{where}: token {i} is {type(tok).__name__}, expected an object")
-        if not isinstance(tok.get("text"), str):
-            raise OcrFileError(f"{where}: token {i} has no string 'text' (got {tok.get('text')!r})")
-        box = tok.get("box")
         try:
-            box = tuple(float(v) for v in box)
-        except (TypeError, ValueError):
-            raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'box' is not 4 numbers: {box!r}") from None
-        if len(box) != 4 or not all(math.isfinite(v) for v in box):
-            raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'box' is not 4 finite numbers: {box!r}")
-        if any(v < -1e-3 or v > 1 + 1e-3 for v in box) or box[0] > box[2] or box[1] > box[3]:
-            raise OcrFileError(
-                f"{where}: token {i} ({tok['text']!r}) 'box' {box} must be xyxy in [0, 1] with x0 <= x1, "
-                "y0 <= y1 (pixel boxes must be divided by the image width/height)"
-            )
-        score = tok.get("score", 1.0)
-        try:
-            score = float(score)
-        except (TypeError, ValueError):
-            raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'score' is not a number: {score!r}") from None
-        if not 0.0 <= score <= 1.0:
-            raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'score' {score} is outside [0, 1]")
-        text = normalize_text(tok["text"])
-        if not text:
-            _bump(stats, "dropped_empty_after_normalization")
+            token = _checked_token(tok, i, where, stats)
+        except OcrFileError as e:
+            if not skip_invalid:
+                raise
+            _bump(stats, "skipped_invalid_tokens")
+            logging.warning("skipped OCR token (skipped_invalid_tokens): %s", e)
             continue
-        out.append({"text": text, "box": tuple(min(max(v, 0.0), 1.0) for v in box), "score": score})
+        if token is not None:
+            out.append(token)
     return split_copyable(out, stats) if split else out
 
 
-def load_ocr_file(path: str | os.PathLike, stats: MutableMapping[str, int] | None = None) -> dict[str, list[dict]]:
+def _checked_token(tok: Any, i: int, where: str, stats: MutableMapping[str, int] | None) -> dict | None:
+    """One token of :func:`validate_tokens` checked and normalized; None when its text normalizes to nothing.
+
+    Raises:
+        OcrFileError: a bad token (one line naming ``where`` and the token index).
+    """
+    if not isinstance(tok, Mapping):
+        raise OcrFileError(f"{where}: token {i} is {type(tok).__name__}, expected an object")
+    if not isinstance(tok.get("text"), str):
+        raise OcrFileError(f"{where}: token {i} has no string 'text' (got {tok.get('text')!r})")
+    box = tok.get("box")
+    try:
+        box = tuple(float(v) for v in box)
+    except (TypeError, ValueError):
+        raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'box' is not 4 numbers: {box!r}") from None
+    if len(box) != 4 or not all(math.isfinite(v) for v in box):
+        raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'box' is not 4 finite numbers: {box!r}")
+    if any(v < -BOX_TOLERANCE or v > 1 + BOX_TOLERANCE for v in box) or box[0] > box[2] or box[1] > box[3]:
+        raise OcrFileError(
+            f"{where}: token {i} ({tok['text']!r}) 'box' {box} must be xyxy in [0, 1] (within "
+            f"{BOX_TOLERANCE:g}, clipped) with x0 <= x1, y0 <= y1 (pixel boxes must be divided by the image "
+            "width/height; skip_invalid_records / --skip_bad skip such tokens)"
+        )
+    if any(v < 0.0 or v > 1.0 for v in box):
+        _bump(stats, "clipped_boxes")
+    score = tok.get("score", 1.0)
+    try:
+        score = float(score)
+    except (TypeError, ValueError):
+        raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'score' is not a number: {score!r}") from None
+    if not 0.0 <= score <= 1.0:
+        raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'score' {score} is outside [0, 1]")
+    text = normalize_text(tok["text"])
+    if not text:
+        _bump(stats, "dropped_empty_after_normalization")
+        return None
+    return {"text": text, "box": tuple(min(max(v, 0.0), 1.0) for v in box), "score": score}
+
+
+def load_ocr_file(path: str | os.PathLike, stats: MutableMapping[str, int] | None = None,
+                  skip_invalid: bool = False) -> dict[str, list[dict]]:
     """Reads a JSON file of per-image OCR tokens ``{image_id: [{"text", "box", "score"}, ...]}``.
 
     Args:
         path: the JSON file. Image ids are JSON object keys (strings).
         stats: optional counter (see :func:`validate_tokens`); ``dropped_empty_after_normalization``
             totals are also logged.
+        skip_invalid: bad tokens are skipped and counted (:func:`validate_tokens`).
 
     Returns:
         ``{image_id: tokens}`` with normalized, validated tokens (see :func:`validate_tokens`).
@@ -338,7 +371,8 @@ def load_ocr_file(path: str | os.PathLike, stats: MutableMapping[str, int] | Non
     if not isinstance(data, dict):
         raise OcrFileError(f"{path}: expected a JSON object {{image_id: [tokens]}}, got {type(data).__name__}")
     local: dict[str, int] = {}
-    out = {str(k): validate_tokens(v, source=str(path), image_id=str(k), stats=local) for k, v in data.items()}
+    out = {str(k): validate_tokens(v, source=str(path), image_id=str(k), stats=local, skip_invalid=skip_invalid)
+           for k, v in data.items()}
     if local:
         logging.info("load_ocr_file(%s): %s", path, local)
     for key, n in local.items():
@@ -739,7 +773,7 @@ def check_engine(engine: str, lang: str = "vie") -> None:
         _detector(1)
 
 
-def read_ocr_table(path: str) -> dict[str, list[dict]] | list[dict]:
+def read_ocr_table(path: str, skip_invalid: bool = False) -> dict[str, list[dict]] | list[dict]:
     """Reads an OCR file given to prediction: ``{image: [tokens]}`` (validated by :func:`load_ocr_file`; keys
     are image ids, file names or stems) or, for a single image, a plain token list (validated by
     :func:`validate_tokens` under image id ``"(all)"``).
@@ -752,8 +786,8 @@ def read_ocr_table(path: str) -> dict[str, list[dict]] | list[dict]:
 
     raw = jsonio.read_json(path, error=OcrFileError, repeated_keys="error")
     if isinstance(raw, list):
-        return validate_tokens(raw, source=path, image_id="(all)")
-    return load_ocr_file(path)
+        return validate_tokens(raw, source=path, image_id="(all)", skip_invalid=skip_invalid)
+    return load_ocr_file(path, skip_invalid=skip_invalid)
 
 
 def ocr_tokens_for(table: dict[str, list[dict]] | list[dict], image_keys: Sequence[str], path: str) -> list[dict]:
