@@ -46,3 +46,13 @@ def test_vietnamese_scores_unchanged():
     out = score({"1": "quán phở", "2": "màu đỏ"}, {"1": ["quán phở bò"], "2": ["màu đỏ"]}, metrics=["F1", "EM"])
     assert out["overall"]["F1"] == pytest.approx((0.8 + 1.0) / 2) and out["overall"]["EM"] == 0.5
     assert out["counts"]["per_character_questions"] == 0
+
+
+def test_empty_prediction_notes_match_the_scores():
+    """Empty vs empty scores ANLS 1 (NL of two empty strings is 0, the ST-VQA script's rule), and the notes say so;
+    empty vs a non-empty reference scores 0 and is noted as such."""
+    out = score({"1": "", "2": ""}, {"1": [""], "2": ["phở"]}, metrics=["ANLS", "EM"], per_question=True)
+    assert out["per_question"]["1"]["ANLS"] == 1.0 and out["per_question"]["2"]["ANLS"] == 0.0
+    assert out["counts"]["empty_predictions"] == 1 and out["counts"]["empty_predictions_on_empty_references"] == 1
+    assert any("score the maximum (ANLS 1" in n for n in out["notes"])
+    assert any(n.startswith("1 predictions are empty after normalization and score 0") for n in out["notes"])

@@ -506,6 +506,7 @@ def score(
     refs: list[list[str]] = []
     types: list[int] = []
     none_pred, empty_hyp, excluded, empty_refs, unknown_piece = [], [], [], [], []
+    empty_both: list[str] = []
     raw_hyps: list[str] = []
     raw_refs_kept: list[list[str]] = []
     dropped_refs = 0
@@ -546,7 +547,8 @@ def score(
             dropped_refs -= len(raw_refs)
             clean, raw_clean = [""], [""]
         if not hyp:
-            empty_hyp.append(qid)
+            # Against only empty references an empty prediction is right: it scores the maximum there.
+            (empty_both if clean == [""] and qid in empty_refs else empty_hyp).append(qid)
         try:
             q_type = parse_qa_type(type_map.get(qid), f"question {qid!r}")
         except InputError as e:
@@ -575,7 +577,10 @@ def score(
     count("dropped_empty_reference_strings", dropped_refs, "{n} empty reference strings beside non-empty ones were "
           "dropped")
     count("none_predictions", none_pred, "{n} predictions were None and scored as empty answers")
-    count("empty_predictions", empty_hyp, "{n} predictions are empty after normalization and score 0")
+    count("empty_predictions", empty_hyp, "{n} predictions are empty after normalization and score 0 (their "
+          "references are not empty)")
+    count("empty_predictions_on_empty_references", empty_both, "{n} empty predictions against only empty "
+          "references score the maximum (ANLS 1: two empty strings have NL 0, as in the ST-VQA evaluation script)")
     count("capped_strings", stats.capped, f"{{n}} strings were capped at {max_tokens} tokens", stats.capped_ids)
     count("separator_strings", stats.separators, "{n} strings contained '|||' (Meteor's separator), removed", stats.separator_ids)
     count("control_char_strings", stats.control_chars, "{n} strings contained control characters, replaced by spaces")
