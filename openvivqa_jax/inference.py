@@ -49,6 +49,29 @@ def _first_line(e: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _quiet_closed_loop_callbacks() -> None:
+    """Drops the "Event loop is closed" errors that a failed orbax restore leaves behind.
+
+    When one array of a step cannot be read, orbax closes its asyncio loop while TensorStore still completes
+    the reads of the other arrays; each completion then raises ``RuntimeError('Event loop is closed')`` in a
+    callback, which Python reports through ``sys.unraisablehook`` (thousands of traceback lines for a real
+    model). Those errors say nothing more than the warning line does, so they are dropped; any other unraisable
+    error still goes to the previous hook. Installed once per process.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "_drops_closed_loop", False):
+        return
+
+    def hook(unraisable):
+        e = unraisable.exc_value
+        if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook._drops_closed_loop = True
+    sys.unraisablehook = hook
+
+
 def restore_newest(directory: str, steps: Sequence[int], restore: Callable[[int], Any],
                    on_bad: Callable[[int], str] | None = None) -> tuple[int, Any]:
     """Restores the first step of ``steps`` (newest first) that restores, passing over corrupt ones.
@@ -72,6 +95,7 @@ def restore_newest(directory: str, steps: Sequence[int], restore: Callable[[int]
       CheckpointMismatchError: from ``restore``.
     """
     failed: list[tuple[int, BaseException]] = []
+    _quiet_closed_loop_callbacks()  # before the first attempt: a failing one reports from other threads at once
     for step in steps:
         try:
             out = restore(step)
