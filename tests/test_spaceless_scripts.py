@@ -56,3 +56,12 @@ def test_empty_prediction_notes_match_the_scores():
     assert out["counts"]["empty_predictions"] == 1 and out["counts"]["empty_predictions_on_empty_references"] == 1
     assert any("score the maximum (ANLS 1" in n for n in out["notes"])
     assert any(n.startswith("1 predictions are empty after normalization and score 0") for n in out["notes"])
+
+
+def test_vqa_english_answer_deletes_at_most_32_periods():
+    """vqaEval.py's periodStrip.sub('', text, re.UNICODE) passes re.UNICODE (32) as the count."""
+    from openvivqa_jax.evaluation.vqa_accuracy import MAX_PERIODS_DELETED, english_answer
+
+    assert MAX_PERIODS_DELETED == 32
+    assert english_answer("yes" + "." * 40) == "yes" + "." * 8
+    assert english_answer("yes...") == "yes" and english_answer("2.5") == "2.5"
