@@ -180,6 +180,10 @@ def main(argv) -> None:
     interrupts.install(sigterm=single)
     try:
         _main(argv)
+        interrupts.raise_if_received()  # a signal whose exception was dropped in the last phase
+        # From here on the run's files are written: a signal in teardown still prints the one line.
+        interrupts.install_teardown(lambda: interrupts.interrupted_message(
+            None, interrupts.last_checkpoint_step(FLAGS.workdir)), sigterm=single)
     except ConfigError as e:  # before _input_errors(), which imports the data and model modules
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
