@@ -53,3 +53,40 @@ def test_predict_ocr_file_box_skipped_with_skip_bad(tmp_path):
     with pytest.raises(ocr_lib.OcrFileError, match="token 1"):
         ocr_lib.read_ocr_table(str(p))
     assert [t["text"] for t in ocr_lib.read_ocr_table(str(p), skip_invalid=True)["a.png"]] == ["phở"]
+
+
+def test_fragment_tokens_inside_larger_tokens_are_dropped_and_counted():
+    toks = [{"text": "hà", "box": (0.10, 0.10, 0.30, 0.20), "score": 0.9},
+            {"text": "nội", "box": (0.32, 0.10, 0.50, 0.20), "score": 0.9},
+            {"text": "à", "box": (0.20, 0.11, 0.30, 0.19), "score": 0.6},  # inside "hà", part of its text
+            {"text": "i", "box": (0.45, 0.10, 0.50, 0.20), "score": 0.5},  # inside "nội"
+            {"text": "5", "box": (0.12, 0.12, 0.15, 0.18), "score": 0.7},  # inside "hà" but not part of it: kept
+            {"text": "à", "box": (0.70, 0.70, 0.80, 0.80), "score": 0.9}]  # elsewhere: kept
+    kept, n = ocr_lib.drop_fragments(toks)
+    assert n == 2 and [t["text"] for t in kept] == ["hà", "nội", "5", "à"]
+
+
+def test_default_engine_counts_dropped_fragments(monkeypatch):
+    """The default engine (detector + tesseract) drops them after merging, counted as dropped_fragments (the
+    detector and Tesseract stood in for: one detected line read as "hà" and, inside it, "à")."""
+    import sys
+    import types
+
+    from PIL import Image
+
+    monkeypatch.setattr(ocr_lib, "check_tesseract", lambda lang="vie": None)
+    monkeypatch.setattr(ocr_lib, "detect_text_boxes", lambda image, threads=1: np.asarray(
+        [[[10, 10], [30, 10], [30, 20], [10, 20]]], np.float32))
+    fake = types.SimpleNamespace(Output=types.SimpleNamespace(DICT="dict"),
+                                 image_to_data=lambda crop, **kw: {"size": crop.size})
+    monkeypatch.setitem(sys.modules, "pytesseract", fake)
+
+    def rows(data, min_confidence, counts):
+        w, h = data["size"]
+        yield "hà", 90.0, 0, 0, w, h
+        yield "à", 60.0, w // 2, h // 4, w // 2 - 1, h // 2
+
+    monkeypatch.setattr(ocr_lib, "_word_rows", rows)
+    stats: dict[str, int] = {}
+    out = ocr_lib.run_detector_tesseract(Image.new("RGB", (100, 100)), filter_tokens=False, stats=stats)
+    assert [t["text"] for t in out] == ["hà"] and stats["dropped_fragments"] == 1

@@ -501,6 +501,48 @@ def merge_ocr_passes(passes: Sequence[Sequence[Mapping[str, Any]]], iou: float =
     return reading_order(kept)
 
 
+#: A token whose box has at least this share of its area inside a larger token's box is inside it.
+FRAGMENT_INSIDE = 0.9
+
+
+def drop_fragments(tokens: Sequence[Mapping[str, Any]], inside: float = FRAGMENT_INSIDE) -> tuple[list[dict], int]:
+    """Drops fragment tokens: a token whose box lies inside a larger token's box (at least ``inside`` of its
+    area) and whose text is part of that token's text. A line read by a second pass or crop often comes back
+    as the word and as pieces of it (``à`` and ``i`` inside ``hà`` and ``nội``); the pieces are the same ink
+    read worse, and as OCR tokens they offer wrong copy targets.
+
+    Args:
+      tokens: ``{"text", "box": (x0, y0, x1, y1) in [0, 1], ...}``.
+      inside: share of the fragment's box area that must lie inside the larger box.
+
+    Returns:
+      ``(kept tokens in their order, number dropped)``.
+    """
+    def area(b) -> float:
+        return max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1])
+
+    def norm(t) -> str:
+        return str(t["text"]).lower()
+
+    out, dropped = [], 0
+    for i, t in enumerate(tokens):
+        a = area(t["box"])
+        is_fragment = False
+        for j, u in enumerate(tokens):
+            if i == j or area(u["box"]) <= a or norm(t) == norm(u) or norm(t) not in norm(u):
+                continue
+            x0, y0 = max(t["box"][0], u["box"][0]), max(t["box"][1], u["box"][1])
+            x1, y1 = min(t["box"][2], u["box"][2]), min(t["box"][3], u["box"][3])
+            if a > 0 and area((x0, y0, x1, y1)) >= inside * a:
+                is_fragment = True
+                break
+        if is_fragment:
+            dropped += 1
+        else:
+            out.append(dict(t))
+    return out, dropped
+
+
 def plausible_token(token: Mapping[str, Any], confident: float = CONFIDENT_SCORE) -> bool:
     """Whether an OCR token can be Vietnamese scene text rather than a misread texture.
 
@@ -570,6 +612,7 @@ def run_ocr_passes(image: Any, passes: Sequence[str] = DEFAULT_OCR_PASSES, stats
         results = kept
     merged = merge_ocr_passes(results)
     counts["merged_duplicates"] = sum(map(len, results)) - len(merged)
+    merged, counts["dropped_fragments"] = drop_fragments(merged)
     for k, v in counts.items():
         _bump(stats, k, v)
     return merged
@@ -704,6 +747,8 @@ def run_detector_tesseract(
         counts["dropped_implausible"] += n - len(tokens)
     merged = merge_ocr_passes([tokens])
     counts["merged_duplicates"] += len(tokens) - len(merged)
+    merged, n_fragments = drop_fragments(merged)
+    counts["dropped_fragments"] += n_fragments
     counts["kept"] += len(merged)
     for key, n in counts.items():
         _bump(stats, key, n)
