@@ -210,3 +210,16 @@ def trained(tmp_path_factory):
 
 def test_readers_read_json_is_jsonio():
     assert readers.JsonObject is jsonio.JsonObject
+
+
+def test_analysis_reads_bom_files_and_names_repeats(tmp_path):
+    from openvivqa_jax.analysis.records import AnalysisInputError, read_reference_file
+
+    p = _bom(tmp_path / "dev.json", {"images": {"5": "a.jpg"},
+                                     "annotations": {"1": {"image_id": 5, "question": "màu gì?", "answer": "đỏ"}}})
+    [qa] = read_reference_file(p, "dev")
+    assert (qa.question_id, qa.image_id, qa.answers) == ("1", "5", ("đỏ",))
+    _bom(p, '{"images": {"5": "a.jpg"}, "annotations": {"1": {"image_id": 5, "question": "a", "answer": "b"},\n'
+            '"1": {"image_id": 5, "question": "c", "answer": "d"}}}')
+    with pytest.raises(AnalysisInputError, match=r"key '1' appears twice .*line 2"):
+        read_reference_file(p, "dev")
