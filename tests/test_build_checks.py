@@ -9,7 +9,6 @@ import pickle
 from pathlib import Path
 
 import ml_collections
-import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
@@ -17,7 +16,7 @@ from openvivqa_jax.data import build_check
 from tfds_builders import beam_build
 
 from test_beam_build import make_photos
-from test_openvivqa_builder import small_dataset, write_json, public_form
+from test_openvivqa_builder import small_dataset
 
 
 def _evjvqa(tmp_path: Path, cfg_name: str, **cfg):
