@@ -7,9 +7,10 @@ and builder config now given.
   training.
 * :func:`sources_fingerprint` / :func:`write_sources` / :func:`compare_sources`: a build records what it was
   built from in :data:`SOURCES_FILE` beside ``dataset_info.json``: the builder config's fields and a
-  fingerprint of every file of the manual folder (SHA-256 of the content of text files: annotations, OCR files,
-  CSV; size and modification time of the others: images, feature files, whose content is too large to hash at
-  every start). :func:`openvivqa_jax.data.pipeline.load_builder` compares it with the sources given now and
+  fingerprint of every file of the manual folder: its size and the SHA-256 of its content (text files:
+  annotations, OCR files, CSV; and any file up to 8 KiB), or of its first and last 4 KiB (images and feature
+  files: tens of thousands of them, too many bytes to hash at every start; a copy of the folder keeps the
+  fingerprint, unlike modification times, and a replaced or re-encoded image changes its header, end or size). :func:`openvivqa_jax.data.pipeline.load_builder` compares it with the sources given now and
   rebuilds (``data.rebuild``) or stops with one :class:`StaleDatasetError` line; a prepared dataset is never
   reused silently after its sources changed (the stale-cache failure of dataset libraries that key a cache by
   name only).
@@ -126,7 +127,7 @@ def _config_fields(config: Any) -> dict:
 
 
 #: Bytes hashed at each end of a file that is not a text file (the whole file when it is smaller than twice this).
-SAMPLE_BYTES = 1 << 16
+SAMPLE_BYTES = 1 << 12
 
 
 def _file_entry(path: Path) -> dict:
