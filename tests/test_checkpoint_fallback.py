@@ -128,8 +128,9 @@ def test_tiny_run_with_a_truncated_latest_step(tmp_path):
     assert (wd / "checkpoints" / "4.corrupt").is_dir()
     assert "6" in os.listdir(wd / "checkpoints") and "4" in os.listdir(wd / "checkpoints")  # saved again
 
-    for step in ("2", "4", "6"):
-        _truncate_data_files(wd / "checkpoints" / step)
+    for step in os.listdir(wd / "checkpoints"):
+        if step.isdigit():  # the steps the manager keeps (keep_checkpoints may have removed step 2)
+            _truncate_data_files(wd / "checkpoints" / step)
     for step in os.listdir(wd / "best"):
         _truncate_data_files(wd / "best" / step)
     res = _run(*base, "--mode=evaluate")
