@@ -22,6 +22,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.builder_config = "default_clean"
     c.data.data_dir = placeholder(str)  # None: ~/tensorflow_datasets
     c.data.manual_dir = placeholder(str)
+    c.data.rebuild = False  # rebuild a prepared dataset whose manual files or builder config changed
     c.data.builder_kwargs = ml_collections.ConfigDict()
     c.data.train_split = "train"
     # Train on the questions of these template kinds only (synthetic set: e.g. ("colour",)); () trains on all.

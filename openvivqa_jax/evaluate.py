@@ -35,6 +35,14 @@ the files and detected formats. ``--table`` prints the plain-text tables on stdo
 only where ``--json FILE`` says, ``-`` for stdout); ``--json FILE`` writes the JSON to a file. METEOR, which
 runs a Java scorer for 10-20 s, says on stderr when it starts and how long it took.
 
+Partial submissions: a reference question without a prediction counts as an EMPTY answer by default
+(``--missing empty``), as a leaderboard (Codalab, EVJVQA) scores every reference question, so a file answering 2 of 7
+questions cannot score as a perfect one. The scores of the answered questions alone are kept beside, under
+``answered_subset`` (same layout as the main scores), and ``coverage`` gives both counts
+(``reference_questions``, ``answered``, ``missing_scored_empty``); ``--table`` prints both tables and counts.
+``--missing skip`` scores the answered questions only (the main scores are then the answered subset, named so in
+``coverage``).
+
 Exit codes: 0 on success; 2 for unusable input (unreadable file, invalid JSON, unknown layout,
 malformed record, unknown metric: one ``error:`` line on stderr naming the file/record); 1 when no
 prediction id is found in the references. Predictions whose ids are missing from the references are
@@ -52,6 +60,7 @@ from absl import logging
 
 from openvivqa_jax.cli import print_error, run_main
 from openvivqa_jax.errors import UserError
+from openvivqa_jax import jsonio
 from openvivqa_jax.evaluation import evaluator
 from openvivqa_jax.evaluation.formats import InputError, load_predictions, load_references
 from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S, meteor_progress
@@ -92,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the JSON result to FILE ('-': stdout; the default without --table)")
     p.add_argument("--verbose", action="store_true", help="log every note to stderr too (absl logging)")
     p.add_argument(
+        "--missing",
+        choices=("empty", "skip"),
+        default="empty",
+        help="reference questions without a prediction: 'empty' (default, as leaderboards score a submission: "
+        "each counts as an empty answer; the answered subset's scores are reported beside) or 'skip' (score the "
+        "answered questions only)",
+    )
+    p.add_argument(
         "--answer_rules",
         choices=("auto", *ANSWER_RULES),
         default="auto",
@@ -120,8 +137,7 @@ def _decode_notes(path: str, fmt: str) -> dict:
     """``decode_notes`` of an evaluator predictions file (records written by ``evaluate_split``)."""
     if fmt != "records":
         return {}
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    data = jsonio.read_json(path, error=InputError)
     return {str(r["question_id"]): r["decode_notes"] for r in data if isinstance(r, dict) and r.get("decode_notes")}
 
 
@@ -191,10 +207,19 @@ def _run(args: argparse.Namespace) -> int:
             f"{ref_path!r} ({shown}); they are not scored",
             file=sys.stderr,
         )
-    try:
+    answered = {q: v for q, v in preds.predictions.items() if q in refs.answers}
+    unanswered = [q for q in refs.answers if q not in preds.predictions]
+    scored = dict(preds.predictions)
+    if unanswered and args.missing == "empty":
+        scored.update({q: "" for q in unanswered})
+        print(f"warning: {len(unanswered)} of {len(refs.answers)} reference questions have no prediction in "
+              f"{args.predictions!r}; they are scored as empty answers (the answered subset's scores are under "
+              "'answered_subset'; --missing skip scores the answered questions only)", file=sys.stderr)
+
+    def score(predictions):
         with meteor_progress(sys.stderr):
-            result = evaluator.score(
-                preds.predictions,
+            return evaluator.score(
+                predictions,
                 refs.answers,
                 refs.qa_types,
                 metrics,
@@ -210,12 +235,27 @@ def _run(args: argparse.Namespace) -> int:
                 decode_notes=_decode_notes(args.predictions, preds.format),
                 relevance=_relevance_inputs(args, refs),
             )
+
+    try:
+        result = score(scored)
+        subset = score(answered) if unanswered and args.missing == "empty" else None
     except OSError as e:
         _error(f"cannot read vectors file {args.vectors!r}: {e.strerror or e}")
         return 2
     except (TypeError, ValueError) as e:
         _error(e)
         return 2
+    result["coverage"] = {
+        "reference_questions": len(refs.answers),
+        "answered": len(answered),
+        "missing_scored_empty": len(unanswered) if args.missing == "empty" else 0,
+        "missing_not_scored": len(unanswered) if args.missing == "skip" else 0,
+        "scores": "all reference questions (missing answers scored as empty)" if args.missing == "empty"
+        else "answered questions only (--missing skip)",
+    }
+    if subset is not None:
+        result["answered_subset"] = {k: subset[k] for k in ("overall", *evaluator.GROUPS, "num_questions")
+                                     if k in subset}
     result["inputs"] = {
         "predictions": args.predictions,
         "predictions_format": preds.format,
@@ -236,7 +276,23 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     if args.table:
         print(evaluator.format_table(result))
+        print(_coverage_line(result["coverage"]))
+        if subset is not None:
+            print(f"answered subset only ({len(answered)} questions):")
+            print(evaluator.format_table(result["answered_subset"]))
     return 0
+
+
+def _coverage_line(coverage: dict) -> str:
+    """One table line with both counts of :func:`run`'s ``coverage``."""
+    n, k = coverage["reference_questions"], coverage["answered"]
+    if coverage["missing_scored_empty"]:
+        return (f"coverage: {n} reference questions, {k} answered, {coverage['missing_scored_empty']} missing "
+                "(scored as empty answers)")
+    if coverage["missing_not_scored"]:
+        return (f"coverage: {n} reference questions, {k} answered, {coverage['missing_not_scored']} missing "
+                "(not scored: --missing skip)")
+    return f"coverage: {n} reference questions, all answered"
 
 
 if __name__ == "__main__":

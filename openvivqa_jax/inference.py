@@ -14,6 +14,8 @@ import dataclasses
 import functools
 import io
 import os
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -24,10 +26,12 @@ from absl import logging
 from flax import nnx
 
 from openvivqa_jax import assets, decoding, sharding
+from openvivqa_jax.errors import UserError
 from openvivqa_jax.workdir import load_config
 from openvivqa_jax.errors import UserError
 
-__all__ = ["CheckpointMismatchError", "check_checkpoint_fits", "restore_params", "make_decode_fn", "decode_fn_for",
+__all__ = ["CheckpointMismatchError", "CheckpointCorruptError", "restore_newest", "check_checkpoint_fits",
+           "restore_params", "make_decode_fn", "decode_fn_for",
            "make_attention_fn", "PhotoQuestion", "Inference",
            "abstract_params", "check_workdir", "load_config", "load_for_inference"]
 
@@ -35,6 +39,84 @@ __all__ = ["CheckpointMismatchError", "check_checkpoint_fits", "restore_params",
 class CheckpointMismatchError(UserError, ValueError):
     """A run's checkpoint does not fit the model built from the config (other model settings than the run was
     trained with, e.g. another ``d_model``, vocabulary or ``model.question_over_image``)."""
+
+
+class CheckpointCorruptError(UserError, ValueError):
+    """No checkpoint step of a run restores (each is unreadable: a truncated or missing data file, bad metadata)."""
+
+
+def _first_line(e: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _quiet_closed_loop_callbacks() -> None:
+    """Drops the "Event loop is closed" errors that a failed orbax restore leaves behind.
+
+    When one array of a step cannot be read, orbax closes its asyncio loop while TensorStore still completes
+    the reads of the other arrays; each completion then raises ``RuntimeError('Event loop is closed')`` in a
+    callback, which Python reports through ``sys.unraisablehook`` (thousands of traceback lines for a real
+    model). Those errors say nothing more than the warning line does, so they are dropped; any other unraisable
+    error still goes to the previous hook. Installed once per process.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "_drops_closed_loop", False):
+        return
+
+    def hook(unraisable):
+        e = unraisable.exc_value
+        if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook._drops_closed_loop = True
+    sys.unraisablehook = hook
+
+
+def restore_newest(directory: str, steps: Sequence[int], restore: Callable[[int], Any],
+                   on_bad: Callable[[int], str] | None = None) -> tuple[int, Any]:
+    """Restores the first step of ``steps`` (newest first) that restores, passing over corrupt ones.
+
+    A step that fails to restore (orbax / TensorStore raise, e.g. ``OUT_OF_RANGE ... Requested byte range`` for
+    a truncated data file) is reported by one ``warning:`` line on stderr naming the step, and the next one is
+    tried; the bad step is kept on disk (``on_bad`` may move it aside and say where). A
+    :class:`CheckpointMismatchError` (the checkpoint does not fit the model) is not corruption and is raised.
+
+    Args:
+      directory: the checkpoint folder, named in messages.
+      steps: the steps to try, in order.
+      restore: ``step -> restored`` (raises when the step cannot be read).
+      on_bad: called with a bad step; returns what to add to the warning (e.g. where it was moved).
+
+    Returns:
+      ``(step, restored)`` of the first step that restores.
+
+    Raises:
+      CheckpointCorruptError: no step restores (one line naming the steps and the first error).
+      CheckpointMismatchError: from ``restore``.
+    """
+    failed: list[tuple[int, BaseException]] = []
+    _quiet_closed_loop_callbacks()  # before the first attempt: a failing one reports from other threads at once
+    for step in steps:
+        try:
+            out = restore(step)
+        except CheckpointMismatchError:
+            raise
+        except Exception as e:  # noqa: BLE001 - orbax, TensorStore and msgpack raise many types for a bad file
+            logging.debug("checkpoint step %s in %s does not restore", step, directory, exc_info=True)
+            failed.append((step, e))
+            extra = on_bad(step) if on_bad is not None else ""
+            print(f"warning: checkpoint step {step} in {directory} does not restore ({_first_line(e, 160)}); "
+                  f"kept{extra}, trying the step before it", file=sys.stderr)
+            continue
+        if failed:
+            print(f"warning: restored step {step} from {directory} instead of the newest step {failed[0][0]}, "
+                  "which does not restore", file=sys.stderr)
+        return step, out
+    raise CheckpointCorruptError(
+        f"no checkpoint in {directory} restores: step(s) {', '.join(str(s) for s, _ in failed)} fail (step "
+        f"{failed[0][0]}: {_first_line(failed[0][1], 160)}); train again with another --workdir, or restore the "
+        "files from a copy")
 
 
 def _saved_param_shapes(item_dir: str) -> dict[str, tuple[int, ...]] | None:
@@ -108,28 +190,44 @@ def restore_params(workdir: str, abstract: Any, which: str = "best") -> tuple[An
     Returns:
       ``(params, step)``: the restored ``nnx.State`` placed with ``abstract``'s shardings, and the saved step.
 
+    A step that does not restore (a truncated data file) is passed over with one warning line, newest first
+    (:func:`restore_newest`): in ``best/`` its other steps, then ``checkpoints/``.
+
     Raises:
       FileNotFoundError: if the workdir holds no checkpoint there.
+      CheckpointCorruptError: checkpoints exist but none restores.
       CheckpointMismatchError: the checkpoint's parameters do not fit ``abstract`` (:func:`check_checkpoint_fits`).
     """
+    corrupt: CheckpointCorruptError | None = None
     for sub in ([which, "checkpoints"] if which == "best" else [which]):
         d = os.path.join(workdir, sub)
         if not os.path.isdir(d):
             continue
         mngr = ocp.CheckpointManager(d, item_names=("state",) if sub == "best" else ("state", "data_iter"))
-        step = mngr.best_step() if sub == "best" else mngr.latest_step()
-        if step is None:
-            step = mngr.latest_step()
-        if step is None:
+        first = mngr.best_step() if sub == "best" else mngr.latest_step()
+        if first is None:
+            first = mngr.latest_step()
+        if first is None:
             continue
-        check_checkpoint_fits(os.path.join(d, str(step), "state"), abstract, os.path.join(workdir, "config.json"))
+        steps = [first] + sorted((s for s in mngr.all_steps() if s != first), reverse=True)
         repl = jax.sharding.NamedSharding(jax.tree.leaves(abstract)[0].sharding.mesh, jax.sharding.PartitionSpec())
         target = {"step": jax.ShapeDtypeStruct((), jnp.int32, sharding=repl), "params": abstract}
-        restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
-            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True)))
+
+        def restore(step, d=d, mngr=mngr, target=target):
+            check_checkpoint_fits(os.path.join(d, str(step), "state"), abstract, os.path.join(workdir, "config.json"))
+            return mngr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+                item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True)))
+
+        try:
+            step, restored = restore_newest(d, steps, restore)
+        except CheckpointCorruptError as e:
+            corrupt = corrupt or e
+            continue
         state = restored["state"]
         logging.info("Restored the parameters of the %s checkpoint at step %d from %s", sub, step, d)
         return state["params"], int(jax.device_get(state["step"]))
+    if corrupt is not None:
+        raise corrupt
     raise FileNotFoundError(f"no checkpoint in {workdir} (looked in best/ and checkpoints/)")
 
 

@@ -32,7 +32,7 @@ import threading
 
 __all__ = ["EXIT_CODES", "StopSignals", "TrainingInterrupted", "last_checkpoint_step", "interrupted_message",
            "install", "restore", "ignore_further", "received", "raise_if_received", "clear_received",
-           "in_ignoring_context", "REDELIVER_AFTER_S"]
+           "in_ignoring_context", "REDELIVER_AFTER_S", "install_teardown"]
 
 #: Exit status per signal name: 128 + the signal number, as a shell reports a process killed by it.
 EXIT_CODES = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
@@ -102,6 +102,32 @@ def ignore_further(sigterm: bool = True) -> None:
     reported, and a signal sent again by :func:`install`'s handler must not raise inside that report. From
     another thread: does nothing."""
     _set_handlers(signal.SIG_IGN, sigterm)
+
+
+def install_teardown(message, sigterm: bool = True) -> dict:
+    """Handlers for the end of a run, once its work is done and its files are written (interpreter shutdown,
+    JAX and orbax teardown): a SIGINT or SIGTERM then prints ``message()`` (the one ``interrupted`` line) on
+    stderr and ends the process at once with 130 / 143, as during the run; an exception raised there would be
+    lost in teardown and the process would end without the line.
+
+    Args:
+      message: called with no argument, returns the line to print.
+      sigterm: also SIGTERM (False with several JAX processes, where SIGTERM is JAX's preemption notice).
+
+    Returns:
+      The replaced handlers (for :func:`restore`).
+    """
+    import sys
+
+    def handler(signum, frame):
+        del frame
+        name = signal.Signals(signum).name
+        try:
+            print(message(), file=sys.stderr, flush=True)
+        finally:
+            os._exit(EXIT_CODES.get(name, 1))
+
+    return _set_handlers(handler, sigterm)
 
 
 def received() -> str | None:

@@ -165,9 +165,15 @@ def main(argv) -> int:
 
     single = not (FLAGS.config.get("distributed") and FLAGS.config.distributed.get("initialize"))
     # Several processes: SIGTERM is JAX's preemption notice (openvivqa_jax.interrupts).
-    return cli.run_main(
-        lambda: _main(argv), verbose=FLAGS.verbose, sigterm=single, squash=False,
-        on_interrupt=lambda: interrupts.interrupted_message(None, interrupts.last_checkpoint_step(FLAGS.workdir)))
+    def body():
+        _main(argv)
+        interrupts.raise_if_received()  # a signal whose exception was dropped in the last phase
+
+    message = lambda: interrupts.interrupted_message(None, interrupts.last_checkpoint_step(FLAGS.workdir))  # noqa: E731
+    code = cli.run_main(body, verbose=FLAGS.verbose, sigterm=single, squash=False, on_interrupt=message)
+    if code == 0:  # the run's files are written: a signal in teardown still prints the one line
+        interrupts.install_teardown(message, sigterm=single)
+    return code
 
 
 def _main(argv) -> None:

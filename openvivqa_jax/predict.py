@@ -70,7 +70,9 @@ def _input_errors() -> tuple[type, ...]:
     """The input-error classes of the modules imported so far (no module is imported for them)."""
     kinds = [("openvivqa_jax.evaluation.formats", "InputError"), ("openvivqa_jax.data.ocr", "OcrFileError"),
              ("openvivqa_jax.data.pipeline", "DatasetError"), ("openvivqa_jax.inference", "CheckpointMismatchError")]
-    return (FileNotFoundError, *(getattr(sys.modules[m], n) for m, n in kinds if m in sys.modules))
+    from openvivqa_jax.errors import UserError
+
+    return (FileNotFoundError, UserError, *(getattr(sys.modules[m], n) for m, n in kinds if m in sys.modules))
 
 
 def load_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS, question: str | None = None):
@@ -156,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot_dir", help="batch: write one picture per question (<question_id>.png) here")
     p.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS, help="largest image accepted (width*height)")
     p.add_argument("--skip_bad", action="store_true",
-                   help="batch: answer every question whose image can be used; list the others on stderr and in "
+                   help="batch: answer every usable question (a usable question and image); list the others (empty "
+                        "question, unknown image id, repeated id, unusable image) on stderr and in "
                         "<output stem>.skipped.json {question_id: reason} instead of stopping at the first")
     p.add_argument("--verbose", action="store_true", help="show library logging on stderr")
     return p
@@ -200,7 +203,7 @@ def _ocr_settings(args) -> dict:
 
     ocr_table = None
     if args.ocr not in OCR_ENGINES:
-        ocr_table = _input(read_ocr_table, args.ocr, prefix="OCR file ")
+        ocr_table = _input(read_ocr_table, args.ocr, bool(args.skip_bad), prefix="OCR file ")
     passes = tuple(p.strip() for p in args.ocr_passes.split(",") if p.strip())
     bad = [p for p in passes if p not in DEFAULT_OCR_PASSES]
     if bad or not passes:
@@ -226,14 +229,15 @@ def _run(args) -> int:
     else:
         if args.image_dir and not os.path.isdir(args.image_dir):
             raise PredictError(f"--image_dir {args.image_dir}: not a folder")
+        question_skips: dict[str, str] | None = {} if args.skip_bad else None
         records = _input(formats.read_questions_file, args.questions,
-                         formats.image_folders(args.questions, args.image_dir))
+                         formats.image_folders(args.questions, args.image_dir), question_skips)
     ocr_cfg = _ocr_settings(args)
     # Every image is checked before the model is loaded, so bad input fails fast (or, with --skip_bad in batch
     # mode, the questions of unusable images are set aside, answered by no one, and listed at the end).
     images: dict[str, Any] = {}
     bad_images: dict[str, str] = {}
-    skipped: dict[str, str] = {}
+    skipped: dict[str, str] = {} if single or not question_skips else dict(question_skips)
     for r in records:
         if r["image_path"] in bad_images:
             skipped[r["question_id"]] = bad_images[r["image_path"]]
@@ -248,8 +252,8 @@ def _run(args) -> int:
                     raise PredictError(f"question {r['question_id']!r}: {e} (--skip_bad answers the other "
                                        "questions and lists the bad ones)") from None
                 bad_images[r["image_path"]] = skipped[r["question_id"]] = " ".join(str(e).split())
-    if skipped:
-        records = [r for r in records if r["question_id"] not in skipped]
+    if bad_images:
+        records = [r for r in records if r["image_path"] not in bad_images]
         if not records:
             raise PredictError(f"questions file {args.questions}: no question has a usable image "
                                f"({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})")
@@ -304,8 +308,8 @@ def _run(args) -> int:
         if not single:
             print(f"\nwrote {output}: {len(results)} answers")
     if skipped:
-        print(f"skipped {len(skipped)} questions whose image could not be used (listed in {skipped_path}):",
-              file=sys.stderr)
+        print(f"skipped {len(skipped)} questions whose question or image could not be used (listed in "
+              f"{skipped_path}):", file=sys.stderr)
         for qid, why in skipped.items():
             print(f"  question {qid!r}: {why}", file=sys.stderr)
     if stats:

@@ -404,6 +404,21 @@ def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
     return Experiment(cfg, workdir, spec, inputs, data, _JsonlWriter(os.path.join(workdir, "metrics.jsonl"))), state
 
 
+def _set_aside(manager: ocp.CheckpointManager, step: int) -> str:
+    """Moves a checkpoint step that does not restore to ``<step>.corrupt`` beside it (kept for inspection, not
+    deleted), so that resumed training can save that step again; returns the phrase for the warning."""
+    src = os.path.join(str(manager.directory), str(step))
+    if jax.process_index() != 0 or not os.path.isdir(src):
+        return ""
+    dst = f"{src}.corrupt"
+    n = 1
+    while os.path.exists(dst):
+        n += 1
+        dst = f"{src}.corrupt{n}"
+    os.rename(src, dst)
+    return f" as {dst}"
+
+
 def checkpoint_managers(workdir: str, tcfg) -> tuple[ocp.CheckpointManager, ocp.CheckpointManager]:
     """``(latest, best)`` orbax CheckpointManagers of ``<workdir>/checkpoints`` (items ``state`` and
     ``data_iter``, the last ``tcfg.keep_checkpoints``) and ``<workdir>/best`` (item ``state``, the one with the
@@ -594,11 +609,15 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     start = 0
     best_score, bad_evals = -np.inf, 0
     if latest.latest_step() is not None:
-        step = latest.latest_step()
-        inference.check_checkpoint_fits(os.path.join(str(latest.directory), str(step), "state"),
-                                        spec.abstract_state.params, os.path.join(exp.workdir, "config.json"))
-        restored = latest.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(spec.abstract_state), data_iter=ocp.args.JsonRestore()))
+        def restore(step):
+            inference.check_checkpoint_fits(os.path.join(str(latest.directory), str(step), "state"),
+                                            spec.abstract_state.params, os.path.join(exp.workdir, "config.json"))
+            return latest.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(spec.abstract_state), data_iter=ocp.args.JsonRestore()))
+
+        step, restored = inference.restore_newest(str(latest.directory), sorted(latest.all_steps(), reverse=True),
+                                                  restore, on_bad=lambda s: _set_aside(latest, s))
+        latest.reload()  # the steps set aside are no longer the manager's: later saves of those steps proceed
         state = restored["state"]
         it.set_state(restored["data_iter"]["iterator"])
         best_score = restored["data_iter"].get("best_score", -np.inf)

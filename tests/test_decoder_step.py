@@ -54,3 +54,18 @@ def test_answer_decoder_step_rejects_a_sequence_of_ids():
     with pytest.raises(ValueError, match=r"one new id per example.*\(2, 2\)"):
         dec.step(jnp.zeros((B, 2), jnp.int32), jnp.int32(0), cache, None, jnp.ones((B, M), bool),
                  jnp.zeros((B, 3, D)), jnp.ones((B, 3), bool))
+
+
+def test_answer_decoder_step_at_max_len_raises():
+    """Steps 0 .. max_len - 1 are finite; t = max_len (past the positional table and the cache) raises."""
+    dec = AnswerDecoder(vocab_size=20, num_ocr=3, d_model=D, num_layers=1, num_heads=H, ffn_dim=32, dropout=0.0,
+                        max_len=L, use_pointer=True, rngs=nnx.Rngs(0))
+    cache = dec.init_cache(B, L)
+    args = (None, jnp.ones((B, M), bool), jnp.zeros((B, 3, D)), jnp.ones((B, 3), bool))
+    kv = dec.precompute_heads(jnp.zeros((B, M, D)))
+    logits, _ = dec.step(jnp.zeros((B,), jnp.int32), jnp.int32(L - 1), cache, kv, *args[1:])
+    assert bool(jnp.isfinite(logits).all())
+    with pytest.raises(ValueError, match=rf"step t={L} is outside \[0, {L}\)"):
+        dec.step(jnp.zeros((B,), jnp.int32), jnp.int32(L), cache, kv, *args[1:])
+    with pytest.raises(ValueError, match=r"step t=-1"):
+        dec.step(jnp.zeros((B,), jnp.int32), -1, cache, kv, *args[1:])

@@ -124,3 +124,25 @@ def test_without_a_signal_nothing_is_raised(handler):
     with interrupts.StopSignals() as s:
         assert s.requested is None
     assert interrupts.received() is None
+
+
+def test_signal_in_teardown_prints_the_interrupted_line(tmp_path):
+    """After the run's files are written (install_teardown), a SIGTERM prints the one line and exits 143."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os, signal, time
+        from openvivqa_jax import interrupts
+        interrupts.install_teardown(lambda: interrupts.interrupted_message(None, 8))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("not reached")
+    """)
+    from conftest import ROOT, subprocess_env
+
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 143 and res.stdout == ""
+    assert res.stderr.strip() == "interrupted; last checkpoint step 8; rerun the same command to resume"

@@ -177,7 +177,7 @@ def test_load_ocr_file_normalizes_and_counts(tmp_path):
     np.testing.assert_allclose(boxes[2:], [(0.5, 0.5, 0.5 + 0.5 * 3 / 13, 0.9), (0.5 + 0.5 * 3 / 13, 0.5, 0.5 + 0.5 * 9 / 13, 0.9),
                                            (0.5 + 0.5 * 9 / 13, 0.5, 1.0, 0.9)], atol=1e-9)  # x1 1.0005 clipped
     assert [t["score"] for t in out["12"]] == [0.9, 0.9, 1.0, 1.0, 1.0]  # the token's score; default 1.0
-    assert stats == {"dropped_empty_after_normalization": 1, "split_tokens": 2}
+    assert stats == {"dropped_empty_after_normalization": 1, "split_tokens": 2, "clipped_boxes": 1}
 
 
 @pytest.mark.parametrize(

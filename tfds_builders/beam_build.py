@@ -26,6 +26,18 @@ Files: the launching process reads the annotation files and every worker opens t
 so the manual folder must be visible at the same local path everywhere (true for the DirectRunner and for
 clusters with a shared filesystem; ``gs://`` manual folders are not supported by the builders' readers).
 
+Verification: a build checks what it wrote before TFDS moves it into place (:meth:`BeamWhenAsked._download_and_prepare`,
+:func:`verify_written`): per split, the examples written must equal the questions planned minus the questions
+skipped (in this process: the examples the generator yielded; on Beam: the planned questions minus the Beam counter
+``<name>/missing_or_corrupt_image``), and every shard file must exist and hold the number of records its split info
+says. Otherwise the build stops with one :class:`BuildVerificationError` line naming the split and both counts,
+and the incomplete folder is removed, so a build that lost data (a Beam worker that dropped its output, a shard
+never written) is never reported as prepared.
+
+Element sizes: the elements that go through Beam before the per-image step are :class:`ImageGroup` s (an image
+path, the questions' text fields and OCR tokens from a file), never image bytes; the stored bytes exist only from
+the per-image step on, on their way to TFDS's writer.
+
 Bad images: under the builder's ``skip_missing_images`` the questions of a bad image are skipped, counted
 and logged (in this process: in the builder's skip counter; on Beam: in the Beam counter
 ``<name>/missing_or_corrupt_image`` and the worker's log); otherwise the build stops with a
@@ -40,10 +52,19 @@ from typing import Any
 
 from absl import logging
 
+from openvivqa_jax.data import build_check
+from openvivqa_jax.errors import UserError
 from tfds_builders import image_work, readers
 
 __all__ = ["ImageGroup", "GroupPlanner", "beam_requested", "BeamWhenAsked", "image_examples", "generate",
-           "from_local_generator"]
+           "from_local_generator", "BuildVerificationError", "verify_written"]
+
+#: Name of the Beam counter of questions skipped for a bad image (namespace ``<builder>/<split>``).
+SKIP_COUNTER = "missing_or_corrupt_image"
+
+
+class BuildVerificationError(readers.DatasetInputError, UserError):
+    """A build wrote other examples than it planned (a split short of examples, a shard file missing or short)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,18 +122,62 @@ def beam_requested(download_config: Any) -> bool:
         getattr(download_config, "beam_runner", None) or getattr(download_config, "beam_options", None))
 
 
-class BeamWhenAsked:
+class BeamWhenAsked(build_check.RecordsSources):
     """Mixin for a ``GeneratorBasedBuilder``: records in ``self.use_beam`` whether the build was given Beam
-    options (:func:`beam_requested`), before the split generators run."""
+    options (:func:`beam_requested`), before the split generators run, and verifies what the build wrote
+    (:func:`verify_written`) before TFDS moves the build into place; what the build was made from is recorded
+    (:class:`openvivqa_jax.data.build_check.RecordsSources`).
+
+    A builder that overrides ``_generate_examples`` passes its split's examples through :meth:`_expect`.
+    """
 
     use_beam: bool = False
 
     def _download_and_prepare(self, dl_manager, download_config=None):  # noqa: D401 - TFDS hook
         self.use_beam = beam_requested(download_config)
+        self._planned: dict[str, int] = {}
+        self._yielded: dict[str, int] = {}
+        self._beam_skips: dict[str, int | None] = {}
         if self.use_beam:
             logging.info("%s: generating examples with Apache Beam (%s)", self.name,
                          getattr(download_config, "beam_options", None) or getattr(download_config, "beam_runner"))
-        return super()._download_and_prepare(dl_manager, download_config)
+        out = super()._download_and_prepare(dl_manager, download_config)
+        if download_config is None or not download_config.max_examples_per_split:
+            verify_written(self, self._expected_counts())
+        return out
+
+    def _expect(self, split: str, examples, planned: int | None = None):
+        """Registers a split's examples for verification and returns them: an iterator is wrapped to count the
+        examples it yields; a Beam ``PTransform`` needs ``planned`` (questions sent to Beam)."""
+        if planned is not None:
+            self._planned[split] = int(planned)
+            return examples
+
+        def counted():
+            self._yielded[split] = 0
+            for item in examples:
+                self._yielded[split] += 1
+                yield item
+
+        return counted()
+
+    def _process_pipeline_result(self, pipeline_result) -> None:  # noqa: D401 - TFDS hook
+        """Reads the Beam skip counters of the planned splits (None where the runner reports no metrics)."""
+        super()._process_pipeline_result(pipeline_result)
+        for split in self._planned:
+            self._beam_skips[split] = beam_counter(pipeline_result, f"{self.name}/{split}", SKIP_COUNTER)
+
+    def _expected_counts(self) -> dict[str, tuple[int, str]]:
+        out = {split: (n, "examples generated") for split, n in self._yielded.items()}
+        for split, n in self._planned.items():
+            skipped = self._beam_skips.get(split)
+            if skipped is None and self.builder_config.skip_missing_images:
+                logging.warning("%s/%s: the Beam runner reported no skip counter; only the shard files are "
+                                "checked", self.name, split)
+                continue
+            skipped = skipped or 0
+            out[split] = (n - skipped, f"{n} questions planned - {skipped} skipped for bad images")
+        return out
 
     def _beam_applies(self) -> bool:
         """Whether this build generates on Beam: Beam options were given (a builder may add conditions)."""
@@ -123,9 +188,53 @@ class BeamWhenAsked:
         :meth:`_beam_applies`, a Beam ``PTransform`` running the same generator with its per-image work on
         Beam (:func:`from_local_generator`)."""
         if self._beam_applies():
-            return from_local_generator(self, lambda: self._generate_local(split, *args), name=f"{self.name}/{split}",
-                                        skip_missing_images=self.builder_config.skip_missing_images)
-        return self._generate_local(split, *args)
+            transform, planned = from_local_generator(
+                self, lambda: self._generate_local(split, *args), name=f"{self.name}/{split}",
+                skip_missing_images=self.builder_config.skip_missing_images, with_count=True)
+            return self._expect(split, transform, planned)
+        return self._expect(split, self._generate_local(split, *args))
+
+
+def beam_counter(result, namespace: str, name: str) -> int | None:
+    """The committed (else attempted) value of a Beam counter in a pipeline result; None where the runner
+    reports no metrics. A counter never incremented is 0."""
+    try:
+        from apache_beam.metrics.metric import MetricsFilter
+
+        found = result.metrics().query(MetricsFilter().with_namespace(namespace).with_name(name))["counters"]
+    except Exception:  # noqa: BLE001 - runners without metrics support raise various errors
+        return None
+    total = 0
+    for c in found:
+        value = c.committed if c.committed is not None else c.attempted
+        total += int(value or 0)
+    return total
+
+
+def verify_written(builder, expected: dict[str, tuple[int, str]]) -> None:
+    """Checks a finished build: each split's examples against ``expected``, and every shard file on disk.
+
+    Args:
+      builder: the TFDS builder, its ``info.splits`` set by the writer and ``data_dir`` the build's folder.
+      expected: ``{split: (examples, how they were counted)}``.
+
+    Raises:
+      BuildVerificationError: one line naming the split, the written and the expected counts, or the shard
+        file that is missing or holds other records than its split info says.
+    """
+    splits = builder.info.splits
+    for split, (n, how) in sorted(expected.items()):
+        written = splits[split].num_examples if split in splits else 0
+        if written != n:
+            raise BuildVerificationError(
+                f"{builder.name}/{builder.builder_config.name} split {split!r}: {written} examples written, {n} "
+                f"expected ({how}); the build lost examples and was not kept (on Beam's DirectRunner, "
+                "direct_running_mode=multi_processing can drop a worker's output: rerun with fewer workers or "
+                "without Beam options)")
+    try:
+        build_check.check_split_files(builder, count_records=True)
+    except build_check.IncompleteBuildError as e:
+        raise BuildVerificationError(f"{e}; the build was not kept") from None
 
 
 def _first(group: ImageGroup) -> str:
@@ -166,7 +275,7 @@ def image_examples(group: ImageGroup, settings: image_work.ImageSettings, skip_m
         try:
             from apache_beam.metrics import Metrics
 
-            Metrics.counter(name, "missing_or_corrupt_image").inc(len(group.records))
+            Metrics.counter(name, SKIP_COUNTER).inc(len(group.records))
         except ImportError:  # pragma: no cover - Beam is only needed when it runs
             pass
         return []
@@ -263,7 +372,8 @@ class _DeferredOcr:
         return getattr(self._ocr, name)
 
 
-def from_local_generator(builder: Any, make_local, *, name: str, skip_missing_images: bool):
+def from_local_generator(builder: Any, make_local, *, name: str, skip_missing_images: bool,
+                         with_count: bool = False):
     """A builder's own example generator, turned into a Beam ``PTransform`` for its per-image work.
 
     The builder's generator (``make_local()``, which loads images through ``builder._images`` and OCR tokens
@@ -279,9 +389,10 @@ def from_local_generator(builder: Any, make_local, *, name: str, skip_missing_im
       make_local: returns the builder's ``(key, example)`` iterator for the split.
       name: counter namespace / log prefix.
       skip_missing_images: the builder config's flag (bad images: counted skip on Beam, else an error).
+      with_count: also return the number of questions sent to Beam.
 
     Returns:
-      A Beam ``PTransform`` producing ``(key, example)``.
+      A Beam ``PTransform`` producing ``(key, example)`` (and, with ``with_count``, the number of questions).
     """
     images, ocr = builder._images, builder._ocr
     settings = images.settings
@@ -296,4 +407,5 @@ def from_local_generator(builder: Any, make_local, *, name: str, skip_missing_im
     finally:
         builder._images, builder._ocr = images, ocr
     logging.info("%s: %d questions on %d images go to Beam", name, len(planner), len(planner.groups()))
-    return generate(planner.groups(), settings, use_beam=True, skip_missing_images=skip_missing_images, name=name)
+    transform = generate(planner.groups(), settings, use_beam=True, skip_missing_images=skip_missing_images, name=name)
+    return (transform, len(planner)) if with_count else transform

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ from absl import logging
 from PIL import Image
 
 from openvivqa_jax.cli import install_tfds_cli_handler
+from openvivqa_jax import jsonio
 from openvivqa_jax.data import images as images_lib
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.text.normalize import normalize_text
@@ -137,47 +137,22 @@ class ErrorPolicy:
         self.counter.skip(reason, error)
 
 
-class JsonObject(dict):
-    """A JSON object as :func:`read_json` returns it: a dict that keeps the FIRST value of a repeated key.
-
-    ``json.load`` keeps the last value of a repeated key without a word; in the public-release form of a
-    dataset (``{"annotations": {question_id: {...}}}``) a repeated key is a duplicated question id, so the
-    repeats are kept apart for the caller to report.
-
-    Attributes:
-        duplicates: ``[(key, value)]`` of every repeat after the first, in file order.
-    """
-
-    def __init__(self, pairs: Sequence[tuple[str, Any]] = ()):
-        super().__init__()
-        self.duplicates: list[tuple[str, Any]] = []
-        for key, value in pairs:
-            if key in self:
-                self.duplicates.append((key, value))
-            else:
-                self[key] = value
-
-
-def duplicate_keys(obj: Any) -> list[str]:
-    """The keys repeated in a JSON object read by :func:`read_json` (each repeat once, in file order);
-    ``[]`` for anything else."""
-    return [k for k, _ in getattr(obj, "duplicates", [])]
+#: A JSON object as :func:`read_json` returns it (:class:`openvivqa_jax.jsonio.JsonObject`): a dict that keeps the
+#: FIRST value of a repeated key, the repeats in ``.duplicates`` for the builder to report or skip.
+JsonObject = jsonio.JsonObject
+#: The keys repeated in a JSON object read by :func:`read_json` (:func:`openvivqa_jax.jsonio.duplicate_keys`).
+duplicate_keys = jsonio.duplicate_keys
 
 
 def read_json(path: Path) -> Any:
-    """Reads a UTF-8 JSON file; objects come back as :class:`JsonObject` (first value of a repeated key
-    kept, repeats in ``.duplicates``), so no repeated key is lost unseen.
+    """Reads a UTF-8 JSON file, a byte-order mark accepted (:func:`openvivqa_jax.jsonio.read_json`); objects come
+    back as :class:`JsonObject` (first value of a repeated key kept, repeats in ``.duplicates``), so no repeated
+    key is lost unseen.
 
     Raises:
         DatasetInputError: naming the file and, for a syntax error, the line and column.
     """
-    try:
-        with Path(path).open(encoding="utf-8") as f:
-            return json.load(f, object_pairs_hook=JsonObject)
-    except json.JSONDecodeError as e:
-        raise DatasetInputError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetInputError(f"{path}: cannot read: {e}") from e
+    return jsonio.read_json(path, error=DatasetInputError)
 
 
 class UnknownFields:
@@ -478,8 +453,12 @@ class OcrSource:
         min_confidence: float = ocr_lib.DEFAULT_MIN_CONFIDENCE,
         psm: int = ocr_lib.DEFAULT_PSM,
         min_side: int = ocr_lib.DEFAULT_MIN_SIDE,
+        skip_invalid: bool = False,
     ):
-        """Raises: ValueError for an unknown engine; OcrFileError for a bad OCR file;
+        """``skip_invalid`` (a builder's ``skip_invalid_records``): bad tokens of the OCR file are skipped and
+        counted in ``stats["skipped_invalid_tokens"]`` (:func:`openvivqa_jax.data.ocr.validate_tokens`).
+
+        Raises: ValueError for an unknown engine; OcrFileError for a bad OCR file;
         OcrUnavailableError when Tesseract is requested but not installed (checked up front)."""
         if engine == "auto":
             engine = "file" if ocr_file is not None and Path(ocr_file).is_file() else auto_fallback
@@ -497,7 +476,7 @@ class OcrSource:
         if engine == "file":
             if ocr_file is None or not Path(ocr_file).is_file():
                 raise ocr_lib.OcrFileError(f"{ocr_file}: OCR file not found (ocr_engine='file')")
-            self._cache = ocr_lib.load_ocr_file(ocr_file, stats=self.stats)
+            self._cache = ocr_lib.load_ocr_file(ocr_file, stats=self.stats, skip_invalid=skip_invalid)
             self.ocr_file = Path(ocr_file)
             logging.info("OCR from %s (%d images)", ocr_file, len(self._cache))
         elif engine != "none":

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from openvivqa_jax import jsonio
 from openvivqa_jax.evaluation import formats
 from openvivqa_jax.text.normalize import normalize_text
 from openvivqa_jax.errors import UserError
@@ -193,8 +193,8 @@ def read_reference_file(path: str | os.PathLike, split: str,
     if path.lower().endswith(".csv"):
         image_ids = _image_ids_csv(path)
     else:
-        with open(path, encoding="utf-8-sig") as f:  # already parsed once by load_references
-            image_ids = _image_ids_json(json.load(f), refs.format)
+        # already parsed once by load_references
+        image_ids = _image_ids_json(jsonio.read_json(path, error=AnalysisInputError), refs.format)
     qids = list(refs.answers)
     if len(image_ids) != len(qids):
         image_ids = [None] * len(qids)

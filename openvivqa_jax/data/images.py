@@ -9,7 +9,12 @@ sees, so a photo cannot train sideways and predict upright. The rules, in order:
    with one :class:`ImageDecodeError` line naming the file and the question. The size comes from the
    header (PIL opens lazily), so a bomb is never decoded.
 2. **Full decode.** ``Image.load()`` reads every pixel, so a truncated or corrupt file fails here (one
-   line), not later in training.
+   line), not later in training. This does not depend on PIL's process-wide ``ImageFile.LOAD_TRUNCATED_IMAGES``
+   (which other libraries set to True, TFDS's notebook display among them, and which makes PIL return a
+   truncated image padded with grey): the flag is held False while any :func:`decode_image` call loads
+   pixels (:func:`_truncated_images_refused`, reference-counted across threads, restored afterwards), and
+   JPEG and PNG files are checked for their end themselves (an EOI marker after the last start-of-scan; an
+   ``IEND`` chunk after the last ``IDAT``).
 3. **EXIF orientation** (tag 0x0112, values 2-8) is applied with ``PIL.ImageOps.exif_transpose``: a JPEG
    stored rotated with Orientation 6 is returned upright.
 4. **16-bit and 32-bit grayscale** (modes ``I;16*``, ``I``, ``F``) are scaled to 8 bits *by their range*:
@@ -30,14 +35,16 @@ pixels that predict gets from the original file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
+import threading
 import warnings
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from openvivqa_jax.errors import UserError
 
@@ -84,6 +91,48 @@ class DecodedImage:
     def array(self) -> np.ndarray:
         """The pixels, uint8 ``(height, width, 3)``."""
         return np.asarray(self.pil, np.uint8)
+
+
+_flag_lock = threading.Lock()
+_flag_users = 0
+_flag_saved = False
+
+
+@contextlib.contextmanager
+def _truncated_images_refused():
+    """Holds ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` False while pixels are loaded, then restores the caller's
+    value once no decode of this module is in flight (a count, so threads decoding at once never restore it
+    under each other)."""
+    global _flag_users, _flag_saved
+    with _flag_lock:
+        if _flag_users == 0:
+            _flag_saved = ImageFile.LOAD_TRUNCATED_IMAGES
+        _flag_users += 1
+        ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        yield
+    finally:
+        with _flag_lock:
+            _flag_users -= 1
+            if _flag_users == 0:
+                ImageFile.LOAD_TRUNCATED_IMAGES = _flag_saved
+
+
+def incomplete_reason(raw: bytes, fmt: str | None) -> str | None:
+    """Why an encoded JPEG or PNG is cut short, or None (complete, or another format).
+
+    JPEG: an EOI marker (``FF D9``) must follow the last start-of-scan (``FF DA``; entropy-coded data cannot
+    hold ``FF D9``, as a data byte ``FF`` is stuffed as ``FF 00``). PNG: an ``IEND`` chunk must follow the last
+    ``IDAT`` chunk.
+    """
+    if fmt in ("JPEG", "MPO"):
+        sos = raw.rfind(b"\xff\xda")
+        if sos >= 0 and raw.find(b"\xff\xd9", sos + 2) < 0:
+            return "truncated JPEG: no end-of-image marker after the last scan"
+    elif fmt == "PNG":
+        if raw.rfind(b"IEND") < raw.rfind(b"IDAT"):
+            return "truncated PNG: no IEND chunk after the image data"
+    return None
 
 
 def _where(name: str, question: str | None) -> str:
@@ -188,9 +237,12 @@ def decode_image(source: str | os.PathLike | bytes, *, name: str | None = None, 
         raise ImageDecodeError(f"{where}: {w}x{h} pixels is below the minimum of {min_side} pixels on the "
                                "shorter side")
     fmt = im.format
+    cut = incomplete_reason(raw, fmt)
+    if cut is not None:
+        raise ImageDecodeError(f"{where}: cannot decode ({cut}; {len(raw)} bytes)")
     try:
         Image.MAX_IMAGE_PIXELS = max_pixels
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _truncated_images_refused():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im.load()
             orientation = im.getexif().get(_ORIENTATION_TAG, 1)

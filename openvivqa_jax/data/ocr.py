@@ -30,7 +30,6 @@ from __future__ import annotations
 import collections
 import functools
 import io
-import json
 import math
 import os
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -254,6 +253,11 @@ def run_tesseract(
     return tokens
 
 
+#: How far outside [0, 1] a box coordinate of an OCR file may lie and still be clipped to the image edge, as a
+#: fraction of the image side (2%: engines emit boxes a few pixels past the edge of text that touches it).
+BOX_TOLERANCE = 0.02
+
+
 def validate_tokens(
     tokens: Any,
     *,
@@ -261,18 +265,23 @@ def validate_tokens(
     image_id: str,
     stats: MutableMapping[str, int] | None = None,
     split: bool = True,
+    skip_invalid: bool = False,
 ) -> list[dict]:
     """Validates and normalizes one image's OCR tokens read from a file, then (``split``) splits them into
     single copyable words with their own boxes (:func:`split_copyable`).
 
     Args:
         tokens: a list of ``{"text": str, "box": [x0, y0, x1, y1], "score": float}``; ``score`` may be
-            omitted (then 1.0). Boxes must be xyxy in ``[0, 1]`` (a tolerance of 1e-3 is clipped).
+            omitted (then 1.0). Boxes must be xyxy in ``[0, 1]``; a coordinate at most :data:`BOX_TOLERANCE`
+            outside is clipped to the edge (counted as ``clipped_boxes``).
         source: the file the tokens come from (for error messages).
         image_id: the image the tokens belong to (for error messages).
         stats: optional counter; ``dropped_empty_after_normalization`` counts tokens whose text is
             empty after normalization (they are dropped); :func:`split_copyable`'s counters.
         split: split multi-word tokens (``"giá 20,000 đồng"``) into words.
+        skip_invalid: a bad token (box beyond the tolerance or inverted, bad score, no text) is skipped,
+            counted as ``skipped_invalid_tokens`` and logged, instead of an error (a builder's
+            ``skip_invalid_records``, predict's ``--skip_bad``).
 
     Returns:
         The tokens with normalized text (one word each with ``split``), boxes as float tuples and float
@@ -287,44 +296,67 @@ def validate_tokens(
         raise OcrFileError(f"{where}: expected a list of OCR tokens, got {type(tokens).__name__}")
     out = []
     for i, tok in enumerate(tokens):
-        if not isinstance(tok, Mapping):
-            raise OcrFileError(f"{where}: token {i} is {type(tok).__name__}, expected an object")
-        if not isinstance(tok.get("text"), str):
-            raise OcrFileError(f"{where}: token {i} has no string 'text' (got {tok.get('text')!r})")
-        box = tok.get("box")
         try:
-            box = tuple(float(v) for v in box)
-        except (TypeError, ValueError):
-            raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'box' is not 4 numbers: {box!r}") from None
-        if len(box) != 4 or not all(math.isfinite(v) for v in box):
-            raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'box' is not 4 finite numbers: {box!r}")
-        if any(v < -1e-3 or v > 1 + 1e-3 for v in box) or box[0] > box[2] or box[1] > box[3]:
-            raise OcrFileError(
-                f"{where}: token {i} ({tok['text']!r}) 'box' {box} must be xyxy in [0, 1] with x0 <= x1, "
-                "y0 <= y1 (pixel boxes must be divided by the image width/height)"
-            )
-        score = tok.get("score", 1.0)
-        try:
-            score = float(score)
-        except (TypeError, ValueError):
-            raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'score' is not a number: {score!r}") from None
-        if not 0.0 <= score <= 1.0:
-            raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'score' {score} is outside [0, 1]")
-        text = normalize_text(tok["text"])
-        if not text:
-            _bump(stats, "dropped_empty_after_normalization")
+            token = _checked_token(tok, i, where, stats)
+        except OcrFileError as e:
+            if not skip_invalid:
+                raise
+            _bump(stats, "skipped_invalid_tokens")
+            logging.warning("skipped OCR token (skipped_invalid_tokens): %s", e)
             continue
-        out.append({"text": text, "box": tuple(min(max(v, 0.0), 1.0) for v in box), "score": score})
+        if token is not None:
+            out.append(token)
     return split_copyable(out, stats) if split else out
 
 
-def load_ocr_file(path: str | os.PathLike, stats: MutableMapping[str, int] | None = None) -> dict[str, list[dict]]:
+def _checked_token(tok: Any, i: int, where: str, stats: MutableMapping[str, int] | None) -> dict | None:
+    """One token of :func:`validate_tokens` checked and normalized; None when its text normalizes to nothing.
+
+    Raises:
+        OcrFileError: a bad token (one line naming ``where`` and the token index).
+    """
+    if not isinstance(tok, Mapping):
+        raise OcrFileError(f"{where}: token {i} is {type(tok).__name__}, expected an object")
+    if not isinstance(tok.get("text"), str):
+        raise OcrFileError(f"{where}: token {i} has no string 'text' (got {tok.get('text')!r})")
+    box = tok.get("box")
+    try:
+        box = tuple(float(v) for v in box)
+    except (TypeError, ValueError):
+        raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'box' is not 4 numbers: {box!r}") from None
+    if len(box) != 4 or not all(math.isfinite(v) for v in box):
+        raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'box' is not 4 finite numbers: {box!r}")
+    if any(v < -BOX_TOLERANCE or v > 1 + BOX_TOLERANCE for v in box) or box[0] > box[2] or box[1] > box[3]:
+        raise OcrFileError(
+            f"{where}: token {i} ({tok['text']!r}) 'box' {box} must be xyxy in [0, 1] (within "
+            f"{BOX_TOLERANCE:g}, clipped) with x0 <= x1, y0 <= y1 (pixel boxes must be divided by the image "
+            "width/height; skip_invalid_records / --skip_bad skip such tokens)"
+        )
+    if any(v < 0.0 or v > 1.0 for v in box):
+        _bump(stats, "clipped_boxes")
+    score = tok.get("score", 1.0)
+    try:
+        score = float(score)
+    except (TypeError, ValueError):
+        raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'score' is not a number: {score!r}") from None
+    if not 0.0 <= score <= 1.0:
+        raise OcrFileError(f"{where}: token {i} ({tok['text']!r}) 'score' {score} is outside [0, 1]")
+    text = normalize_text(tok["text"])
+    if not text:
+        _bump(stats, "dropped_empty_after_normalization")
+        return None
+    return {"text": text, "box": tuple(min(max(v, 0.0), 1.0) for v in box), "score": score}
+
+
+def load_ocr_file(path: str | os.PathLike, stats: MutableMapping[str, int] | None = None,
+                  skip_invalid: bool = False) -> dict[str, list[dict]]:
     """Reads a JSON file of per-image OCR tokens ``{image_id: [{"text", "box", "score"}, ...]}``.
 
     Args:
         path: the JSON file. Image ids are JSON object keys (strings).
         stats: optional counter (see :func:`validate_tokens`); ``dropped_empty_after_normalization``
             totals are also logged.
+        skip_invalid: bad tokens are skipped and counted (:func:`validate_tokens`).
 
     Returns:
         ``{image_id: tokens}`` with normalized, validated tokens (see :func:`validate_tokens`).
@@ -334,17 +366,14 @@ def load_ocr_file(path: str | os.PathLike, stats: MutableMapping[str, int] | Non
             object, or any image's tokens are invalid (file and image id named).
     """
     path = Path(path)
-    try:
-        with path.open(encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise OcrFileError(f"{path}: cannot read OCR file: {e}") from e
-    except json.JSONDecodeError as e:
-        raise OcrFileError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+    from openvivqa_jax import jsonio
+
+    data = jsonio.read_json(path, what="OCR file", error=OcrFileError, repeated_keys="error")
     if not isinstance(data, dict):
         raise OcrFileError(f"{path}: expected a JSON object {{image_id: [tokens]}}, got {type(data).__name__}")
     local: dict[str, int] = {}
-    out = {str(k): validate_tokens(v, source=str(path), image_id=str(k), stats=local) for k, v in data.items()}
+    out = {str(k): validate_tokens(v, source=str(path), image_id=str(k), stats=local, skip_invalid=skip_invalid)
+           for k, v in data.items()}
     if local:
         logging.info("load_ocr_file(%s): %s", path, local)
     for key, n in local.items():
@@ -473,6 +502,48 @@ def merge_ocr_passes(passes: Sequence[Sequence[Mapping[str, Any]]], iou: float =
     return reading_order(kept)
 
 
+#: A token whose box has at least this share of its area inside a larger token's box is inside it.
+FRAGMENT_INSIDE = 0.9
+
+
+def drop_fragments(tokens: Sequence[Mapping[str, Any]], inside: float = FRAGMENT_INSIDE) -> tuple[list[dict], int]:
+    """Drops fragment tokens: a token whose box lies inside a larger token's box (at least ``inside`` of its
+    area) and whose text is part of that token's text. A line read by a second pass or crop often comes back
+    as the word and as pieces of it (``à`` and ``i`` inside ``hà`` and ``nội``); the pieces are the same ink
+    read worse, and as OCR tokens they offer wrong copy targets.
+
+    Args:
+      tokens: ``{"text", "box": (x0, y0, x1, y1) in [0, 1], ...}``.
+      inside: share of the fragment's box area that must lie inside the larger box.
+
+    Returns:
+      ``(kept tokens in their order, number dropped)``.
+    """
+    def area(b) -> float:
+        return max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1])
+
+    def norm(t) -> str:
+        return str(t["text"]).lower()
+
+    out, dropped = [], 0
+    for i, t in enumerate(tokens):
+        a = area(t["box"])
+        is_fragment = False
+        for j, u in enumerate(tokens):
+            if i == j or area(u["box"]) <= a or norm(t) == norm(u) or norm(t) not in norm(u):
+                continue
+            x0, y0 = max(t["box"][0], u["box"][0]), max(t["box"][1], u["box"][1])
+            x1, y1 = min(t["box"][2], u["box"][2]), min(t["box"][3], u["box"][3])
+            if a > 0 and area((x0, y0, x1, y1)) >= inside * a:
+                is_fragment = True
+                break
+        if is_fragment:
+            dropped += 1
+        else:
+            out.append(dict(t))
+    return out, dropped
+
+
 def plausible_token(token: Mapping[str, Any], confident: float = CONFIDENT_SCORE) -> bool:
     """Whether an OCR token can be Vietnamese scene text rather than a misread texture.
 
@@ -542,6 +613,7 @@ def run_ocr_passes(image: Any, passes: Sequence[str] = DEFAULT_OCR_PASSES, stats
         results = kept
     merged = merge_ocr_passes(results)
     counts["merged_duplicates"] = sum(map(len, results)) - len(merged)
+    merged, counts["dropped_fragments"] = drop_fragments(merged)
     for k, v in counts.items():
         _bump(stats, k, v)
     return merged
@@ -676,6 +748,8 @@ def run_detector_tesseract(
         counts["dropped_implausible"] += n - len(tokens)
     merged = merge_ocr_passes([tokens])
     counts["merged_duplicates"] += len(tokens) - len(merged)
+    merged, n_fragments = drop_fragments(merged)
+    counts["dropped_fragments"] += n_fragments
     counts["kept"] += len(merged)
     for key, n in counts.items():
         _bump(stats, key, n)
@@ -745,7 +819,7 @@ def check_engine(engine: str, lang: str = "vie") -> None:
         _detector(1)
 
 
-def read_ocr_table(path: str) -> dict[str, list[dict]] | list[dict]:
+def read_ocr_table(path: str, skip_invalid: bool = False) -> dict[str, list[dict]] | list[dict]:
     """Reads an OCR file given to prediction: ``{image: [tokens]}`` (validated by :func:`load_ocr_file`; keys
     are image ids, file names or stems) or, for a single image, a plain token list (validated by
     :func:`validate_tokens` under image id ``"(all)"``).
@@ -754,16 +828,12 @@ def read_ocr_table(path: str) -> dict[str, list[dict]] | list[dict]:
       OcrFileError: unreadable file, invalid JSON (line and column), or invalid tokens; the message starts
         with the path.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except OSError as e:
-        raise OcrFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise OcrFileError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    from openvivqa_jax import jsonio
+
+    raw = jsonio.read_json(path, error=OcrFileError, repeated_keys="error")
     if isinstance(raw, list):
-        return validate_tokens(raw, source=path, image_id="(all)")
-    return load_ocr_file(path)
+        return validate_tokens(raw, source=path, image_id="(all)", skip_invalid=skip_invalid)
+    return load_ocr_file(path, skip_invalid=skip_invalid)
 
 
 def ocr_tokens_for(table: dict[str, list[dict]] | list[dict], image_keys: Sequence[str], path: str) -> list[dict]:

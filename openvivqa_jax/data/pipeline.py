@@ -58,7 +58,7 @@ import numpy as np
 from absl import logging
 from PIL import Image
 
-from openvivqa_jax.data import images
+from openvivqa_jax.data import build_check, images
 from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
 from openvivqa_jax.text.answer_vocab import AnswerVocab
 from openvivqa_jax.text.normalize import normalize_text
@@ -155,7 +155,8 @@ def load_builder(data_cfg, prepare: bool = True):
       data_cfg: ``config.data`` with ``builder`` (e.g. ``synthetic_openvivqa``), ``builder_config`` (a
         config name, or a JSON object of the builder's config class as ``tfds build --config`` takes
         it; its ``name`` must differ from the registered ones), ``data_dir`` (None:
-        ``~/tensorflow_datasets``), ``manual_dir`` and ``builder_kwargs``.
+        ``~/tensorflow_datasets``), ``manual_dir``, ``builder_kwargs`` and ``rebuild`` (rebuild a prepared
+        dataset whose sources changed, instead of stopping).
       prepare: run ``download_and_prepare`` (idempotent; no network is used by our builders).
 
     Raises:
@@ -165,6 +166,10 @@ def load_builder(data_cfg, prepare: bool = True):
         and ``--config.data.manual_dir``, then the builder's download instructions).
       tfds_builders.readers.DatasetInputError: bad source files (names the file and the record),
         raised by the builder and passed on unchanged.
+      StaleDatasetError: the prepared dataset was built from other manual files or another builder config
+        (:mod:`openvivqa_jax.data.build_check`) and ``data.rebuild`` is not set; with it, the dataset is
+        rebuilt.
+      IncompleteBuildError: a shard file of the prepared dataset is missing or short.
     """
     import tensorflow_datasets as tfds
 
@@ -209,13 +214,49 @@ def load_builder(data_cfg, prepare: bool = True):
         prepared = os.path.exists(os.path.join(builder.data_dir, "dataset_info.json"))
         if how and not prepared and not (os.path.isdir(folder) and os.listdir(folder)):
             raise missing
+        if prepared and _stale(builder, full, folder if how else None, bool(data_cfg.get("rebuild"))):
+            import shutil
+
+            shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
+            builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
         try:
             builder.download_and_prepare(download_config=dl)
         except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
             if not str(e).startswith("Manual directory"):
                 raise
             raise missing from None
+        build_check.check_split_files(builder)
     return builder
+
+
+def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
+    """Whether a prepared dataset must be rebuilt: its recorded sources (:mod:`openvivqa_jax.data.build_check`)
+    differ from the builder config and manual folder given now, and ``data.rebuild`` is set.
+
+    Raises:
+      StaleDatasetError: they differ and ``data.rebuild`` is not set (one line naming what changed and the
+        option that rebuilds).
+    """
+    recorded = build_check.read_sources(builder.data_dir)
+    if recorded is None:
+        logging.warning("%s in %s has no record of the sources it was built from (built by an older version); "
+                        "it is used as it is: set --config.data.rebuild=True to rebuild it from the sources "
+                        "given now", full, builder.data_dir)
+        return False
+    manual = manual_dir if manual_dir and os.path.isdir(manual_dir) else None
+    current = build_check.sources_fingerprint(manual, builder.builder_config)
+    if manual is None:  # no manual folder given now: only the builder config can be compared
+        current["files"] = recorded.get("files", {})
+    changes = build_check.compare_sources(recorded, current)
+    if not changes:
+        return False
+    if rebuild:
+        logging.warning("%s in %s was built from other sources (%s); rebuilding it (data.rebuild)", full,
+                        builder.data_dir, "; ".join(changes))
+        return True
+    raise build_check.StaleDatasetError(
+        f"{full} in {builder.data_dir} was built from other sources than those given now: {'; '.join(changes)}; "
+        "set --config.data.rebuild=True to rebuild it (or choose another data.data_dir)")
 
 
 def load_source(builder, split: str):
@@ -283,23 +324,23 @@ def read_dictionary_file(path: str) -> tuple[str, ...]:
       DatasetError: the file is missing or unreadable, invalid JSON, or not a list of strings
         (names the file, and the JSON line or list index).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: cannot read the decoding dictionary: {e}") from e
+    from openvivqa_jax import jsonio
+
     if path.endswith(".json"):
+        words = jsonio.read_json(path, what="decoding dictionary", error=DatasetError)
+    else:
         try:
-            words = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+            with open(path, encoding="utf-8-sig") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise DatasetError(f"{path}: cannot read the decoding dictionary: {e}") from e
+        words = text.splitlines()
+    if path.endswith(".json"):
         if not isinstance(words, list):
             raise DatasetError(f"{path}: a JSON dictionary must be a list of strings, got {type(words).__name__}")
         for i, w in enumerate(words):
             if not isinstance(w, str):
                 raise DatasetError(f"{path}: entry {i} is {type(w).__name__} ({w!r}), expected a string")
-    else:
-        words = text.splitlines()
     return tuple(dict.fromkeys(w for w in (normalize_text(x) for x in words) if w))
 
 

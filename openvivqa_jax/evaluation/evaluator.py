@@ -69,6 +69,7 @@ from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.evaluation import meteor as meteor_lib
 from openvivqa_jax.evaluation import rouge as rouge_lib
 from openvivqa_jax.evaluation import squad as squad_lib
+from openvivqa_jax.evaluation import scripts as scripts_lib
 from openvivqa_jax.evaluation import vqa_accuracy as vqa_lib
 from openvivqa_jax.evaluation import wmd as wmd_lib
 from openvivqa_jax.evaluation.formats import (
@@ -209,6 +210,10 @@ class ScoringContext:
     options: dict[str, Any]
     per_q: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     _ngrams: Any = None
+    #: ``hyps``/``refs`` before the per-character cut of :mod:`.scripts` (ANLS's character edit distance); None:
+    #: nothing was cut.
+    string_hyps: list[str] | None = None
+    string_refs: list[list[str]] | None = None
 
     def wants(self, name: str) -> bool:
         """Whether ``name`` was requested."""
@@ -344,7 +349,7 @@ def _meteor(ctx: ScoringContext) -> None:
 @register_metric("ANLS")
 def _anls(ctx: ScoringContext) -> None:
     """ANLS (ST-VQA, tau 0.5), mean over questions."""
-    ctx.put_mean("ANLS", anls_lib.anls(ctx.hyps, ctx.refs))
+    ctx.put_mean("ANLS", anls_lib.anls(ctx.string_hyps or ctx.hyps, ctx.string_refs or ctx.refs))
 
 
 @register_metric("VQA-accuracy")
@@ -515,6 +520,7 @@ def score(
     refs: list[list[str]] = []
     types: list[int] = []
     none_pred, empty_hyp, excluded, empty_refs, unknown_piece = [], [], [], [], []
+    empty_both: list[str] = []
     raw_hyps: list[str] = []
     raw_refs_kept: list[list[str]] = []
     dropped_refs = 0
@@ -555,7 +561,8 @@ def score(
             dropped_refs -= len(raw_refs)
             clean, raw_clean = [""], [""]
         if not hyp:
-            empty_hyp.append(qid)
+            # Against only empty references an empty prediction is right: it scores the maximum there.
+            (empty_both if clean == [""] and qid in empty_refs else empty_hyp).append(qid)
         try:
             q_type = parse_qa_type(type_map.get(qid), f"question {qid!r}")
         except InputError as e:
@@ -584,7 +591,10 @@ def score(
     count("dropped_empty_reference_strings", dropped_refs, "{n} empty reference strings beside non-empty ones were "
           "dropped")
     count("none_predictions", none_pred, "{n} predictions were None and scored as empty answers")
-    count("empty_predictions", empty_hyp, "{n} predictions are empty after normalization and score 0")
+    count("empty_predictions", empty_hyp, "{n} predictions are empty after normalization and score 0 (their "
+          "references are not empty)")
+    count("empty_predictions_on_empty_references", empty_both, "{n} empty predictions against only empty "
+          "references score the maximum (ANLS 1: two empty strings have NL 0, as in the ST-VQA evaluation script)")
     count("capped_strings", stats.capped, f"{{n}} strings were capped at {max_tokens} tokens", stats.capped_ids)
     count("separator_strings", stats.separators, "{n} strings contained '|||' (Meteor's separator), removed", stats.separator_ids)
     count("control_char_strings", stats.control_chars, "{n} strings contained control characters, replaced by spaces")
@@ -626,6 +636,21 @@ def score(
         want_squad = "EM" in names or "F1" in names
         squad_hyps = [squad_text(t) for t in raw_hyps] if want_squad else []
         squad_refs = [[squad_text(r) for r in rs] for rs in raw_refs_kept] if want_squad else []
+        # Scripts without word spaces: one token per character (scripts module doc).
+        cut = [i for i, qid in enumerate(ids) if scripts_lib.applies(lang_map.get(qid), [hyps[i], *refs[i]])]
+        if cut:
+            string_hyps, string_refs = list(hyps), [list(rs) for rs in refs]
+            for i in cut:
+                hyps[i] = scripts_lib.split_spaceless(hyps[i])
+                refs[i] = [scripts_lib.split_spaceless(r) for r in refs[i]]
+                if want_squad:
+                    squad_hyps[i] = scripts_lib.split_spaceless(squad_hyps[i])
+                    squad_refs[i] = [scripts_lib.split_spaceless(r) for r in squad_refs[i]]
+        count("per_character_questions", [ids[i] for i in cut], "{n} questions in a script written without spaces "
+              "between words (Chinese, Japanese, Thai, ...) were tokenized per character for BLEU, ROUGE-L, CIDEr, "
+              "METEOR, WMDRel and F1, as the EVJVQA scorer does for Japanese")
+    if text_mode == "pycocoevalcap" or not ids or not cut:
+        string_hyps = string_refs = None
     empty_set = set(empty_refs)
     n = len(ids)
     type_arr = np.asarray(types, np.int64)
@@ -651,7 +676,8 @@ def score(
         groups=groups, result=result, notes=notes, counts=counts,
         empty_idx=np.asarray([i for i, qid in enumerate(ids) if qid in empty_set], np.int64),
         options=dict(java=java, meteor_jar=meteor_jar, meteor_timeout=meteor_timeout, vectors=vectors,
-                     answer_rules=answer_rules, have_languages=bool(lang_map), relevance=relevance))
+                     answer_rules=answer_rules, have_languages=bool(lang_map), relevance=relevance),
+        string_hyps=string_hyps, string_refs=string_refs)
     for metric_names, fn in METRIC_FUNCTIONS.items():
         if any(m in names for m in metric_names):
             fn(ctx)

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
 from openvivqa_jax.errors import UserError
+
+from openvivqa_jax import jsonio
 
 __all__ = [
     "QA_TYPE_TEXT",
@@ -144,41 +145,11 @@ def parse_qa_type(value: Any, where: str = "") -> int:
     raise InputError(f"{where}: QA type must be 1 (text), 0 (non-text) or -1, got {value!r}")
 
 
-class _RepeatedKeyError(ValueError):
-    """A JSON object repeats a key (``json.load`` would keep the last value without a word)."""
-
-
-def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise _RepeatedKeyError(key)
-        out[key] = value
-    return out
-
-
 def _read_json(path: str, what: str) -> Any:
-    """Reads a JSON file; a key repeated in any object (a duplicated question id in the public-release
-    form ``{"annotations": {qid: ...}}`` or a ``{qid: answer}`` file) is an :class:`InputError`."""
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return json.load(f, object_pairs_hook=_no_repeated_keys)
-    except _RepeatedKeyError as e:
-        raise InputError(
-            f"{what} file {path!r}: key {e.args[0]!r} appears twice in one JSON object (a duplicated question "
-            "or image id); JSON readers keep only the last, so fix the file") from None
-    except FileNotFoundError:
-        raise InputError(f"cannot read {what} file {path!r}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"cannot read {what} file {path!r}: it is a directory") from None
-    except PermissionError:
-        raise InputError(f"cannot read {what} file {path!r}: permission denied") from None
-    except UnicodeDecodeError as e:
-        raise InputError(f"cannot read {what} file {path!r}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"cannot read {what} file {path!r}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    except OSError as e:
-        raise InputError(f"cannot read {what} file {path!r}: {e.strerror or e}") from None
+    """Reads a JSON file (:func:`openvivqa_jax.jsonio.read_json`: a byte-order mark accepted); a key repeated in
+    any object (a duplicated question id in the public-release form ``{"annotations": {qid: ...}}`` or a
+    ``{qid: answer}`` file) is an :class:`InputError` naming the key and its line."""
+    return jsonio.read_json(path, what=f"{what} file", error=InputError, repeated_keys="error")
 
 
 def _answers_list(value: Any, where: str) -> list[Any]:
@@ -395,19 +366,15 @@ def load_predictions(path: str | os.PathLike) -> PredictionSet:
 
 # ------------------------------------------------------------------------------ questions to answer
 def read_json_file(path: str, label: str = "") -> Any:
-    """The parsed JSON file at ``path`` (any layout; repeated keys are not checked).
+    """The parsed JSON file at ``path`` (any layout; :func:`openvivqa_jax.jsonio.read_json`: a byte-order mark
+    accepted; objects are :class:`~openvivqa_jax.jsonio.JsonObject` with their repeated keys in
+    ``.duplicates``).
 
     Raises:
       InputError: unreadable or invalid JSON; the message is ``label + path`` then what is wrong (the line
         and column of invalid JSON).
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise InputError(f"{label}{path}: cannot read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{label}{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    return jsonio.read_json(path, what=label.strip(), error=InputError)
 
 
 def clean_question(question: Any, where: str) -> str:
@@ -436,7 +403,7 @@ def image_folders(questions_path: str, image_dir: str | None) -> list[str]:
     return [folder, os.path.join(folder, "images"), os.path.join(folder, stem)]
 
 
-def read_questions_file(path: str, image_dir: str | list[str]) -> list[dict]:
+def read_questions_file(path: str, image_dir: str | list[str], skipped: dict[str, str] | None = None) -> list[dict]:
     """Reads the questions to answer from a file in the public release's format (or the older list form).
 
     Args:
@@ -444,38 +411,75 @@ def read_questions_file(path: str, image_dir: str | list[str]) -> list[dict]:
         ``{"images": [{id, filename}], "annotations": [{id, image_id, question, ...}]}``.
       image_dir: folder of the image files, or folders searched in order (an image found in none gets
         the first folder's path, which then fails with "file not found").
+      skipped: None: the first bad question is an error. A dict (``predict --skip_bad``): each bad question is
+        left out and recorded as ``{question id: reason}`` (a repeat of a question id as ``"<id> (repeat n)"``,
+        a repeated image id as ``"image <id> (repeat n)"``), and the others are returned.
+
+    Bad questions: no ``question`` or ``image_id``, an empty question (after normalization), an image id not
+    in ``images``, and a question or image id repeated as a JSON key (the first entry is the one kept, as the
+    builders do; ``json.load`` would keep the last without a word).
 
     Returns:
       ``[{question_id, image_id, question, image_path}]`` in file order (answers are not needed); questions
       normalized by :func:`clean_question`.
 
     Raises:
-      InputError: unreadable / invalid JSON, an unknown layout, a record without question or with an
-        image id missing from ``images`` (names the file and the question id).
+      InputError: unreadable / invalid JSON, an unknown layout, or (unless ``skipped`` is given) a bad question
+        (names the file and the question id); no question left.
     """
     raw = read_json_file(path, "questions file ")
+    where = f"questions file {path}"
+
+    def bad(key: str, message: str) -> None:
+        if skipped is None:
+            raise InputError(f"{where}: {message} (predict --skip_bad answers the other questions and lists the "
+                             "bad ones)")
+        skipped[key] = message
+
     if not isinstance(raw, dict) or "images" not in raw or "annotations" not in raw:
-        raise InputError(f"questions file {path}: expected an object with 'images' and 'annotations' (the "
+        raise InputError(f"{where}: expected an object with 'images' and 'annotations' (the "
                          "OpenViVQA public release layout)")
     images, anns = raw["images"], raw["annotations"]
+    for n, key in enumerate(jsonio.duplicate_keys(images), start=2):
+        bad(f"image {key} (repeat {n})", f"image id {key!r} repeated as a key of 'images' (a repeated JSON key; "
+            "the first entry is kept)")
     if isinstance(images, list):
         try:
-            images = {str(x["id"]): x["filename"] for x in images}
+            pairs = [(str(x["id"]), x["filename"]) for x in images]
         except (TypeError, KeyError):
-            raise InputError(f"questions file {path}: 'images' list entries need 'id' and 'filename'") from None
+            raise InputError(f"{where}: 'images' list entries need 'id' and 'filename'") from None
+        images = {}
+        for k, v in pairs:
+            if k in images:
+                bad(f"image {k} (repeat)", f"image id {k!r} listed twice in 'images' (the first entry is kept)")
+                continue
+            images[k] = v
     if not isinstance(images, dict):
-        raise InputError(f"questions file {path}: 'images' must be an object {{id: filename}} or a list")
+        raise InputError(f"{where}: 'images' must be an object {{id: filename}} or a list")
     images = {str(k): v for k, v in images.items()}
     if isinstance(anns, dict):
+        repeats: dict[str, int] = {}
+        for key in jsonio.duplicate_keys(anns):
+            repeats[key] = repeats.get(key, 1) + 1
+            bad(f"{key} (repeat {repeats[key]})", f"question {key!r} repeated as a key of 'annotations' (a "
+                "repeated JSON key; the first entry is kept)")
         items = [(str(k), v) for k, v in anns.items()]
     elif isinstance(anns, list):
         items = []
+        seen: set[str] = set()
         for i, a in enumerate(anns):
             if not isinstance(a, dict) or "id" not in a:
-                raise InputError(f"questions file {path}: annotation {i} has no 'id'")
-            items.append((str(a["id"]), a))
+                bad(f"annotations[{i}]", f"annotation {i} has no 'id'")
+                continue
+            qid = str(a["id"])
+            if qid in seen:
+                bad(f"{qid} (repeat at annotations[{i}])", f"question {qid!r} listed twice in 'annotations' (the "
+                    "first entry is kept)")
+                continue
+            seen.add(qid)
+            items.append((qid, a))
     else:
-        raise InputError(f"questions file {path}: 'annotations' must be an object or a list")
+        raise InputError(f"{where}: 'annotations' must be an object or a list")
     dirs = [image_dir] if isinstance(image_dir, str) else list(image_dir)
 
     def locate(name: str) -> str:
@@ -487,14 +491,20 @@ def read_questions_file(path: str, image_dir: str | list[str]) -> list[dict]:
     out = []
     for qid, a in items:
         if not isinstance(a, dict) or "question" not in a or "image_id" not in a:
-            raise InputError(f"questions file {path}: question {qid!r} needs 'image_id' and 'question'")
+            bad(qid, f"question {qid!r} needs 'image_id' and 'question'")
+            continue
         image_id = str(a["image_id"])
         if image_id not in images:
-            raise InputError(f"questions file {path}: question {qid!r} refers to image {image_id!r}, which is "
-                             "not in 'images'")
-        out.append({"question_id": qid, "image_id": image_id,
-                    "question": clean_question(a["question"], f"questions file {path}: question {qid!r}"),
+            bad(qid, f"question {qid!r} refers to image {image_id!r}, which is not in 'images'")
+            continue
+        try:
+            question = clean_question(a["question"], f"question {qid!r}")
+        except InputError as e:
+            bad(qid, str(e))
+            continue
+        out.append({"question_id": qid, "image_id": image_id, "question": question,
                     "image_path": locate(str(images[image_id]))})
     if not out:
-        raise InputError(f"questions file {path}: no question")
+        extra = f" ({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})" if skipped else ""
+        raise InputError(f"{where}: no question{extra}")
     return out

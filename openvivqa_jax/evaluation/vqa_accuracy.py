@@ -19,7 +19,8 @@ Answer processing, chosen per dataset (config ``eval.answer_rules``, CLI ``--ans
   the EvalAI answer processor that MMF applies to TextVQA): line breaks and tabs to spaces; lowercase;
   ``,`` and ``?`` deleted and ``'s`` split off; each punctuation mark of ``; / [ ] " { } ( ) = + \\ _ -
   > < @ ` , ? !`` deleted when it touches a space or the text holds a digit-comma-digit group, otherwise
-  replaced by a space; a period not followed by a digit deleted; number words ``none``, ``zero`` ..
+  replaced by a space; a period not followed by a digit deleted (the first 32 of them, as the official script's
+  ``re.sub(..., re.UNICODE)`` passes the flag as the count: :data:`MAX_PERIODS_DELETED`); number words ``none``, ``zero`` ..
   ``ten`` to digits; the articles ``a``, ``an``, ``the`` dropped; contractions written without their
   apostrophe (``dont``, ``isnt``, ``youre``) given it back. One deviation: ``vqaEval.py`` applies the
   processing only when the ten answers disagree; we apply it always, as EvalAI/MMF do (otherwise ``5.``
@@ -54,6 +55,11 @@ _COMMA_IN_NUMBER = re.compile(r"(\d)(,)(\d)")
 # vqaEval.py's periodStrip pattern, "(?!<=\d)(\.)(?!\d)": its first group is a (vacuous) negative lookahead,
 # not a lookbehind, so in effect a period is deleted unless a digit follows it ("5." -> "5", "2.5" kept).
 _PERIOD = re.compile(r"\.(?!\d)")
+#: At most this many such periods are deleted per answer, as in the official scripts: ``vqaEval.py`` calls
+#: ``periodStrip.sub("", outText, re.UNICODE)``, where ``re.UNICODE`` (= 32) lands in the ``count`` argument, and
+#: EvalAI's answer processor (MMF's TextVQA evaluation) copies that call. We keep the limit so that scores stay the
+#: official ones; it only matters for an answer with more than 32 periods.
+MAX_PERIODS_DELETED = int(re.UNICODE)
 _NUMBER_WORDS = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
                  "seven": "7", "eight": "8", "nine": "9", "ten": "10"}
 _ARTICLES = frozenset(["a", "an", "the"])
@@ -107,7 +113,7 @@ def english_answer(text: str) -> str:
             out = out.replace(p, "")
         else:
             out = out.replace(p, " ")
-    out = _PERIOD.sub("", out)
+    out = _PERIOD.sub("", out, count=MAX_PERIODS_DELETED)
     words = []
     for w in out.split():
         w = _NUMBER_WORDS.get(w, w)

@@ -194,13 +194,25 @@ class AnswerDecoder(nnx.Module):
           ``(logits (batch, V + N) float32, new_cache)``.
 
         Raises:
-          ValueError: ``ids_t`` is not ``(batch,)`` (one new token per example) or ``t`` is not a scalar.
+          ValueError: ``ids_t`` is not ``(batch,)`` (one new token per example), ``t`` is not a scalar, or a
+            concrete ``t`` is outside ``[0, max_len)`` (or past the cache).
         """
         if jnp.ndim(ids_t) != 1:
             raise ValueError(f"AnswerDecoder.step takes one new id per example, ids_t of shape (batch,); got shape "
                              f"{jnp.shape(ids_t)}. Use AnswerDecoder.__call__ for teacher forcing over a sequence")
         if jnp.ndim(t) != 0:
             raise ValueError(f"AnswerDecoder.step: t must be a scalar step index, got shape {jnp.shape(t)}")
+        # A step past the positional table or the cache reads clamped positions and writes nowhere: non-finite
+        # or wrong logits. A concrete t is checked here; under jit the decode loops bound t by max_len.
+        limit = min(self.max_len, cache[0]["k"].shape[-1]) if cache else self.max_len
+        try:
+            t_value = int(t)
+        except (TypeError, jax.errors.ConcretizationTypeError):
+            t_value = None  # traced
+        if t_value is not None and not 0 <= t_value < limit:
+            raise ValueError(f"AnswerDecoder.step: step t={t_value} is outside [0, {limit}) (max_len {self.max_len}, "
+                             f"cache length {cache[0]['k'].shape[-1] if cache else 'n/a'}); decoding has at most "
+                             "max_len steps")
         x = self.embed_inputs(ids_t[:, None], jnp.reshape(t, (1,)), ocr_feats, ocr_proj=ocr_proj)
         cross_mask = memory_mask[:, None, None, :]
         new_cache = []

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -124,11 +125,11 @@ class AnswerList:
           FileNotFoundError: if ``path`` does not exist.
           ValueError: for malformed content (names the file).
         """
-        with open(path, encoding="utf-8") as f:
-            try:
-                d = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: not valid JSON ({e})") from e
+        from openvivqa_jax import jsonio
+
+        if not os.path.exists(path):
+            raise FileNotFoundError(path)
+        d = jsonio.read_json(path, error=ValueError, repeated_keys="error")
         if not isinstance(d, dict) or not isinstance(d.get("answers"), list) or \
                 not all(isinstance(a, str) for a in d["answers"]):
             raise ValueError(f"{path}: expected {{'answers': [str, ...], ...}}")

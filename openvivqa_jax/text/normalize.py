@@ -9,7 +9,13 @@ The steps, in order:
 0. Format characters (Unicode category ``Cf``): the zero-width space U+200B becomes a space (it marks a
    word break); every other one (BOM U+FEFF, ZWNJ U+200C, ZWJ U+200D, soft hyphen U+00AD, word joiner
    U+2060, bidi marks, ...) is deleted. They are invisible, so ``"\ufeffcon mèo"`` is ``con mèo``.
-1. Unicode NFC composition (NFD input from macOS file names or web forms becomes NFC).
+1. Unicode NFKC (:func:`fold_compatibility`): NFC composition (NFD input from macOS file names or web forms
+   becomes NFC) and the folding of compatibility characters to their plain forms: ligatures (``ﬁ`` → ``fi``,
+   ``ﬀ`` → ``ff``, so an OCR token ``COﬀEE`` is the word ``coffee``), full-width letters, digits and punctuation
+   (``ＡＢＣ１２３？`` → ``ABC123?``), half-width katakana, superscripts, circled and other compatibility
+   digits (``²`` → ``2``, ``①`` → ``1``), no-break and other fixed-width spaces. Every Vietnamese letter has only a
+   canonical decomposition, so NFKC leaves all 146 of them (12 vowels x 6 tones and ``đ``, both cases) exactly
+   as NFC does; ``₫`` has no compatibility form and stays.
 2. Lowercase; then the look-alikes of ``đ`` (``ð`` U+00F0 / ``Ð`` U+00D0, the Icelandic eth, and ``ɖ``
    U+0256 / ``Ɖ`` U+0189, the African D) become ``đ`` in every word whose other letters all belong to the
    Vietnamese alphabet (``ÐƯỜNG`` → ``đường``); a word with other letters (``það``) keeps them.
@@ -35,6 +41,7 @@ __all__ = [
     "LINE_BREAKS",
     "remove_format_characters",
     "map_d_lookalikes",
+    "fold_compatibility",
     "normalize_text",
     "normalize_tone_marks",
     "normalize_prices",
@@ -80,6 +87,17 @@ def remove_format_characters(text: str) -> str:
     if _ZERO_WIDTH_SPACE in text:
         text = text.replace(_ZERO_WIDTH_SPACE, " ")
     return _FORMAT_RE.sub("", text)
+
+
+def fold_compatibility(text: str) -> str:
+    """Unicode NFKC: canonical composition plus the folding of compatibility characters (step 1 of the module doc).
+
+    ``"ﬁsh"`` → ``"fish"``, ``"ＣＯＦＦＥＥ２"`` → ``"COFFEE2"``, ``"ｶﾌｪ"`` → ``"カフェ"``; Vietnamese letters are
+    unchanged (``"Ở"`` → ``"Ở"``).
+    """
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFKC", text)
 
 
 def map_d_lookalikes(text: str) -> str:
@@ -296,7 +314,7 @@ def normalize_text(text: str, *, spaced_punctuation: bool = True) -> str:
 def _normalize(text: str, spaced_punctuation: bool) -> str:
     """The steps of the module doc, in order (uncached body of :func:`normalize_text`)."""
     text = remove_format_characters(text)
-    text = unicodedata.normalize("NFC", text)
+    text = fold_compatibility(text)
     text = map_d_lookalikes(text.lower())
     text = _LINE_BREAK_RE.sub(" ", text)
     text = normalize_tone_marks(text)

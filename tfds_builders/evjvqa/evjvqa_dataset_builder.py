@@ -291,7 +291,8 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
             parse_language(cfg.default_language, path=f"config {cfg.name}", record="default_language")
         split_files = readers.assign_split_files(
             manual_dir, "*.json", split_files=cfg.split_files, exclude={cfg.ocr_file}, default_split=cfg.default_split)
-        self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang)
+        self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang,
+                                      skip_invalid=cfg.skip_invalid_records)
         self.ocr_stats = self._ocr.stats
         # The per-image work: decode, stored bytes, and the OCR engine unless tokens come from a file.
         engine = "none" if self._ocr.engine in ("file", "none") else self._ocr.engine
@@ -363,8 +364,8 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
                          "counted in the Beam counter %s/missing_or_corrupt_image)", name,
                          sum(len(g.records) for g in image_groups), len(image_groups), dict(sorted(languages.items())),
                          name)
-            return examples
-        return self._counted(name, examples, counter, languages)
+            return self._expect(split, examples, planned=sum(len(g.records) for g in image_groups))
+        return self._expect(split, self._counted(name, examples, counter, languages))
 
     def _counted(self, name: str, examples, counter: readers.SkipCounter, languages: collections.Counter):
         kept = 0

@@ -441,6 +441,7 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
             self._ocr = readers.OcrSource(
                 cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback=ocr_lib.DEFAULT_ENGINE, lang=cfg.ocr_lang,
                 min_confidence=cfg.ocr_min_confidence, psm=cfg.ocr_psm, min_side=cfg.ocr_min_side,
+                skip_invalid=cfg.skip_invalid_records,
             )
             self.ocr_stats = self._ocr.stats
         self._images = readers.ImageCache(self._ocr, cfg.num_workers, cfg.ocr_lang)

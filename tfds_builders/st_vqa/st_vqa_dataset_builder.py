@@ -92,7 +92,7 @@ def read_global_dictionary(path: Path) -> list[str]:
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise readers.DatasetInputError(f"{path}: global dictionary must be a JSON list of strings")
     else:
-        words = path.read_text(encoding="utf-8").splitlines()
+        words = path.read_text(encoding="utf-8-sig").splitlines()
     return list(dict.fromkeys(w for w in (normalize_text(x) for x in words) if w))
 
 
@@ -163,7 +163,8 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
             else:
                 logging.warning("st_vqa task 2: no global dictionary %s; 'dictionary' only from records", gpath)
         self._global_dict = global_dict
-        self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang)
+        self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang,
+                                      skip_invalid=cfg.skip_invalid_records)
         self.ocr_stats = self._ocr.stats
         self._images = readers.ImageCache(self._ocr, cfg.num_workers, cfg.ocr_lang)
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}

@@ -33,6 +33,7 @@ try:
 except ImportError:  # loaded by `tfds build tfds_builders/synthetic_openvivqa` without the project installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tfds_builders.common import vqa_features
+from openvivqa_jax.data.build_check import RecordsSources
 from tfds_builders.synthetic_openvivqa import generator
 
 __all__ = ["Builder", "SyntheticOpenVivqaConfig"]
@@ -54,7 +55,7 @@ class SyntheticOpenVivqaConfig(tfds.core.BuilderConfig, generator.GeneratorConfi
 _CLEAN = dict(ocr_drop_prob=0.0, ocr_sub_prob=0.0, ocr_box_jitter=0.0)
 
 
-class Builder(tfds.core.GeneratorBasedBuilder):
+class Builder(RecordsSources, tfds.core.GeneratorBasedBuilder):
     """Synthetic OpenViVQA: deterministic street-scene VQA in Vietnamese (no download)."""
 
     VERSION = tfds.core.Version("1.2.0")

@@ -215,7 +215,8 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
         cfg = self.builder_config
         manual_dir = Path(dl_manager.manual_dir)
         split_files = readers.assign_split_files(manual_dir, "*.csv", split_files=cfg.split_files, default_split="train")
-        self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang)
+        self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none", lang=cfg.ocr_lang,
+                                      skip_invalid=cfg.skip_invalid_records)
         self.ocr_stats = self._ocr.stats
         self._images = readers.ImageCache(self._ocr, cfg.num_workers, cfg.ocr_lang)
         logging.info("vivqa: split files %s", {k: [p.name for p in v] for k, v in split_files.items()})
