@@ -48,7 +48,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
-from openvivqa_jax import interrupts
+from openvivqa_jax import interrupts, jsonio
 from openvivqa_jax.config_check import ConfigError
 from openvivqa_jax.errors import UserError
 from openvivqa_jax.evaluation.evjvqa import tokenize
@@ -420,8 +420,7 @@ def load_encoder(workdir: str) -> RelevanceEncoder:
     if not os.path.exists(path):
         raise RelevanceModelError(f"relevance model {workdir} not found: no {MODEL_FILE} there (train one with "
                                   "python -m openvivqa_jax.main --config configs/relevance/w2vvpp.py --workdir ...)")
-    with open(path, encoding="utf-8") as f:
-        meta = json.load(f)
+    meta = jsonio.read_json(path, what="relevance model file", error=RelevanceModelError, repeated_keys="error")
     abstract = _abstract_state(meta)
     for sub in ("best", "checkpoints"):
         folder = os.path.join(workdir, sub)
@@ -506,8 +505,8 @@ def _setup(cfg, workdir: str):
     lang = cfg.data.language
     m = cfg.model
     if os.path.exists(meta_path):
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
+        meta = jsonio.read_json(meta_path, what="relevance model file", error=RelevanceModelError,
+                                repeated_keys="error")
         if meta["language"] != lang:
             raise RelevanceModelError(f"workdir {workdir} holds a relevance model of language {meta['language']!r}, "
                                       f"not data.language={lang!r}: use another --workdir")

@@ -4,6 +4,7 @@ subset's scores are kept beside under their own name, and both counts are in the
 from __future__ import annotations
 
 import json
+import os
 
 from openvivqa_jax import evaluate
 
@@ -12,9 +13,21 @@ REFS = {"1": ["xe đạp"], "2": ["màu đỏ"], "3": ["hai người"], "4": ["p
 
 
 def _cli(capsys, *argv):
-    rc = evaluate.run([str(a) for a in argv])
+    """Runs the evaluate CLI; returns its exit code, the metrics JSON (written with ``--json``) and stdout +
+    stderr with ``--table`` (which prints the tables on stdout), else stderr."""
+    argv = [str(a) for a in argv]
+    out_file = None
+    if "--table" in argv:
+        out_file = os.path.join(os.path.dirname(argv[argv.index("--predictions") + 1]), "metrics_out.json")
+        argv += ["--json", out_file]
+    rc = evaluate.run(argv)
     out, err = capsys.readouterr()
-    return rc, (json.loads(out) if rc == 0 else None), err
+    if rc != 0:
+        return rc, None, out + err
+    if out_file:
+        with open(out_file, encoding="utf-8") as f:
+            return rc, json.load(f), out + err
+    return rc, json.loads(out), err
 
 
 def test_two_of_seven_answered_scores_two_sevenths(tmp_path, capsys):

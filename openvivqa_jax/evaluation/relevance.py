@@ -28,12 +28,13 @@ Arrays: projections ``(n, visual_dim)``; per-question scores ``(n,)`` float64.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from openvivqa_jax import jsonio
 
 __all__ = ["RELEVANCE_METRICS", "RelevanceInputs", "parse_model_spec", "load_models", "image_ids_from_file",
            "clinrel", "cmedrel", "score_relevance"]
@@ -131,9 +132,8 @@ def image_ids_from_file(path: str | os.PathLike | None) -> dict[str, str]:
     if not path or not str(path).endswith(".json") or not os.path.exists(path):
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        data = jsonio.read_json(path, error=ValueError)
+    except ValueError:  # unreadable or not JSON: the file's own reader reports it
         return {}
     out: dict[str, str] = {}
     recs: Any = data
