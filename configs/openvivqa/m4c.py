@@ -22,8 +22,8 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     m = c.model
     m.num_text_layers = 12
     m.num_mmt_layers = 4
-    # Recompute the text and MMT blocks in the backward pass: training peak RSS 9.4 -> 6.0 GiB at the
-    # benchmark shapes for about the same speed (5.18 vs 5.12 examples/s; README, Benchmarks).
+    # Recompute the text and MMT blocks in the backward pass: about two thirds less training memory at the
+    # benchmark shapes for about the same speed (benchmarks/README.md).
     m.remat = True
     if variant != "benchmark":
         m.max_answer_len = 12  # M4C's 12 decoding steps

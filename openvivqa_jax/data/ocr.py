@@ -759,7 +759,7 @@ def run_detector_tesseract(
 # ------------------------------------------------------------------------------------------- engines
 #: OCR engines run on an image (builders' ``ocr_engine`` and ``predict --ocr``).
 ENGINES = ("detector+tesseract", "tesseract", "none")
-#: The default engine (measured on the 7 real OpenViVQA examples; README "OCR engines").
+#: The default engine: it finds the most answer words on real photos (docs/results.md, OCR engines).
 DEFAULT_ENGINE = "detector+tesseract"
 
 

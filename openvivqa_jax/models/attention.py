@@ -189,8 +189,8 @@ class MultiHeadAttention(nnx.Module):
         if len(segments) > 1 and self.implementation == "xla":
             # Several segments (M4C: prefix, then cache) with XLA: the same computation as
             # dot_product_attention's XLA path, one dot per segment. Concatenating the segments for one
-            # call copied and transposed the prefix keys/values at every step and layer (the compiled
-            # beam-search loop of M4C held 12 more transposes and 16 more copies; notes of issue 19).
+            # call would copy and transpose the prefix keys/values at every step and layer of the
+            # compiled beam-search loop.
             scale = 1.0 / float(self.head_dim) ** 0.5
             logits = jnp.concatenate([jnp.einsum("bqhd,bhdk->bhqk", q, k.astype(q.dtype),
                                                  preferred_element_type=jnp.float32) for k, _ in segments], -1)

@@ -63,8 +63,7 @@ class SmallCNN(nnx.Module):
     average-pooled over ``p x p`` pixel blocks and each grid cell gets its ``(stride / p)**2`` pooled RGB
     values (in [-1, 1]), like a ViT patch embedding's input beside the CNN features. The convolutions
     average a small object (a 5x7-pixel stool at 128x96) with the pavement around it; the pooled pixels
-    keep its colour. Measured on the synthetic set (dev, README): signboard colours and object counts are
-    learned with it, not without.
+    keep its colour: with it the synthetic set's signboard colours are learned (docs/results.md).
 
     Args:
       channels: output channels per stage, e.g. ``(32, 64, 128, 128)``.
