@@ -22,7 +22,7 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     m = c.model
     m.num_text_layers = 12
     m.num_mmt_layers = 4
-    # Recompute the text and MMT blocks in the backward pass: about two thirds less training memory at the
+    # Recompute the text and MMT blocks in the backward pass: about a third less training memory at the
     # benchmark shapes for about the same speed (benchmarks/README.md).
     m.remat = True
     if variant != "benchmark":
