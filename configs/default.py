@@ -77,6 +77,14 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.fasttext = ml_collections.ConfigDict()
     c.model.fasttext.path = placeholder(str)
     c.model.fasttext.freeze = False
+    # M4C's question encoder: 'learned' (a transformer trained from scratch) or 'bert': the first num_layers layers
+    # of the Hugging Face BERT / RoBERTa (PhoBERT) checkpoint in the folder path (config.json, model.safetensors,
+    # tokenizer files; docs/pretrained.md), fine-tuned unless freeze.
+    c.model.text_encoder = ml_collections.ConfigDict()
+    c.model.text_encoder.kind = "learned"
+    c.model.text_encoder.path = placeholder(str)
+    c.model.text_encoder.num_layers = 3
+    c.model.text_encoder.freeze = False
     c.model.fusion = "sum"
     # MLPAG: also give the answer decoder the fused question tokens in its memory (after the OCR tokens and the
     # image); the paper's decoder reads only the fused OCR tokens and image (docs/evaluation.md, non-text).

@@ -123,7 +123,7 @@ def frozen_param_regex(cfg) -> str | None:
     if cfg.model.get("vision") is not None and cfg.model.vision.get("freeze"):
         pats.append(r"(.*/)?vision/backbone/.*")
     if cfg.model.get("question_embedding") == "fasttext" and (cfg.model.get("fasttext") or {}).get("freeze"):
-        pats.append(r"(.*/)?question/embedding/embedding")
+        pats.append(r"(.*/)?question/embedding/embedding(/.*)?")
     if (cfg.model.get("text_encoder") or {}).get("freeze"):
         pats.append(r"(.*/)?text_bert/.*")
     return "|".join(f"(?:{p})" for p in pats) or None

@@ -17,6 +17,8 @@ image               (B, H, W, 3) uint8          resized pixels (vision kind ``cn
 region_features     (B, R, D) float32           pre-extracted (vision kind ``region``)
 region_boxes/mask   (B, R, 4) / (B, R)
 question            (B, Lq) int32               pieces; ``question_mask`` (B, Lq) bool
+question_bert       (B, Lq) int32               ids of ``model.text_encoder``'s tokenizer;
+                                                ``question_bert_mask`` (B, Lq) bool
 ocr_pieces          (B, N, P) int32             pieces per OCR token; ``ocr_piece_mask``
 ocr_phoc            (B, N, phoc_dim) float32    PHOC (:mod:`openvivqa_jax.data.phoc`)
 ocr_boxes           (B, N, 4) float32           xyxy in [0, 1]
@@ -414,6 +416,9 @@ class Preprocessor:
                              f"generator models; model {m.name!r} is a classifier")
         self._dictionary_mask = functools.lru_cache(maxsize=256)(self._dictionary_mask_uncached)
         self._ocr_fasttext = ocr_fasttext_source(cfg)
+        from openvivqa_jax.text.checkpoint_tokenizer import question_tokenizer
+
+        self._question_bert = question_tokenizer(m)
         self._global_words = None
         path = cfg.data.get("global_dictionary_file")
         if self.decode_dictionary == "global" and path:
@@ -504,6 +509,11 @@ class Preprocessor:
         out["question"] = np.zeros((self.q_len,), np.int32)
         out["question"][: len(q)] = q
         out["question_mask"] = np.arange(self.q_len) < len(q)
+        if self._question_bert is not None:  # the pretrained text encoder's own ids (models/bert.py)
+            out["question_bert"], out["question_bert_mask"], cut = self._question_bert.encode_padded(rec.question,
+                                                                                                     self.q_len)
+            if cut:
+                self.counter.add("question_bert_truncated")
         texts = [] if self.mask_ocr else rec.ocr_texts
         if len(texts) > N:
             self.counter.add("ocr_tokens_truncated", len(texts) - N)

@@ -70,16 +70,10 @@ def initialize_pretrained(model, model_cfg, tokenizer) -> list[str]:
             table[...] = jnp.asarray(np.where(found[:, None], vectors, old), table[...].dtype)
             notes.append(f"question embedding: {int(found.sum())} of {len(found)} pieces from fastText {path}")
             logging.info("%s", notes[-1])
-    te = model_cfg.get("text_encoder")
-    if te is not None and (te.get("kind") or "learned") == "bert" and hasattr(model, "text_bert"):
-        from openvivqa_jax.models.bert import load_hf_checkpoint
+    if getattr(model, "uses_bert", False):
+        from openvivqa_jax.models.bert import load_hf_checkpoint, text_encoder_folder
 
-        if not te.get("path"):
-            notes.append("model.text_encoder.kind='bert' but model.text_encoder.path is not set: the BERT encoder "
-                         "starts random")
-            logging.warning("%s", notes[-1])
-        else:
-            report = load_hf_checkpoint(model.text_bert, os.path.expanduser(te.path))
-            notes.append(report.summary())
-            logging.info("%s", notes[-1])
+        report = load_hf_checkpoint(model.text_bert, text_encoder_folder(model_cfg))
+        notes.append(report.summary())
+        logging.info("%s", notes[-1])
     return notes
