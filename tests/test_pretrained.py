@@ -303,6 +303,43 @@ def test_wordpiece_and_phobert_bpe_ids(tmp_path):
     assert pt.encode("học sinh sinhx zz") == [0, 4, 5, 6, 7, 8, 3, 3, 2]
 
 
+def test_tokenizer_json_gives_the_wordpiece_ids(tmp_path):
+    from tokenizers import BertWordPieceTokenizer
+
+    from openvivqa_jax.text.checkpoint_tokenizer import CheckpointTokenizer
+
+    _write_bert(tmp_path / "b")
+    BertWordPieceTokenizer(str(tmp_path / "b" / "vocab.txt"), lowercase=False, strip_accents=False).save(
+        str(tmp_path / "b" / "tokenizer.json"))
+    tok = CheckpointTokenizer(str(tmp_path / "b"))
+    assert tok.kind == "tokenizer.json" and tok.pad_id == 0
+    assert tok.encode("màu đỏ gì ?") == [2, 5, 6, 7, 10, 3]
+
+
+def test_missing_paths_leave_a_random_start_and_say_so():
+    from flax import nnx
+
+    from openvivqa_jax.models import build_model
+
+    class _Tok:
+        vocab_size = 300
+
+    for name in ("mlpag", "m4c"):
+        cfg = tiny_model_config(name)
+        cfg.model.question_embedding = "fasttext" if name == "mlpag" else "learned"
+        cfg.model.word_dim = 6
+        cfg.model.text_encoder.kind = "bert"
+        from openvivqa_jax.models.pretrained import initialize_pretrained
+
+        model = nnx.eval_shape(lambda: build_model(cfg.model, 300))  # noqa: B023
+        notes = initialize_pretrained(model, cfg.model, _Tok())
+        if name == "mlpag":
+            assert len(notes) == 1 and "model.fasttext.path is not set" in notes[0] and "\n" not in notes[0]
+            assert model.question.embedding.embedding.shape == (300, 6)
+        else:
+            assert notes == [] and not model.uses_bert  # a 'bert' kind without a path: the learned encoder
+
+
 @pytest.mark.parametrize("case", ["missing", "shape", "no_tensor", "vocab", "bin_only"])
 def test_bert_errors_are_one_line(tmp_path, case):
     from flax import nnx

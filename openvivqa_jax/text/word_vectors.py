@@ -35,6 +35,7 @@ piece of a word the same row whatever word it occurs in, since the table is inde
 from __future__ import annotations
 
 import functools
+import logging as std_logging
 import os
 from collections.abc import Sequence
 
@@ -85,6 +86,8 @@ class WordVectors:
         from gensim.models import KeyedVectors
         from gensim.models.fasttext import load_facebook_vectors
 
+        # gensim logs its loading steps at INFO through the root logger; keep its warnings only.
+        std_logging.getLogger("gensim").setLevel(max(std_logging.WARNING, std_logging.getLogger("gensim").level))
         try:
             if self.kind == "bin":
                 self._kv = load_facebook_vectors(path)
