@@ -37,7 +37,8 @@ from openvivqa_jax.config_files import load_config
 
 #: ``--config configs/openvivqa/<model>.py:<variant>``.
 OPENVIVQA_VARIANTS = ("images", "features", "benchmark")
-#: Models whose papers embed the question tokens with FastText (OpenViVQA §4.2-4.3; LoRRA, Singh et al. 2019):
+#: Models whose question tokens are embedded with FastText (OpenViVQA §4.2-4.3; LoRRA, whose English question
+#: embedding is GloVe, with FastText as there are no Vietnamese GloVe vectors):
 #: their ``images`` / ``features`` configs start the question embedding from ``model.fasttext.path``.
 FASTTEXT_QUESTION_MODELS = ("mlpag", "qumlag", "lorra")
 #: Models whose OCR token features include 300-d fastText vectors (``ocr_fasttext``; MLPAG §4.3, LoRRA, M4C §3.2),
