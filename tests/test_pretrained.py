@@ -297,7 +297,7 @@ def test_wordpiece_and_phobert_bpe_ids(tmp_path):
     (ph / "bpe.codes").write_text("h ọ 9\nhọ c</w> 8\ns i 7\nsi n 6\nsin h</w> 5\n", encoding="utf-8")
     pt = CheckpointTokenizer(str(ph))
     assert pt.kind == "phobert_bpe"
-    # học -> h ọ c</w> -> họ c</w> -> học</w>; sinhx -> sin h x</w> (no merge for (sin, h) before x): sin@@ h@@ x.
+    # học -> h ọ c</w> -> họ c</w> -> học</w>; sinhx -> sin h x</w> (no merge (sin, h) before x): sin@@ h@@ x.
     assert pt._tok.tokenize("học sinhx") == ["học", "sin@@", "h@@", "x"]
     # <s> ... </s>; "zz" is z@@ z, both <unk> (3).
     assert pt.encode("học sinh sinhx zz") == [0, 4, 5, 6, 7, 8, 3, 3, 2]

@@ -35,7 +35,8 @@ from flax import nnx
 
 from openvivqa_jax.errors import UserError
 
-__all__ = ["text_encoder_folder", "TEXT_ENCODERS", "BertCheckpointError", "BertSettings", "read_bert_settings", "BertEncoder", "BertLayer",
+__all__ = ["text_encoder_folder", "TEXT_ENCODERS", "BertCheckpointError", "BertSettings", "read_bert_settings",
+           "BertEncoder", "BertLayer",
            "read_hf_tensors", "load_hf_checkpoint", "LoadReport", "hf_parameter_names"]
 
 _ACTIVATIONS = {
