@@ -156,10 +156,11 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from openvivqa_jax.data.pipeline import DatasetError
     from openvivqa_jax.inference import CheckpointMismatchError
     from openvivqa_jax.models.vit import CheckpointError
+    from openvivqa_jax.errors import UserError
     from tfds_builders.readers import DatasetInputError
 
     return (ConfigError, DatasetError, DatasetInputError, OcrFileError, OcrUnavailableError, CheckpointError,
-            CheckpointMismatchError)
+            CheckpointMismatchError, UserError)
 
 
 def main(argv) -> None:

@@ -461,3 +461,20 @@ def test_m4c_trains_one_step_from_bert(tmp_path, tiny_tfds):
     assert batch["question_bert"].shape == (4, cfg.model.max_question_len)
     assert (batch["question_bert"][:, 0] == 2).all()  # [CLS]
     assert "question" not in after  # the learned text encoder is not built
+
+
+@pytest.mark.slow
+def test_main_reports_a_missing_vectors_file_in_one_line(tmp_path, tiny_tfds):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, subprocess_env
+
+    res = subprocess.run([sys.executable, "-m", "openvivqa_jax.main", "--config", "configs/synthetic/mlpag_fasttext.py",
+                          "--workdir", str(tmp_path / "w"), "--config.data.builder_config=tiny",
+                          f"--config.data.data_dir={tiny_tfds}", f"--config.model.fasttext.path={tmp_path}/cc.vi.bin"],
+                         cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert lines == [f"error: WordVectorsError: fastText vectors not found: {tmp_path}/cc.vi.bin (download e.g. "
+                     "cc.vi.300.bin from https://fasttext.cc/docs/en/crawl-vectors.html; nothing is downloaded here)"]
