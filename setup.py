@@ -27,6 +27,11 @@ INSTALL_REQUIRES = [
     "rapidfuzz>=3.0",
     "matplotlib>=3.8",
     "absl-py>=2.0",
+    # The user's pretrained text files (docs/pretrained.md): fastText .bin/.vec (gensim's reader, with subword
+    # n-grams), Hugging Face model.safetensors and tokenizer.json; wheels for Python 3.11 and 3.12, no compiler.
+    "gensim>=4.3.3",
+    "safetensors>=0.4.0",
+    "tokenizers>=0.15.0",
 ]
 
 TENSORFLOW = [

@@ -37,6 +37,13 @@ from openvivqa_jax.config_files import load_config
 
 #: ``--config configs/openvivqa/<model>.py:<variant>``.
 OPENVIVQA_VARIANTS = ("images", "features", "benchmark")
+#: Models whose question tokens are embedded with FastText (OpenViVQA §4.2-4.3; LoRRA, whose English question
+#: embedding is GloVe, with FastText as there are no Vietnamese GloVe vectors):
+#: their ``images`` / ``features`` configs start the question embedding from ``model.fasttext.path``.
+FASTTEXT_QUESTION_MODELS = ("mlpag", "qumlag", "lorra")
+#: Models whose OCR token features include 300-d fastText vectors (``ocr_fasttext``; MLPAG §4.3, LoRRA, M4C §3.2),
+#: computed from ``model.fasttext.path`` in the ``images`` / ``features`` configs.
+FASTTEXT_OCR_MODELS = ("mlpag", "lorra", "m4c")
 
 
 def check_variant(variant: str, variants: tuple[str, ...]) -> None:
@@ -63,6 +70,10 @@ def openvivqa_paper(name: str, variant: str, *, d_model: int = 512, num_heads: i
     c = load_config("openvivqa/mlpag.py", variant, relative_to=__file__)
     m = c.model
     m.name = name
+    if name not in FASTTEXT_QUESTION_MODELS:
+        m.question_embedding = "learned"
+    if name not in FASTTEXT_OCR_MODELS and variant != "benchmark":
+        m.ocr_extra_features = {}
     m.d_model = d_model
     m.num_heads = num_heads
     m.ffn_dim = ffn_dim

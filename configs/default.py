@@ -67,6 +67,24 @@ def get_config() -> ml_collections.ConfigDict:
     # training, so a model that reads them copies unseen shop names far less often (docs/results.md).
     c.model.ocr_features = ("phoc", "appearance")
     c.model.ocr_extra_features = ml_collections.ConfigDict()
+    # Question piece embeddings: 'learned' (random start) or 'fasttext' (each piece's row starts as the fastText
+    # vector of its text, OpenViVQA §4.2-4.3; docs/pretrained.md). word_dim is the vectors' width.
+    c.model.question_embedding = "learned"
+    c.model.word_dim = 300
+    # fastText vectors (the user's file: Facebook .bin with subword n-grams, or .vec text; nothing is downloaded):
+    # the question embedding above, and the OCR tokens' 'ocr_fasttext' features when ocr_extra_features names
+    # them ({"ocr_fasttext": 300}). freeze keeps the question vectors as loaded instead of fine-tuning them.
+    c.model.fasttext = ml_collections.ConfigDict()
+    c.model.fasttext.path = placeholder(str)
+    c.model.fasttext.freeze = False
+    # M4C's question encoder: 'learned' (a transformer trained from scratch) or 'bert': the first num_layers layers
+    # of the Hugging Face BERT / RoBERTa (PhoBERT) checkpoint in the folder path (config.json, model.safetensors,
+    # tokenizer files; docs/pretrained.md), fine-tuned unless freeze.
+    c.model.text_encoder = ml_collections.ConfigDict()
+    c.model.text_encoder.kind = "learned"
+    c.model.text_encoder.path = placeholder(str)
+    c.model.text_encoder.num_layers = 3
+    c.model.text_encoder.freeze = False
     c.model.fusion = "sum"
     # MLPAG: also give the answer decoder the fused question tokens in its memory (after the OCR tokens and the
     # image); the paper's decoder reads only the fused OCR tokens and image (docs/results.md, non-text).

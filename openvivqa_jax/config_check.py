@@ -89,6 +89,8 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("eval.decoding", ("greedy", "beam")),
     ("model.attention_impl", ("xla", "cudnn")),
     ("train.dropout_prng", ("threefry2x32", "rbg", "unsafe_rbg")),
+    ("model.question_embedding", ("learned", "fasttext")),
+    ("model.text_encoder.kind", ("learned", "bert")),
 )
 
 

@@ -116,10 +116,16 @@ def make_optimizer(tcfg, d_model: int) -> tuple[optax.GradientTransformation, op
 def frozen_param_regex(cfg) -> str | None:
     """The regex of parameter paths not trained: ``train.frozen_params`` (a regex over paths such as
     ``vision/backbone/blocks/0/attn/query/kernel``), plus ``vision/backbone/...`` when
-    ``model.vision.freeze`` (a pretrained backbone kept as loaded). None when nothing is frozen."""
+    ``model.vision.freeze`` (a pretrained backbone kept as loaded), ``question/embedding/embedding`` when
+    ``model.fasttext.freeze`` (fastText question vectors kept as loaded) and ``text_bert/...`` when
+    ``model.text_encoder.freeze``. None when nothing is frozen."""
     pats = [p for p in [cfg.train.get("frozen_params")] if p]
     if cfg.model.get("vision") is not None and cfg.model.vision.get("freeze"):
         pats.append(r"(.*/)?vision/backbone/.*")
+    if cfg.model.get("question_embedding") == "fasttext" and (cfg.model.get("fasttext") or {}).get("freeze"):
+        pats.append(r"(.*/)?question/embedding/embedding(/.*)?")
+    if (cfg.model.get("text_encoder") or {}).get("freeze"):
+        pats.append(r"(.*/)?text_bert/.*")
     return "|".join(f"(?:{p})" for p in pats) or None
 
 
@@ -392,7 +398,7 @@ def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
     if not model_class(cfg.model.name).is_generator:
         answer_list = assets.load_answer_list(cfg, workdir, lambda: data.records(cfg.data.train_split))
     if initialize:
-        model = build_model(cfg.model, tokenizer.vocab_size, seed=cfg.seed)
+        model = build_model(cfg.model, tokenizer.vocab_size, seed=cfg.seed, tokenizer=tokenizer)
     else:
         with cfg.unlocked():
             if cfg.model.get("vision") is not None and cfg.model.vision.get("checkpoint"):

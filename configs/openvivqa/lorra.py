@@ -2,6 +2,10 @@
 
 ``--config configs/openvivqa/lorra.py[:images|features|benchmark]``; usage, variants, ``num_answers`` and the
 settings shared with configs/openvivqa/mlpag.py: configs/common.py.
+
+``images`` and ``features``: the question embedding starts from fastText vectors and the OCR tokens get their
+300-d fastText features, as LoRRA's, when ``--config.model.fasttext.path=<cc.vi.300.bin>`` is given
+(docs/pretrained.md); without it one warning line says the embeddings start random and the features are zero.
 """
 
 import ml_collections
@@ -16,7 +20,7 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     """Returns the paper-size LoRRA config for ``variant`` (ValueError for an unknown one)."""
     c = common.openvivqa_paper("lorra", variant)
     m = c.model
-    m.word_dim = 300
+    m.word_dim = 300  # FastText width (model.fasttext.path: the vectors; docs/pretrained.md)
     m.lstm_dim = 1024  # Pythia/LoRRA question LSTM
     m.attention_dim = 1024  # top-down attention combine width
     m.num_glimpses = 2  # image attention and question self-attention glimpses

@@ -1,6 +1,9 @@
 """MLPAG at the paper's sizes on the real OpenViVQA dataset (paper §4.3, §5; docs/design.md §6).
 
 ``--config configs/openvivqa/mlpag.py[:images|features|benchmark]``; usage and variants: configs/common.py.
+In ``images`` and ``features`` the question and OCR tokens start from fastText vectors as in the paper: pass
+``--config.model.fasttext.path=<cc.vi.300.bin>`` (docs/pretrained.md); ``benchmark`` keeps docs/design.md §10's
+shapes (learned question embeddings).
 The other configs/openvivqa/*.py start from this file's data, tokenizer, training and evaluation settings.
 """
 
@@ -50,6 +53,13 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
         if variant == "benchmark":
             m.vision.region_dim = 1024
             m.ocr_extra_features = {"ocr_det": 256, "ocr_rec": 256, "ocr_fasttext": 300}
+    if variant != "benchmark":
+        # §4.3: question tokens and scene-text tokens embedded with FastText (300-d), from the user's cc.vi.300.bin
+        # (--config.model.fasttext.path=...; docs/pretrained.md). Without the path one warning line says so and the
+        # question embeddings start random, the OCR tokens' fastText features zero.
+        m.question_embedding = "fasttext"
+        m.word_dim = 300
+        m.ocr_extra_features = {"ocr_fasttext": 300}
 
     t = c.train
     t.batch_size = 64

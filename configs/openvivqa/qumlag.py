@@ -2,6 +2,10 @@
 
 ``--config configs/openvivqa/qumlag.py[:images|features|benchmark]``; usage, variants and the settings shared
 with configs/openvivqa/mlpag.py: configs/common.py.
+
+``images`` and ``features``: the question embedding starts from fastText vectors (§4.2) when
+``--config.model.fasttext.path=<cc.vi.300.bin>`` is given (docs/pretrained.md); without it one warning line says
+the embeddings start random.
 """
 
 import ml_collections
@@ -18,5 +22,5 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     m = c.model
     m.num_fusion_layers = 3  # SA units on the question; SA + GA units on the image (docs/design.md §10: 3+3)
     m.num_decoder_layers = 3
-    m.word_dim = 300  # the paper's FastText width (embeddings trained here)
+    m.word_dim = 300  # the paper's FastText width (model.fasttext.path: the vectors; docs/pretrained.md)
     return c

@@ -17,10 +17,13 @@ image               (B, H, W, 3) uint8          resized pixels (vision kind ``cn
 region_features     (B, R, D) float32           pre-extracted (vision kind ``region``)
 region_boxes/mask   (B, R, 4) / (B, R)
 question            (B, Lq) int32               pieces; ``question_mask`` (B, Lq) bool
+question_bert       (B, Lq) int32               ids of ``model.text_encoder``'s tokenizer;
+                                                ``question_bert_mask`` (B, Lq) bool
 ocr_pieces          (B, N, P) int32             pieces per OCR token; ``ocr_piece_mask``
 ocr_phoc            (B, N, phoc_dim) float32    PHOC (:mod:`openvivqa_jax.data.phoc`)
 ocr_boxes           (B, N, 4) float32           xyxy in [0, 1]
 ocr_mask            (B, N) bool                 real OCR tokens
+ocr_fasttext        (B, N, 300) float32         fastText vectors (``ocr_extra_features``)
 decoder_in          (B, L) int32                teacher-forced inputs
 target_vocab        (B, L) int32                positive piece or -1
 target_ocr          (B, L, N) bool              positive OCR slots
@@ -359,6 +362,49 @@ def read_records(source, source_name: str = "", counter: SkipCounter | None = No
     return out
 
 
+def ocr_fasttext_source(cfg):
+    """The :class:`~openvivqa_jax.text.word_vectors.WordVectors` for ``ocr_fasttext`` features, when
+    ``model.ocr_extra_features`` names them; None otherwise.
+
+    Without ``model.fasttext.path`` the features are zero, said in one warning line.
+
+    Raises:
+      openvivqa_jax.text.word_vectors.WordVectorsError: a missing or bad file, or one whose width is not the
+        configured ``ocr_fasttext`` width.
+    """
+    extra = dict(cfg.model.get("ocr_extra_features", {}) or {})
+    if "ocr_fasttext" not in extra:
+        return None
+    from openvivqa_jax.models.pretrained import FASTTEXT_HINT, fasttext_path
+    from openvivqa_jax.text.word_vectors import WordVectorsError, open_word_vectors
+
+    path = fasttext_path(cfg.model)
+    if not path:
+        logging.warning("model.ocr_extra_features names ocr_fasttext but model.fasttext.path is not set: the OCR "
+                        "tokens' fastText features are zero (the paper uses %s)", FASTTEXT_HINT)
+        return _ZeroVectors(int(extra["ocr_fasttext"]))
+    wv = open_word_vectors(path)
+    if wv.dim != int(extra["ocr_fasttext"]):
+        raise WordVectorsError(f"{path} has {wv.dim}-d vectors but model.ocr_extra_features.ocr_fasttext is "
+                               f"{extra['ocr_fasttext']}")
+    return wv
+
+
+class _ZeroVectors:
+    def __init__(self, dim: int):
+        self.dim = dim
+
+    def token_vectors(self, tokens, num_slots):
+        return np.zeros((num_slots, self.dim), np.float32)
+
+
+def ocr_fasttext_features(vectors, texts: Sequence[str], num_ocr: int) -> np.ndarray:
+    """OCR tokens' fastText features (MLPAG §4.3's scene-text embedding): ``(num_ocr, dim)`` float32, one row per
+    token in slot order (:meth:`~openvivqa_jax.text.word_vectors.WordVectors.token_vectors`: n-gram vectors for
+    out-of-vocabulary tokens with a ``.bin``), zero rows for padding slots."""
+    return vectors.token_vectors(list(texts), num_ocr)
+
+
 class Preprocessor:
     """Record -> fixed-shape numpy features (see the module table).
 
@@ -411,6 +457,10 @@ class Preprocessor:
             raise ValueError(f"data.decode_dictionary={self.decode_dictionary!r} constrains the decoding of "
                              f"generator models; model {m.name!r} is a classifier")
         self._dictionary_mask = functools.lru_cache(maxsize=256)(self._dictionary_mask_uncached)
+        self._ocr_fasttext = ocr_fasttext_source(cfg)
+        from openvivqa_jax.text.checkpoint_tokenizer import question_tokenizer
+
+        self._question_bert = question_tokenizer(m)
         self._global_words = None
         path = cfg.data.get("global_dictionary_file")
         if self.decode_dictionary == "global" and path:
@@ -501,6 +551,11 @@ class Preprocessor:
         out["question"] = np.zeros((self.q_len,), np.int32)
         out["question"][: len(q)] = q
         out["question_mask"] = np.arange(self.q_len) < len(q)
+        if self._question_bert is not None:  # the pretrained text encoder's own ids (models/bert.py)
+            out["question_bert"], out["question_bert_mask"], cut = self._question_bert.encode_padded(rec.question,
+                                                                                                     self.q_len)
+            if cut:
+                self.counter.add("question_bert_truncated")
         texts = [] if self.mask_ocr else rec.ocr_texts
         if len(texts) > N:
             self.counter.add("ocr_tokens_truncated", len(texts) - N)
@@ -517,6 +572,8 @@ class Preprocessor:
             boxes[:n] = np.clip(rec.ocr_boxes[:n], 0.0, 1.0)
         out.update(ocr_pieces=pieces, ocr_piece_mask=pmask, ocr_phoc=phoc_batch(texts, N, self.phoc_alphabet),
                    ocr_boxes=boxes, ocr_mask=np.arange(N) < n)
+        if self._ocr_fasttext is not None:
+            out["ocr_fasttext"] = ocr_fasttext_features(self._ocr_fasttext, texts, N)
         enc = self.vocab.encode(answer or "", texts)
         if answer is not None:
             self.counter.add("answers_encoded")

@@ -41,8 +41,13 @@ def model_class(name: str):
     return getattr(importlib.import_module(module, __name__), cls)
 
 
-def build_model(model_cfg, vocab_size: int, seed: int = 0):
+def build_model(model_cfg, vocab_size: int, seed: int = 0, tokenizer=None):
     """Instantiates ``model_cfg.name`` with ``vocab_size`` pieces.
+
+    With ``tokenizer`` (the run's SentencePiece model), the pretrained text parts the config names are loaded
+    from the user's files (fastText question vectors, a BERT text encoder:
+    :func:`openvivqa_jax.models.pretrained.initialize_pretrained`); without it they keep their random start (an
+    abstract build whose parameters come from a checkpoint).
 
     Args:
       model_cfg: ``config.model``; ``dtype`` selects the compute dtype (``float32`` or ``bfloat16``;
@@ -57,6 +62,7 @@ def build_model(model_cfg, vocab_size: int, seed: int = 0):
     Raises:
       ValueError: for an unknown model name or dtype, or an ``attention_impl`` that does not apply
         (:func:`~openvivqa_jax.models.layers.set_attention_impl`).
+      openvivqa_jax.errors.UserError: a missing or bad pretrained file (with ``tokenizer``).
     """
     import jax.numpy as jnp
     from flax import nnx
@@ -69,4 +75,8 @@ def build_model(model_cfg, vocab_size: int, seed: int = 0):
         raise ValueError(f"unknown model dtype {dtype_name!r}; known: {sorted(DTYPES)}")
     dtype = getattr(jnp, dtype_name)  # jnp.float32, jnp.bfloat16
     model = klass(model_cfg, vocab_size, rngs=nnx.Rngs(params=seed), dtype=dtype)
+    if tokenizer is not None:
+        from openvivqa_jax.models.pretrained import initialize_pretrained
+
+        initialize_pretrained(model, model_cfg, tokenizer)
     return set_attention_impl(model, model_cfg.get("attention_impl", "xla"), dtype)

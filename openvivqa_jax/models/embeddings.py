@@ -24,7 +24,27 @@ from flax import nnx
 from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, grid_boxes, layer_norm, masked_mean
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
-__all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput"]
+__all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput",
+           "question_word_dim", "QUESTION_EMBEDDINGS"]
+
+#: ``model.question_embedding`` values: ``"learned"`` (piece embeddings trained from a random start) or
+#: ``"fasttext"`` (rows started from the fastText vectors of ``model.fasttext.path``,
+#: :func:`openvivqa_jax.models.pretrained.initialize_pretrained`; OpenViVQA §4.2-4.3).
+QUESTION_EMBEDDINGS = ("learned", "fasttext")
+
+
+def question_word_dim(cfg) -> int | None:
+    """The question piece-embedding width of a transformer question embedding (MLPAG, M4C): ``model.word_dim``
+    (the fastText vectors' width, 300 for ``cc.vi.300``) with ``question_embedding = "fasttext"``, else None
+    (``d_model``, the learned embedding's width).
+
+    Raises:
+      ValueError: an unknown ``model.question_embedding``.
+    """
+    kind = cfg.get("question_embedding", "learned") or "learned"
+    if kind not in QUESTION_EMBEDDINGS:
+        raise ValueError(f"model.question_embedding must be one of {QUESTION_EMBEDDINGS}, got {kind!r}")
+    return int(cfg.get("word_dim", 300) or 300) if kind == "fasttext" else None
 
 
 class VisionOutput(dict):
@@ -108,13 +128,17 @@ class QuestionEmbedding(nnx.Module):
 
     Args:
       vocab_size: ``V``; ``d_model``; ``max_len``: question length; ``dropout``.
+      word_dim: width of the piece embeddings and positions (None: ``d_model``); the fastText question
+        embedding (``model.question_embedding = "fasttext"``) uses the vectors' width, 300, and the fully
+        connected layer maps it to ``d_model`` (:func:`openvivqa_jax.models.pretrained.question_word_dim`).
     """
 
     def __init__(self, *, vocab_size: int, d_model: int, max_len: int, dropout: float, rngs: nnx.Rngs,
-                 dtype: Any = jnp.float32):
-        self.embedding = nnx.Embed(vocab_size, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
-        self.pos_embedding = nnx.Embed(max_len, d_model, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
-        self.proj = dense(d_model, d_model, rngs, dtype)
+                 dtype: Any = jnp.float32, word_dim: int | None = None):
+        w = word_dim or d_model
+        self.embedding = nnx.Embed(vocab_size, w, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+        self.pos_embedding = nnx.Embed(max_len, w, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+        self.proj = dense(w, d_model, rngs, dtype)
         self.norm = layer_norm(d_model, rngs, dtype)
         self.dropout = nnx.Dropout(dropout)
 

@@ -37,7 +37,8 @@ class LstmQuestionEncoder(nnx.Module):
     each question's last real token (questions are right-padded; docs/design.md §5).
 
     Args:
-      vocab_size: ``V``; ``word_dim``: embedding width (the papers' 300-d word vectors, trained here);
+      vocab_size: ``V``; ``word_dim``: embedding width (the papers' 300-d word vectors: started from fastText
+        with ``model.question_embedding = "fasttext"``, :mod:`openvivqa_jax.models.pretrained`);
       hidden_dim: LSTM width ``d_Q``; ``dropout``: on the embeddings.
     """
 

@@ -2,9 +2,13 @@
 
 Components (Hu et al. §3):
 
-* Question: a transformer text encoder trained from scratch (BERT-like; no downloaded weights): piece +
+* Question: a transformer text encoder trained from scratch (BERT-like): piece +
   position embeddings (:class:`~openvivqa_jax.models.embeddings.QuestionEmbedding`), ``num_text_layers``
-  self-attention blocks with the question padding masked, a final LayerNorm. ``(batch, l, d)``.
+  self-attention blocks with the question padding masked, a final LayerNorm. ``(batch, l, d)``. Or, as M4C,
+  a pretrained BERT / RoBERTa (PhoBERT) checkpoint's first ``model.text_encoder.num_layers`` layers
+  (``model.text_encoder.kind = "bert"`` with ``model.text_encoder.path``; :mod:`openvivqa_jax.models.bert`),
+  fine-tuned, over the question ids of the checkpoint's own tokenizer (batch keys ``question_bert`` /
+  ``question_bert_mask``), projected to ``d`` when its width differs.
 * Objects: ``x_obj = LN(W_1 x_fr) + LN(W_2 x_b)`` (region features and boxes; ``VisionEncoder``).
 * OCR tokens: ``x_ocr = LN(W_3 x_txt + W_4 x_app + W_5 x_phoc + ...) + LN(W_6 x_b)`` (``OcrEmbedding``):
   the text embedding (mean of the token's pieces), PHOC (:mod:`openvivqa_jax.data.phoc`), the appearance
@@ -41,6 +45,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.base import GeneratorModel
+from openvivqa_jax.models.bert import BertEncoder, read_bert_settings, text_encoder_folder
 from openvivqa_jax.models.decoder import AnswerDecoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, vision_encoder
 from openvivqa_jax.models.layers import Dropout, EncoderBlock, call_block, dense, layer_norm
@@ -113,7 +118,8 @@ class M4C(GeneratorModel):
 
     Args:
       cfg: ``config.model`` (d_model, num_heads, ffn_dim, dropout, num_text_layers, num_mmt_layers,
-        max_question_len, max_answer_len, num_ocr, phoc_dim, ocr_features, ocr_extra_features, vision.*).
+        max_question_len, max_answer_len, num_ocr, phoc_dim, ocr_features, ocr_extra_features, vision.*,
+        text_encoder.kind / path / num_layers / freeze: the pretrained question encoder, module doc).
       vocab_size: ``V``.
       rngs: parameter RNGs.
       dtype: compute dtype.
@@ -132,10 +138,17 @@ class M4C(GeneratorModel):
                                                      cfg.num_text_layers, cfg.num_mmt_layers)
         blk = dict(d_model=d, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim, dropout=cfg.dropout, rngs=rngs,
                    dtype=dtype)
-        self.question = QuestionEmbedding(vocab_size=vocab_size, d_model=d, max_len=cfg.max_question_len,
-                                          dropout=cfg.dropout, rngs=rngs, dtype=dtype)
-        self.text_layers = nnx.List([EncoderBlock(**blk) for _ in range(cfg.num_text_layers)])
-        self.text_norm = layer_norm(d, rngs, dtype)
+        bert_folder = text_encoder_folder(cfg)
+        self.uses_bert = bert_folder is not None
+        if self.uses_bert:
+            settings = read_bert_settings(bert_folder)
+            self.text_bert = BertEncoder(settings, int(cfg.text_encoder.get("num_layers", 3)), rngs=rngs, dtype=dtype)
+            self.text_proj = dense(settings.hidden_size, d, rngs, dtype) if settings.hidden_size != d else None
+        else:
+            self.question = QuestionEmbedding(vocab_size=vocab_size, d_model=d, max_len=cfg.max_question_len,
+                                              dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+            self.text_layers = nnx.List([EncoderBlock(**blk) for _ in range(cfg.num_text_layers)])
+            self.text_norm = layer_norm(d, rngs, dtype)
         self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
         self.ocr = OcrEmbedding(vocab_size=vocab_size, d_model=d, phoc_dim=cfg.phoc_dim,
                                 appearance_dim=self.vision.raw_dim, features=tuple(cfg.ocr_features),
@@ -158,11 +171,17 @@ class M4C(GeneratorModel):
         """Prefix embeddings. Returns ``{prefix (batch, P, d), prefix_mask (batch, P), ocr_in (batch, N, d),
         ocr_mask (batch, N)}`` with ``P = l + s + N`` in the order question, objects, OCR."""
         kw = dict(deterministic=deterministic, rngs=rngs)
-        q_mask = batch["question_mask"].astype(bool)
-        q = self.question(batch["question"], **kw)
-        for i, blk in enumerate(self.text_layers):
-            q = call_block(blk, q, q_mask, remat=self.remat_text[i], **kw)
-        q = self.text_norm(q)
+        if self.uses_bert:
+            q_mask = batch["question_bert_mask"].astype(bool)
+            q = self.text_bert(batch["question_bert"], q_mask, **kw)
+            if self.text_proj is not None:
+                q = self.text_proj(q)
+        else:
+            q_mask = batch["question_mask"].astype(bool)
+            q = self.question(batch["question"], **kw)
+            for i, blk in enumerate(self.text_layers):
+                q = call_block(blk, q, q_mask, remat=self.remat_text[i], **kw)
+            q = self.text_norm(q)
         vis = self.vision(batch, **kw)
         ocr = self.ocr(batch, vis, **kw)
         ocr_mask = batch["ocr_mask"].astype(bool)

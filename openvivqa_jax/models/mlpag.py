@@ -3,7 +3,8 @@
 Components (Figure 10):
 
 * Image embedding: region (or grid) features projected to ``d``: ``x_I`` ``(batch, S, d)``.
-* Question embedding: piece embeddings + a fully connected layer: ``x_Q`` ``(batch, l, d)``.
+* Question embedding: piece embeddings (300-d fastText vectors with ``model.question_embedding = "fasttext"``,
+  as the paper) + a fully connected layer: ``x_Q`` ``(batch, l, d)``.
 * Scene-text embedding: OCR token features: ``x_S`` ``(batch, N, d)``.
 * MultiModal fusion, repeated ``num_fusion_layers`` times:
   self attention of ``x_Q`` over itself giving ``a_Q``; *context attention* of ``x_S`` over ``a_Q``;
@@ -29,7 +30,7 @@ from flax import nnx
 
 from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.decoder import AnswerDecoder
-from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, vision_encoder
+from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, question_word_dim, vision_encoder
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock
 
 __all__ = ["MLPAG", "fuse_sum"]
@@ -91,7 +92,7 @@ class MLPAG(MemoryDecoderGenerator):
             raise ValueError(f"MLPAG fusion must be 'sum' (eq. 9) or 'concat', got {self.fusion!r}")
         self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
         self.question = QuestionEmbedding(vocab_size=vocab_size, d_model=d, max_len=cfg.max_question_len,
-                                          dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+                                          dropout=cfg.dropout, rngs=rngs, dtype=dtype, word_dim=question_word_dim(cfg))
         self.ocr = OcrEmbedding(vocab_size=vocab_size, d_model=d, phoc_dim=cfg.phoc_dim,
                                 appearance_dim=self.vision.raw_dim, features=tuple(cfg.ocr_features),
                                 extra_dims=dict(cfg.get("ocr_extra_features", {}) or {}), dropout=cfg.dropout,

@@ -4,7 +4,8 @@ Components (Figure 9):
 
 * Image embedding: region features through a fully connected layer, ``x_I`` ``(batch, s, d)``
   (``VisionEncoder``; grid features stand in on the synthetic data).
-* Question embedding: piece embeddings (the paper's FastText vectors, trained here) and an LSTM,
+* Question embedding: piece embeddings (the paper's FastText vectors with ``model.question_embedding =
+  "fasttext"``, :mod:`openvivqa_jax.models.pretrained`; else learned from a random start) and an LSTM,
   per-token ``x_Q`` ``(batch, l, d)`` (:class:`~openvivqa_jax.models.encoders.LstmQuestionEncoder`).
 * MultiModal fusion, the guided-attention (GA) mechanism of MCAN
   (:class:`~openvivqa_jax.models.encoders.GuidedAttentionStack`, ``num_fusion_layers`` units per stream):
