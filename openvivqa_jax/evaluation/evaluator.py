@@ -498,51 +498,146 @@ def score(
     lang_map = fields.get("language", {})
     names = resolve_metrics(
         metrics, have_vectors=vectors is not None, multilingual=any(v != "vi" for v in lang_map.values()))
+    _check_options(max_tokens, answer_rules, text_mode)
+    report = _Report()
+    ref_map, pred_map = {str(k): v for k, v in references.items()}, {str(k): v for k, v in predictions.items()}
+    sel = _select_questions(pred_map, ref_map, {str(k): v for k, v in (qa_types or {}).items()}, max_tokens)
+    _count_selection(report, sel, pred_map, ref_map, max_tokens, decode_notes)
+    text = _prepare_text(report, sel, names, lang_map, text_mode, java, max_tokens)
+    groups = _qa_groups(sel.types)
+    result: dict[str, Any] = {g: {} for g in groups}
+    result["num_questions"] = {g: int(idx.size) for g, idx in groups.items()}
+    result["num_questions"]["unknown_qa_type"] = int(np.sum(np.asarray(sel.types, np.int64) == QA_TYPE_UNKNOWN))
+    if not sel.ids:
+        report.notes.append("no question could be scored; every metric is None")
+        result["overall"] = dict.fromkeys(names)
+        return {**result, "notes": report.notes, "counts": report.counts, "metrics": names}
+
+    empty_set = set(sel.empty_refs)
+    ctx = ScoringContext(
+        names=names, ids=sel.ids, hyps=text.hyps, refs=text.refs, raw_hyps=sel.raw_hyps, raw_refs=sel.raw_refs,
+        squad_hyps=text.squad_hyps, squad_refs=text.squad_refs, languages=[lang_map.get(q) for q in sel.ids],
+        groups=groups, result=result, notes=report.notes, counts=report.counts,
+        empty_idx=np.asarray([i for i, qid in enumerate(sel.ids) if qid in empty_set], np.int64),
+        options=dict(java=java, meteor_jar=meteor_jar, meteor_timeout=meteor_timeout, vectors=vectors,
+                     answer_rules=answer_rules, have_languages=bool(lang_map), relevance=relevance),
+        string_hyps=text.string_hyps, string_refs=text.string_refs)
+    for metric_names, fn in METRIC_FUNCTIONS.items():
+        if any(m in names for m in metric_names):
+            fn(ctx)
+    by_field = _scores_by_field(sel, text, fields, names, ctx.per_q)
+    if by_field:
+        result["by_field"] = by_field
+    for g in groups:
+        result[g] = {m: result[g].get(m) for m in names}
+    result.update(notes=report.notes, counts=report.counts, metrics=names)
+    if per_question:
+        result["per_question"] = {qid: {m: (float(ctx.per_q[m][i]) if m in ctx.per_q else None) for m in names}
+                                  for i, qid in enumerate(sel.ids)}
+    return result
+
+
+def _check_options(max_tokens: int, answer_rules: str, text_mode: str) -> None:
+    """Raises ValueError for ``max_tokens`` < 1 or unknown answer rules or text mode (:func:`score`)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     if answer_rules not in vqa_lib.ANSWER_RULES:
         raise ValueError(f"answer_rules must be one of {vqa_lib.ANSWER_RULES}, got {answer_rules!r}")
     if text_mode not in TEXT_MODES:
         raise ValueError(f"text_mode must be one of {TEXT_MODES}, got {text_mode!r}")
-    notes: list[str] = []
-    counts: dict[str, int] = {}
-    stats = SanitizeStats()
-    qa_types = qa_types or {}
 
-    # ---- select, sanitize and validate the questions --------------------------------------------
-    ref_map = {str(k): v for k, v in references.items()}
-    type_map = {str(k): v for k, v in qa_types.items()}
-    pred_map = {str(k): v for k, v in predictions.items()}
-    missing = [q for q in pred_map if q not in ref_map]
-    unpredicted = [q for q in ref_map if q not in pred_map]
-    ids: list[str] = []
-    hyps: list[str] = []
-    refs: list[list[str]] = []
-    types: list[int] = []
-    none_pred, empty_hyp, excluded, empty_refs, unknown_piece = [], [], [], [], []
-    empty_both: list[str] = []
-    raw_hyps: list[str] = []
-    raw_refs_kept: list[list[str]] = []
-    dropped_refs = 0
+
+def _qa_groups(types: Sequence[int]) -> dict[str, np.ndarray]:
+    """Group name (``overall`` and the :data:`GROUPS` that occur) -> question positions ``(n_g,)``."""
+    type_arr = np.asarray(types, np.int64)
+    groups: dict[str, np.ndarray] = {"overall": np.arange(len(types))}
+    for g, t in GROUPS.items():
+        idx = np.flatnonzero(type_arr == t)
+        if idx.size:
+            groups[g] = idx
+    return groups
+
+
+@dataclasses.dataclass
+class _Report:
+    """The notes and counts of a :func:`score` call, filled stage by stage."""
+
+    notes: list[str] = dataclasses.field(default_factory=list)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def count(self, key: str, n_or_ids: Sequence[str] | int, message: str, ids_: Sequence[str] = ()) -> None:
+        """Records ``counts[key]``; when it is not 0, a note (``message`` with ``{n}``, and the ids) logged as a
+        warning."""
+        n = n_or_ids if isinstance(n_or_ids, int) else len(n_or_ids)
+        ids_ = ids_ if isinstance(n_or_ids, int) else n_or_ids
+        self.counts[key] = n
+        if n:
+            text = message.format(n=n) + (f" (ids: {_ids_text(ids_)})" if ids_ else "")
+            self.notes.append(text)
+            logging.warning("evaluation: %s", text)
+
+
+@dataclasses.dataclass
+class _Selection:
+    """The questions :func:`score` scores, sanitized (:func:`_select_questions`), and what was set aside.
+
+    ``ids``, ``hyps``, ``refs`` (non-empty lists; ``[""]`` for only-empty references), ``types``,
+    ``raw_hyps`` and ``raw_refs`` (the kept references as given) are parallel lists of the scored questions.
+    """
+
+    ids: list[str] = dataclasses.field(default_factory=list)
+    hyps: list[str] = dataclasses.field(default_factory=list)
+    refs: list[list[str]] = dataclasses.field(default_factory=list)
+    types: list[int] = dataclasses.field(default_factory=list)
+    raw_hyps: list[str] = dataclasses.field(default_factory=list)
+    raw_refs: list[list[str]] = dataclasses.field(default_factory=list)
+    none_pred: list[str] = dataclasses.field(default_factory=list)
+    empty_hyp: list[str] = dataclasses.field(default_factory=list)
+    empty_both: list[str] = dataclasses.field(default_factory=list)
+    excluded: list[str] = dataclasses.field(default_factory=list)
+    empty_refs: list[str] = dataclasses.field(default_factory=list)
+    unknown_piece: list[str] = dataclasses.field(default_factory=list)
+    dropped_refs: int = 0
+    stats: SanitizeStats = dataclasses.field(default_factory=SanitizeStats)
+
+
+def _reference_list(raw_refs: Any, qid: str) -> list[Any]:
+    """A question's references as a list (one string, None, a numpy array or a list/tuple accepted).
+
+    Raises:
+      TypeError: references of another type (names the question).
+    """
+    if isinstance(raw_refs, np.ndarray):
+        raw_refs = raw_refs.tolist()
+    if raw_refs is None:
+        return []
+    if isinstance(raw_refs, (str, bytes, int, float)) and not isinstance(raw_refs, bool):
+        return [raw_refs]
+    if not isinstance(raw_refs, (list, tuple)):
+        raise TypeError(f"question {qid!r}: references must be a list of strings, got {type(raw_refs).__name__}")
+    return list(raw_refs)
+
+
+def _select_questions(pred_map: Mapping[str, Any], ref_map: Mapping[str, Any], type_map: Mapping[str, Any],
+                      max_tokens: int) -> _Selection:
+    """The predicted questions that have references, sanitized (module doc: empty references, capped strings).
+
+    Raises:
+      TypeError: a prediction, reference or QA type of the wrong type (names the question).
+    """
+    sel = _Selection()
+    stats = sel.stats
     for qid, raw_pred in pred_map.items():
         if qid not in ref_map:
             continue
         pred = _as_text(raw_pred, qid, "prediction")
         if pred is None:
-            none_pred.append(qid)
+            sel.none_pred.append(qid)
             pred = ""
         hyp = sanitize_text(pred, max_tokens=max_tokens, stats=stats, qid=qid)
         if UNKNOWN_PIECE in pred:
-            unknown_piece.append(qid)
-        raw_refs = ref_map[qid]
-        if isinstance(raw_refs, np.ndarray):
-            raw_refs = raw_refs.tolist()
-        if raw_refs is None:
-            raw_refs = []
-        elif isinstance(raw_refs, (str, bytes, int, float)) and not isinstance(raw_refs, bool):
-            raw_refs = [raw_refs]
-        elif not isinstance(raw_refs, (list, tuple)):
-            raise TypeError(f"question {qid!r}: references must be a list of strings, got {type(raw_refs).__name__}")
+            sel.unknown_piece.append(qid)
+        raw_refs = _reference_list(ref_map[qid], qid)
         clean, raw_clean = [], []
         for raw_r in raw_refs:
             raw_r = _as_text(raw_r, qid, "reference")
@@ -552,54 +647,54 @@ def score(
                 clean.append(r)
                 raw_clean.append(raw_r)
             else:
-                dropped_refs += 1
+                sel.dropped_refs += 1
         if not raw_refs:
-            excluded.append(qid)
+            sel.excluded.append(qid)
             continue
         if not clean:  # only empty references: the expected answer is empty (module doc)
-            empty_refs.append(qid)
-            dropped_refs -= len(raw_refs)
+            sel.empty_refs.append(qid)
+            sel.dropped_refs -= len(raw_refs)
             clean, raw_clean = [""], [""]
         if not hyp:
             # Against only empty references an empty prediction is right: it scores the maximum there.
-            (empty_both if clean == [""] and qid in empty_refs else empty_hyp).append(qid)
+            (sel.empty_both if clean == [""] and qid in sel.empty_refs else sel.empty_hyp).append(qid)
         try:
             q_type = parse_qa_type(type_map.get(qid), f"question {qid!r}")
         except InputError as e:
             raise TypeError(str(e)) from None
-        ids.append(qid)
-        hyps.append(hyp)
-        refs.append(clean)
-        types.append(q_type)
-        raw_hyps.append(pred)
-        raw_refs_kept.append(raw_clean)
+        sel.ids.append(qid)
+        sel.hyps.append(hyp)
+        sel.refs.append(clean)
+        sel.types.append(q_type)
+        sel.raw_hyps.append(pred)
+        sel.raw_refs.append(raw_clean)
+    return sel
 
-    def count(key: str, n_or_ids: Sequence[str] | int, message: str, ids_: Sequence[str] = ()) -> None:
-        n = n_or_ids if isinstance(n_or_ids, int) else len(n_or_ids)
-        ids_ = ids_ if isinstance(n_or_ids, int) else n_or_ids
-        counts[key] = n
-        if n:
-            text = message.format(n=n) + (f" (ids: {_ids_text(ids_)})" if ids_ else "")
-            notes.append(text)
-            logging.warning("evaluation: %s", text)
 
-    count("missing_in_references", missing, "{n} predictions have no reference entry and were not scored")
-    count("references_without_prediction", unpredicted, "{n} reference questions have no prediction and were not scored")
-    count("excluded_empty_references", excluded, "{n} questions have an empty reference list and were excluded")
-    count("empty_references", empty_refs, "{n} questions have only empty references; an empty prediction scores "
-          "the maximum there, any other 0 (kept in the corpus)")
-    count("dropped_empty_reference_strings", dropped_refs, "{n} empty reference strings beside non-empty ones were "
-          "dropped")
-    count("none_predictions", none_pred, "{n} predictions were None and scored as empty answers")
-    count("empty_predictions", empty_hyp, "{n} predictions are empty after normalization and score 0 (their "
+def _count_selection(report: _Report, sel: _Selection, pred_map: Mapping[str, Any], ref_map: Mapping[str, Any],
+                     max_tokens: int, decode_notes: Mapping[str, Mapping[str, int]] | None) -> None:
+    """The counts and notes of what :func:`_select_questions` set aside or changed, and of the decoding notes."""
+    count, stats = report.count, sel.stats
+    count("missing_in_references", [q for q in pred_map if q not in ref_map],
+          "{n} predictions have no reference entry and were not scored")
+    count("references_without_prediction", [q for q in ref_map if q not in pred_map],
+          "{n} reference questions have no prediction and were not scored")
+    count("excluded_empty_references", sel.excluded, "{n} questions have an empty reference list and were excluded")
+    count("empty_references", sel.empty_refs, "{n} questions have only empty references; an empty prediction "
+          "scores the maximum there, any other 0 (kept in the corpus)")
+    count("dropped_empty_reference_strings", sel.dropped_refs, "{n} empty reference strings beside non-empty ones "
+          "were dropped")
+    count("none_predictions", sel.none_pred, "{n} predictions were None and scored as empty answers")
+    count("empty_predictions", sel.empty_hyp, "{n} predictions are empty after normalization and score 0 (their "
           "references are not empty)")
-    count("empty_predictions_on_empty_references", empty_both, "{n} empty predictions against only empty "
+    count("empty_predictions_on_empty_references", sel.empty_both, "{n} empty predictions against only empty "
           "references score the maximum (ANLS 1: two empty strings have NL 0, as in the ST-VQA evaluation script)")
     count("capped_strings", stats.capped, f"{{n}} strings were capped at {max_tokens} tokens", stats.capped_ids)
-    count("separator_strings", stats.separators, "{n} strings contained '|||' (Meteor's separator), removed", stats.separator_ids)
+    count("separator_strings", stats.separators, "{n} strings contained '|||' (Meteor's separator), removed",
+          stats.separator_ids)
     count("control_char_strings", stats.control_chars, "{n} strings contained control characters, replaced by spaces")
-    count("unknown_piece_predictions", unknown_piece, f"{{n}} predictions hold the unknown piece {UNKNOWN_PIECE!r} "
-          "(a word the tokenizer could not encode), scored as written")
+    count("unknown_piece_predictions", sel.unknown_piece, f"{{n}} predictions hold the unknown piece "
+          f"{UNKNOWN_PIECE!r} (a word the tokenizer could not encode), scored as written")
     dn = {str(k): v for k, v in (decode_notes or {}).items() if str(k) in ref_map}
     byte_ids = [q for q, v in dn.items() if v.get("dropped_bytes")]
     count("decode_dropped_byte_predictions", byte_ids, "{n} predictions lost "
@@ -609,6 +704,30 @@ def score(
     count("decode_unknown_piece_predictions", unk_ids, "{n} predictions decoded "
           f"{sum(int(dn[q]['unknown_pieces']) for q in unk_ids)} unknown pieces (skipped)")
 
+
+@dataclasses.dataclass
+class _Text:
+    """The strings the metrics read (:func:`_prepare_text`): ``hyps``/``refs`` for the n-gram metrics,
+    ``squad_hyps``/``squad_refs`` for EM/F1, ``string_hyps``/``string_refs`` before a per-character cut
+    (None when nothing was cut)."""
+
+    hyps: list[str]
+    refs: list[list[str]]
+    squad_hyps: list[str]
+    squad_refs: list[list[str]]
+    string_hyps: list[str] | None = None
+    string_refs: list[list[str]] | None = None
+
+
+def _prepare_text(report: _Report, sel: _Selection, names: Sequence[str], lang_map: Mapping[str, str],
+                  text_mode: str, java: Any, max_tokens: int) -> _Text:
+    """The metrics' strings in ``text_mode`` (module doc): the original toolkit's PTB tokens, or the
+    normalizer's, with scripts written without spaces cut per character (:mod:`.scripts`).
+
+    Raises:
+      ValueError: the ``pycocoevalcap`` mode without its tokenizer (Java or the jar).
+    """
+    ids, raw_hyps, raw_refs_kept = sel.ids, sel.raw_hyps, sel.raw_refs
     if text_mode == "pycocoevalcap" and ids:
         # The original toolkit's strings: PTB tokens, punctuation tokens removed, nothing else (module doc).
         from openvivqa_jax.evaluation import ptb as ptb_lib
@@ -626,88 +745,52 @@ def score(
         for rs in raw_refs_kept:
             refs.append(tokens[pos : pos + len(rs)])
             pos += len(rs)
-        squad_hyps, squad_refs = hyps, refs
-    else:
-        def squad_text(t: str) -> str:
-            # As sanitize_text, without spaced punctuation: SQuAD deletes punctuation, "10.000" == "10000".
-            t = remove_control_characters(t).replace(METEOR_SEPARATOR, " ")
-            return " ".join(normalize_text(t, spaced_punctuation=False).split(" ")[:max_tokens])
+        return _Text(hyps, refs, hyps, refs)
+    hyps, refs = list(sel.hyps), [list(rs) for rs in sel.refs]
 
-        want_squad = "EM" in names or "F1" in names
-        squad_hyps = [squad_text(t) for t in raw_hyps] if want_squad else []
-        squad_refs = [[squad_text(r) for r in rs] for rs in raw_refs_kept] if want_squad else []
-        # Scripts without word spaces: one token per character (scripts module doc).
-        cut = [i for i, qid in enumerate(ids) if scripts_lib.applies(lang_map.get(qid), [hyps[i], *refs[i]])]
-        if cut:
-            string_hyps, string_refs = list(hyps), [list(rs) for rs in refs]
-            for i in cut:
-                hyps[i] = scripts_lib.split_spaceless(hyps[i])
-                refs[i] = [scripts_lib.split_spaceless(r) for r in refs[i]]
-                if want_squad:
-                    squad_hyps[i] = scripts_lib.split_spaceless(squad_hyps[i])
-                    squad_refs[i] = [scripts_lib.split_spaceless(r) for r in squad_refs[i]]
-        count("per_character_questions", [ids[i] for i in cut], "{n} questions in a script written without spaces "
-              "between words (Chinese, Japanese, Thai, ...) were tokenized per character for BLEU, ROUGE-L, CIDEr, "
-              "METEOR, WMDRel and F1, as the EVJVQA scorer does for Japanese")
-    if text_mode == "pycocoevalcap" or not ids or not cut:
-        string_hyps = string_refs = None
-    empty_set = set(empty_refs)
-    n = len(ids)
-    type_arr = np.asarray(types, np.int64)
-    groups: dict[str, np.ndarray] = {"overall": np.arange(n)}
-    for g, t in GROUPS.items():
-        idx = np.flatnonzero(type_arr == t)
-        if idx.size:
-            groups[g] = idx
-    result: dict[str, Any] = {g: {} for g in groups}
-    result["num_questions"] = {g: int(idx.size) for g, idx in groups.items()}
-    result["num_questions"]["unknown_qa_type"] = int(np.sum(type_arr == QA_TYPE_UNKNOWN))
+    def squad_text(t: str) -> str:
+        # As sanitize_text, without spaced punctuation: SQuAD deletes punctuation, "10.000" == "10000".
+        t = remove_control_characters(t).replace(METEOR_SEPARATOR, " ")
+        return " ".join(normalize_text(t, spaced_punctuation=False).split(" ")[:max_tokens])
 
-    if n == 0:
-        notes.append("no question could be scored; every metric is None")
-        for m in names:
-            result["overall"][m] = None
-        result.update(notes=notes, counts=counts, metrics=names)
-        return result
+    want_squad = "EM" in names or "F1" in names
+    squad_hyps = [squad_text(t) for t in raw_hyps] if want_squad else []
+    squad_refs = [[squad_text(r) for r in rs] for rs in raw_refs_kept] if want_squad else []
+    text = _Text(hyps, refs, squad_hyps, squad_refs)
+    # Scripts without word spaces: one token per character (scripts module doc).
+    cut = [i for i, qid in enumerate(ids) if scripts_lib.applies(lang_map.get(qid), [hyps[i], *refs[i]])]
+    if cut:
+        text.string_hyps, text.string_refs = list(hyps), [list(rs) for rs in refs]
+        for i in cut:
+            hyps[i] = scripts_lib.split_spaceless(hyps[i])
+            refs[i] = [scripts_lib.split_spaceless(r) for r in refs[i]]
+            if want_squad:
+                squad_hyps[i] = scripts_lib.split_spaceless(squad_hyps[i])
+                squad_refs[i] = [scripts_lib.split_spaceless(r) for r in squad_refs[i]]
+    report.count("per_character_questions", [ids[i] for i in cut], "{n} questions in a script written without "
+                 "spaces between words (Chinese, Japanese, Thai, ...) were tokenized per character for BLEU, "
+                 "ROUGE-L, CIDEr, METEOR, WMDRel and F1, as the EVJVQA scorer does for Japanese")
+    return text
 
-    ctx = ScoringContext(
-        names=names, ids=ids, hyps=hyps, refs=refs, raw_hyps=raw_hyps, raw_refs=raw_refs_kept,
-        squad_hyps=squad_hyps, squad_refs=squad_refs, languages=[lang_map.get(qid) for qid in ids],
-        groups=groups, result=result, notes=notes, counts=counts,
-        empty_idx=np.asarray([i for i, qid in enumerate(ids) if qid in empty_set], np.int64),
-        options=dict(java=java, meteor_jar=meteor_jar, meteor_timeout=meteor_timeout, vectors=vectors,
-                     answer_rules=answer_rules, have_languages=bool(lang_map), relevance=relevance),
-        string_hyps=string_hyps, string_refs=string_refs)
-    for metric_names, fn in METRIC_FUNCTIONS.items():
-        if any(m in names for m in metric_names):
-            fn(ctx)
-    per_q = ctx.per_q
 
-    # ---- scores per value of qa_type, kind, language ---------------------------------------------------
-    labels: dict[str, list] = {"qa_type": grouping.qa_type_labels(types)}
+def _scores_by_field(sel: _Selection, text: _Text, fields: Mapping[str, Mapping[str, Any]], names: Sequence[str],
+                     per_q: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Scores per value of ``qa_type`` and of the :data:`GROUP_BY_FIELDS` given (:func:`.grouping.field_scores`),
+    with EVJVQA-BLEU recomputed as a corpus value over each part."""
+    lang_map = fields.get("language", {})
+    labels: dict[str, list] = {"qa_type": grouping.qa_type_labels(sel.types)}
     for f in GROUP_BY_FIELDS:
         if fields.get(f):
-            labels[f] = [fields[f].get(qid) for qid in ids]
-    by_field = grouping.field_scores(hyps, refs, labels, names, per_q)
+            labels[f] = [fields[f].get(qid) for qid in sel.ids]
+    by_field = grouping.field_scores(text.hyps, text.refs, labels, names, per_q)
     if by_field and "EVJVQA-BLEU" in names:  # a corpus value: recomputed over each part, like BLEU-1..4
         parts = {(f, v): np.asarray([i for i, x in enumerate(labels[f]) if x is not None and str(x) == v], np.int64)
                  for f, by_value in by_field.items() for v in by_value}
-        part_bleu, _ = evjvqa_lib.bleu_mean(
-            hyps, refs, [lang_map.get(qid) for qid in ids], {f"{f}={v}": idx for (f, v), idx in parts.items()})
+        part_bleu, _ = evjvqa_lib.bleu_mean(text.hyps, text.refs, [lang_map.get(qid) for qid in sel.ids],
+                                            {f"{f}={v}": idx for (f, v), idx in parts.items()})
         for f, v in parts:
             by_field[f][v]["EVJVQA-BLEU"] = part_bleu[f"{f}={v}"]
-    if by_field:
-        result["by_field"] = by_field
-
-    # ---- order and finish ------------------------------------------------------------------------------
-    for g in groups:
-        result[g] = {m: result[g].get(m) for m in names}
-    result.update(notes=notes, counts=counts, metrics=names)
-    if per_question:
-        result["per_question"] = {
-            qid: {m: (float(per_q[m][i]) if m in per_q else None) for m in names} for i, qid in enumerate(ids)
-        }
-    return result
+    return by_field
 
 
 def evaluate_split(
