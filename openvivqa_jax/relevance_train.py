@@ -38,7 +38,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import time
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -55,6 +54,7 @@ from openvivqa_jax.evaluation.evjvqa import tokenize
 from openvivqa_jax.models.w2vvpp import PAD_ID, UNK_ID, W2VVPP, cosine_matrix, recall_at_k, \
     vse_hardest_negative_loss
 from openvivqa_jax.text.normalize import normalize_text
+from openvivqa_jax.run_log import JsonlWriter, MeanAccumulator
 
 __all__ = ["RelevanceModelError", "FeatureFileError", "PAIR_TEXTS", "VISUAL_SOURCES", "MODEL_FILE",
            "FEATURES_FILE", "Vocabulary", "RelevanceEncoder", "read_feature_file", "pool_regions", "pool_grid",
@@ -469,11 +469,7 @@ def _writer(workdir: str):
 
 
 def _jsonl(workdir: str, step: int, kind: str, values: dict) -> None:
-    if jax.process_index() != 0:
-        return
-    rec = {"step": int(step), "kind": kind, "time": time.time(), **{k: float(v) for k, v in values.items()}}
-    with open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8") as f:
-        f.write(json.dumps(rec) + "\n")
+    JsonlWriter(os.path.join(workdir, "metrics.jsonl")).write(step, kind, values)
 
 
 def _standardization(data: "_Data", cfg) -> tuple[list[float] | None, list[float] | None]:
@@ -639,7 +635,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     def save(step):
         latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
 
-    acc: dict[str, list] = {}
+    acc = MeanAccumulator()
     step = start
     with interrupts.StopSignals() as signals:
         for step in range(start + 1, int(t.num_train_steps) + 1):
@@ -649,11 +645,9 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             state, m = train_step(state, jnp.asarray(tr_ids[idx]), jnp.asarray(tr_visual[img]), jnp.asarray(same))
             for h in hooks:
                 h(step)
-            for k, v in m.items():
-                acc.setdefault(k, []).append(v)
+            acc.add(m)
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
-                vals = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
-                acc = {}
+                vals = acc.pop_means()
                 writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
                 _jsonl(workdir, step, "train", vals)
                 logging.info("step %d/%d loss %.4f", step, t.num_train_steps, vals["loss"])

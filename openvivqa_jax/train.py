@@ -41,6 +41,7 @@ from openvivqa_jax.evaluation import copying
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.models import build_model, model_class
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
+from openvivqa_jax.run_log import JsonlWriter, MeanAccumulator
 
 __all__ = ["TrainState", "make_schedule", "make_optimizer", "frozen_param_regex", "freeze_params", "StateSpec",
            "create_train_state", "make_loss_fn", "make_train_step", "DataSplits", "Experiment", "create_experiment",
@@ -154,19 +155,6 @@ def freeze_params(tx: optax.GradientTransformation, params, regex: str | None) -
     logging.info("Frozen parameters (%r): %d arrays", regex, n)
     return optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()}, labels)
 
-
-
-class _JsonlWriter:
-    def __init__(self, path: str):
-        self.path = path
-
-    def write(self, step: int, kind: str, values: dict) -> None:
-        if jax.process_index() != 0:
-            return
-        rec = {"step": int(step), "kind": kind, "time": time.time()}
-        rec.update({k: (float(v) if np.ndim(v) == 0 else np.asarray(v).tolist()) for k, v in values.items()})
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
 # ----------------------------------------------------------------------------------------- train state
@@ -363,7 +351,7 @@ class Experiment:
     spec: StateSpec
     inputs: assets.Inputs
     data: DataSplits
-    jsonl: _JsonlWriter
+    jsonl: JsonlWriter
 
 
 def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
@@ -407,7 +395,7 @@ def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
     inputs = assets.make_inputs(cfg, tokenizer, answer_list, model)
     spec, state = create_train_state(cfg, model, mesh, initialize=initialize)
     del model
-    return Experiment(cfg, workdir, spec, inputs, data, _JsonlWriter(os.path.join(workdir, "metrics.jsonl"))), state
+    return Experiment(cfg, workdir, spec, inputs, data, JsonlWriter(os.path.join(workdir, "metrics.jsonl"))), state
 
 
 def _set_aside(manager: ocp.CheckpointManager, step: int) -> str:
@@ -659,7 +647,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
         logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items() if v is not None})
         return float(overall.get(t.best_metric) or 0.0)
 
-    acc: dict[str, list] = {}
+    acc = MeanAccumulator()
     t0 = time.time()
     step = start
     stopped_early = False
@@ -673,11 +661,9 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                 state, m = step_fn(state, batch)
             for h in hooks:
                 h(step)
-            for k, v in m.items():
-                acc.setdefault(k, []).append(v)
+            acc.add(m)
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
-                vals = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
-                acc = {}
+                vals = acc.pop_means()
                 steps_per_sec = t.log_every_steps / max(1e-9, time.time() - t0)
                 writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()},
                                             "steps_per_sec": steps_per_sec})

@@ -40,6 +40,7 @@ from openvivqa_jax.reading import ReadingError
 from openvivqa_jax.reading import features as feats
 from openvivqa_jax.reading.model import build_reader, span_loss
 from openvivqa_jax.reading.spans import best_spans
+from openvivqa_jax.run_log import JsonlWriter, MeanAccumulator
 from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
 from openvivqa_jax.train import TrainState, checkpoint_managers, make_optimizer
 
@@ -221,9 +222,7 @@ class _Stream:
 
 
 def _jsonl(workdir: str, step: int, kind: str, values: dict) -> None:
-    rec = {"step": int(step), "kind": kind, "time": time.time(), **{k: float(v) for k, v in values.items()}}
-    with open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8") as f:
-        f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    JsonlWriter(os.path.join(workdir, "metrics.jsonl")).write(step, kind, values)
 
 
 def _setup(cfg, workdir: str):
@@ -350,18 +349,16 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             state=ocp.args.StandardSave(state),
             data_iter=ocp.args.JsonSave({"iterator": stream.get_state(), "best_score": float(best_score)})))
 
-    acc: dict[str, list] = {}
+    acc = MeanAccumulator()
     t0 = time.time()
     step = start
     with interrupts.StopSignals() as signals:
         for step in range(start + 1, t.num_train_steps + 1):
             state, m = train_step(state, windows.batch(stream.next()))
             report(step)
-            for k, v in m.items():
-                acc.setdefault(k, []).append(v)
+            acc.add(m)
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
-                vals = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
-                acc = {}
+                vals = acc.pop_means()
                 writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
                 _jsonl(workdir, step, "train", vals)
                 logging.info("step %d/%d loss %.4f start acc %.3f end acc %.3f lr %.2e (%.1f steps/s)", step,
