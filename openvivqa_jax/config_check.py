@@ -70,6 +70,7 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("data.num_threads", *_at_least(0)),
     ("data.prefetch", *_at_least(0)),
     ("data.image_cache_size", *_at_least(0)),
+    ("data.preprocess_workers", *_at_least(0)),
     ("eval.batch_size", *_at_least(1)),
     ("eval.beam_size", *_at_least(1)),
     ("eval.max_eval_examples", *_at_least(0)),

@@ -38,7 +38,7 @@ from flax import nnx, struct
 
 from openvivqa_jax import assets, config_check, evaluation, inference, interrupts, sharding
 from openvivqa_jax.evaluation import copying
-from openvivqa_jax.data import pipeline
+from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.models import build_model, model_class
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 
@@ -301,6 +301,7 @@ class DataSplits:
         self._builder = None
         self._sources: dict[str, Any] = {}
         self._records: dict[str, list] = {}
+        self._model_ready: dict[str, Any] = {}
 
     @property
     def builder(self):
@@ -320,6 +321,22 @@ class DataSplits:
         if split not in self._records:
             self._records[split] = pipeline.read_records(self.source(split), f"{self.builder.name}/{split}")
         return self._records[split]
+
+    def model_ready(self, split: str, pre, workdir: str):
+        """The model-ready records of ``split`` (:mod:`openvivqa_jax.data.model_ready`, opened once, built when
+        missing, stale or corrupt) when ``data.model_ready`` is on and they cover ``pre``'s batches, else None."""
+        if not self.data_cfg.get("model_ready"):
+            return None
+        why = model_ready.usable(pre)
+        if why:
+            logging.info("data.model_ready: %s/%s is read per example (%s)", self.builder.name, split, why)
+            return None
+        if split not in self._model_ready:
+            root = self.data_cfg.get("model_ready_dir") or os.path.join(workdir, "model_ready")
+            self._model_ready[split] = model_ready.open_split(
+                self.source(split), pre, root, split, self.builder, source_name=f"{self.builder.name}/{split}",
+                num_workers=int(self.data_cfg.get("preprocess_workers", 0) or 0))
+        return self._model_ready[split]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -426,7 +443,12 @@ def predict_split(exp: Experiment, params, split: str, mask_ocr: bool = False, m
     fn = decode_fn(exp, **decode_kw)
     preds: dict[int, str] = {}
     decode_notes: dict[int, dict] = {}  # dropped byte-fallback bytes / unknown pieces, for the metrics notes
-    for local in pipeline.eval_batches(src, pre, batch_size=_local_eval_batch(exp), source_name=split):
+    ready = exp.data.model_ready(split, pre, exp.workdir)
+    if ready is not None:
+        batches = model_ready.eval_batches(ready, batch_size=_local_eval_batch(exp), max_examples=max_examples)
+    else:
+        batches = pipeline.eval_batches(src, pre, batch_size=_local_eval_batch(exp), source_name=split)
+    for local in batches:
         batch = pipeline.to_global(local, spec.batch_sharding)
         with sharding.mesh_context(spec.mesh):
             ids, _ = fn(params, batch)
@@ -554,8 +576,14 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
         logging.info("data.train_kind_weights %s: an epoch is %d questions of %s (%d unweighted); share per kind: %s",
                      weights, len(subset), train_name, len(recs),
                      ", ".join(f"{k} {100 * v / len(subset):.1f}%" for k, v in share.most_common()))
-    it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed, source_name=train_name,
-                                 num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch, indices=subset)
+    ready = exp.data.model_ready(cfg.data.train_split, train_pre, exp.workdir)
+    if ready is not None:  # the same batches and iterator state, gathered from the one-time records
+        it = model_ready.train_iterator(ready, batch_size=local_batch, seed=cfg.seed, source_name=train_name,
+                                        num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch, indices=subset)
+    else:
+        it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
+                                     source_name=train_name, num_threads=cfg.data.num_threads,
+                                     prefetch=cfg.data.prefetch, indices=subset)
     start = 0
     best_score, bad_evals = -np.inf, 0
     if latest.latest_step() is not None:
