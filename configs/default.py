@@ -134,6 +134,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.batch_size = 64
     c.eval.decoding = "beam"  # 'beam' or 'greedy'
     c.eval.beam_size = 3
+    # Decoding of the periodic dev evaluations that select the best checkpoint: "" (eval.decoding), 'greedy' or
+    # 'beam'. The final dev and test scores always use eval.decoding.
+    c.eval.select_decoding = ""
     c.eval.alpha = 0.0
     # Beam search keeps the memory's cross-attention keys/values once per example instead of once per beam
     # (decoding.beam_search(share_memory=True)): less memory traffic; floats may differ in the last bits.

@@ -83,6 +83,7 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tokenizer.model_type", MODEL_TYPES),
     ("eval.answer_rules", ANSWER_RULES),
     ("eval.decoding", ("greedy", "beam")),
+    ("eval.select_decoding", ("", "greedy", "beam")),
     ("model.attention_impl", ("xla", "cudnn")),
     ("train.dropout_prng", ("threefry2x32", "rbg", "unsafe_rbg")),
 )

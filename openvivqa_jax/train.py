@@ -620,7 +620,11 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                                          "bad_evals": int(bad_evals)})))
 
     def eval_dev(step: int) -> float:
-        metrics, _ = evaluate(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split, write=True)
+        # eval.select_decoding: how the periodic dev scores that choose the best checkpoint are decoded
+        # ("" = eval.decoding); the final dev and test scores always use eval.decoding.
+        select = cfg.eval.get("select_decoding") or None
+        metrics, _ = evaluate(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split, write=True,
+                              **({"method": select} if select else {}))
         overall = metrics["overall"]
         writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items() if v is not None})
         exp.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})
