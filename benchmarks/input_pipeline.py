@@ -35,8 +35,8 @@ For each variant of ``configs/openvivqa/mlpag.py`` (``images``: 384 x 288 pixels
 region features), in its own process: the TFDS build if the data dir has none (``tfds_build_s``, not part of the
 pipeline), the tokenizer (untimed), then ``preprocess_s``: the one-time pass of
 :func:`openvivqa_jax.data.model_ready.open_split` over the train split in ``data.preprocess_workers`` processes
-(``preprocess_s_dev`` for dev), then ``--batches`` timed batches of :func:`openvivqa_jax.data.model_ready.train_iterator`
-after ``--warmup``: ``examples_per_s`` (wall) and ``examples_per_cpu_s`` (examples / CPU seconds of the process,
+(``preprocess_s_dev`` for dev), then ``--batches`` timed batches of
+:func:`openvivqa_jax.data.model_ready.train_iterator` after ``--warmup``: ``examples_per_s`` (wall) and ``examples_per_cpu_s`` (examples / CPU seconds of the process,
 all its threads). ``per_example_examples_per_cpu_s``: a few batches of the per-example path
 (:func:`openvivqa_jax.data.pipeline.train_iterator`, cold image cache) for comparison. ``flops_per_example``: XLA's
 cost analysis of the compiled train step (lowered on the real batch shapes), and ``host_cores_per_h200`` =
@@ -244,7 +244,8 @@ def standin_worker(args) -> dict:
             if flops:
                 res["flops_per_example"] = flops / b
                 res["host_cores_per_h200"] = {
-                    f"mfu_{m}": round(H200_BF16_DENSE_FLOPS * m / res["flops_per_example"] / res["examples_per_cpu_s"], 2)
+                    f"mfu_{m}": round(H200_BF16_DENSE_FLOPS * m / res["flops_per_example"]
+                                      / res["examples_per_cpu_s"], 2)
                     for m in (0.3, 0.5)}
                 res["h200_examples_per_s"] = {f"mfu_{m}": round(H200_BF16_DENSE_FLOPS * m / res["flops_per_example"])
                                               for m in (0.3, 0.5)}

@@ -102,7 +102,8 @@ def _qa(rng, name: str) -> tuple[str, str]:
     """One (question, answer) pair; about half ask about the drawn text (the release's text QA share)."""
     fields = dict(place_kind=str(rng.choice(PLACE_KINDS)), name=name, street=str(rng.choice(STREETS)),
                   phone="0" + "".join(str(d) for d in rng.integers(0, 10, size=9)),
-                  obj=str(rng.choice(OBJECTS)), obj2=str(rng.choice(OBJECTS)), obj_plain=str(rng.choice(OBJECTS)).split(" ", 1)[1],
+                  obj=str(rng.choice(OBJECTS)), obj2=str(rng.choice(OBJECTS)),
+                  obj_plain=str(rng.choice(OBJECTS)).split(" ", 1)[1],
                   place=str(rng.choice(PLACES)), colour=str(rng.choice(COLOURS)), count=str(rng.choice(COUNTS)))
     pool = TEXT_QUESTIONS if rng.random() < 0.5 else SCENE_QUESTIONS
     q, a = pool[int(rng.integers(len(pool)))]
@@ -141,7 +142,8 @@ def make_image(args: tuple) -> dict:
             break
         draw.rectangle((x0 - 4, y0 - 4, x1 + 4, y1 + 4), fill=tuple(int(v) for v in rng.integers(0, 90, size=3)))
         draw.text((x, y), word.upper(), font=font, fill=(255, 255, 255))
-        ocr.append({"text": word.upper(), "box": [round(x0 / w, 4), round(y0 / h, 4), round(x1 / w, 4), round(y1 / h, 4)],
+        box = [round(x0 / w, 4), round(y0 / h, 4), round(x1 / w, 4), round(y1 / h, 4)]
+        ocr.append({"text": word.upper(), "box": box,
                     "score": round(float(rng.uniform(0.6, 1.0)), 3)})
         x = x1 + int(rng.integers(12, 40))
     image_id = str(index)
@@ -155,10 +157,12 @@ def make_image(args: tuple) -> dict:
         wh = rng.uniform(0.05, 0.3, size=(NUM_REGIONS, 2))
         rboxes = (np.concatenate([xy, np.minimum(xy + wh, 1.0)], 1) * [w, h, w, h]).astype(np.float32)
         d = {"region_features": feats, "region_boxes": rboxes, "texts": [t["text"] for t in ocr],
-             "boxes": (np.asarray([t["box"] for t in ocr], np.float32).reshape(-1, 4) * [w, h, w, h]).astype(np.float32),
+             "boxes": (np.asarray([t["box"] for t in ocr], np.float32).reshape(-1, 4)
+                       * [w, h, w, h]).astype(np.float32),
              "scores": np.asarray([t["score"] for t in ocr], np.float32), "image_w": w, "image_h": h}
         np.save(os.path.join(out, "features", f"{index:011d}.npy"), d, allow_pickle=True)
-    return {"index": index, "image_id": image_id, "filename": filename, "split": split_of(index), "ocr": ocr, "qas": qas}
+    return {"index": index, "image_id": image_id, "filename": filename, "split": split_of(index), "ocr": ocr,
+            "qas": qas}
 
 
 def main(argv=None) -> dict:
