@@ -207,3 +207,30 @@ def test_bad_input_keeps_one_line_errors_and_counted_skips(setup, tmp_path):
 def _built(build, source, pre, path):
     m = build(source, pre, str(path), {}, source_name="list/train", num_workers=1)
     return str(path), m
+
+
+def test_region_features_equal_the_per_example_path(tmp_path_factory):
+    """The region-feature path (float16 in the dataset, float32 in the batches), rows shared per image."""
+    from openvivqa_jax import assets
+    from openvivqa_jax.data import model_ready, pipeline
+
+    cfg = load_config("configs/synthetic/mlpag_regions.py")
+    cfg.data.builder_config = "tiny_regions"
+    cfg.tokenizer.vocab_size = 400
+    cfg.data.data_dir = str(tmp_path_factory.mktemp("tfds_regions"))
+    builder = pipeline.load_builder(cfg.data)
+    src = pipeline.load_source(builder, "train")
+    tok = assets.load_tokenizer(cfg, str(tmp_path_factory.mktemp("w")), pipeline.read_records(src, "train"))
+    pre = pipeline.Preprocessor(cfg, tok, allow_copy=True)
+    mr = model_ready.open_split(src, pre, str(tmp_path_factory.mktemp("mr")), "train", builder)
+    assert mr.manifest["files"]["region_features"]["dtype"] == "<f4"
+    assert mr.manifest["num_images"] < len(src)
+    for i in range(len(src)):
+        rec = pipeline.decode_record(src[i], i, "train")
+        assert rec.objects is not None
+        _same(mr.gather(np.array([i]), np.array([0])),
+              {k: np.asarray(v)[None] for k, v in pre.features(rec, rec.answers[0]).items()}, f"question {i}")
+    ref = pipeline.train_iterator(src, pre, batch_size=8, seed=1, num_threads=1)
+    it = model_ready.train_iterator(mr, batch_size=8, seed=1, num_threads=1)
+    for s in range(3):
+        _same(next(it), next(ref), f"batch {s}")

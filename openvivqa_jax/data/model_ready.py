@@ -129,12 +129,18 @@ def fingerprint(builder, split: str, num_examples: int, pre: Preprocessor) -> di
 
 # ------------------------------------------------------------------------------------------------ build
 class _Rows:
-    """Rows of one group of fields shared by content (a digest of the arrays -> row)."""
+    """Rows of one group of fields shared by content (a digest of the arrays -> row).
 
-    def __init__(self, fields: Sequence[str]):
+    Fields in ``stream`` are appended to raw files in ``folder`` as rows are added (the region features: 0.4 MB
+    a row, too many to hold and stack); the others are kept as arrays and written by :func:`_write`.
+    """
+
+    def __init__(self, fields: Sequence[str], folder: str | None = None, stream: Sequence[str] = ()):
         self.fields = tuple(fields)
+        self.stream = {k: open(os.path.join(folder, k), "wb") for k in stream}
+        self.stream_meta: dict[str, tuple] = {}
         self.index: dict[bytes, int] = {}
-        self.data: dict[str, list] = {k: [] for k in self.fields}
+        self.data: dict[str, list] = {k: [] for k in self.fields if k not in self.stream}
 
     def add(self, feats: dict) -> int:
         h = hashlib.blake2b(digest_size=16)
@@ -145,10 +151,24 @@ class _Rows:
         key = h.digest()
         row = self.index.get(key)
         if row is None:
-            row = self.index[key] = len(self.data[self.fields[0]])
+            row = self.index[key] = len(self.index)
             for k in self.fields:
-                self.data[k].append(np.asarray(feats[k]))
+                a = np.ascontiguousarray(feats[k])
+                if k in self.stream:
+                    meta = (a.dtype.str, a.shape)
+                    if self.stream_meta.setdefault(k, meta) != meta:
+                        raise ValueError(f"{k}: row {row} is {meta}, earlier rows {self.stream_meta[k]}")
+                    self.stream[k].write(a.tobytes())
+                else:
+                    self.data[k].append(a)
         return row
+
+    def close(self, files: dict) -> None:
+        """Closes the streamed files and records their dtype and shape in ``files``."""
+        for k, f in self.stream.items():
+            f.close()
+            dtype, shape = self.stream_meta.get(k, ("<f4", ()))
+            files[k] = {"dtype": dtype, "shape": [len(self.index), *shape]}
 
 
 def _write(tmp: str, name: str, arr: np.ndarray, files: dict) -> None:
@@ -190,8 +210,9 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
     cnn = pre.vision_kind in ("cnn", "vit")
     W, H = pre.image_w, pre.image_h
     image_rows: dict[tuple, int] = {}
-    regions = _Rows(_REGION_FIELDS)
+    regions = _Rows(_REGION_FIELDS, tmp, stream=() if cnn else ("region_features",))
     ocr_rows = _Rows(_OCR_FIELDS)
+    phoc_binary = True
     q_image = np.full((n,), -1, np.int32)
     q_ocr = np.zeros((n,), np.int32)
     q_start = np.zeros((n,), np.int32)
@@ -235,6 +256,11 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
             feats = text_pre.features(rec, answers[0] if answers else None)
             if not cnn:
                 q_image[i] = regions.add(feats)
+            ph = feats["ocr_phoc"]
+            if phoc_binary and np.all((ph == 0) | (ph == 1)):
+                feats["ocr_phoc"] = ph.astype(np.uint8)  # a binary histogram: exact in a quarter of the bytes
+            else:
+                phoc_binary = False
             q_ocr[i] = ocr_rows.add(feats)
             for k in _QUESTION_FIELDS:
                 qfields[k].append(feats[k])
@@ -263,6 +289,7 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
             pool = None
+        regions.close({})
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
@@ -272,10 +299,10 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
     if cnn:
         files["image"] = {"dtype": "|u1", "shape": [len(image_rows), H, W, 3]}
     else:
-        # float32 (the batches' dtype) even where the dataset stores float16: numpy's float16 -> float32
-        # conversion took 35 ms per batch of 64 x 50 x 2048 on a 2-core x86 VM, a float32 gather about 1 ms;
-        # it costs twice the disk (0.4 MB per image of 50 x 2048 regions).
-        _write(tmp, "region_features", np.stack(regions.data["region_features"]).astype(np.float32), files)
+        # float32 (the batches' dtype, as Preprocessor.features gives it) even where the dataset stores float16:
+        # numpy's float16 -> float32 conversion took 35 ms per batch of 64 x 50 x 2048 on a 2-core x86 VM, a
+        # float32 gather about 1 ms; it costs twice the disk (0.4 MB per image of 50 x 2048 regions).
+        regions.close(files)
         _write(tmp, "region_boxes", np.stack(regions.data["region_boxes"]), files)
         _write(tmp, "region_mask", np.stack(regions.data["region_mask"]), files)
     for name, arr in (("q_image", q_image), ("q_ocr", q_ocr), ("q_answer_start", q_start), ("q_answer_count", q_count)):
@@ -285,10 +312,9 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
     for k in _ANSWER_FIELDS:
         _write(tmp, k, np.stack(afields[k]), files)
     for k in _OCR_FIELDS:
-        arr = np.stack(ocr_rows.data[k])
-        if k == "ocr_phoc" and np.all((arr == 0) | (arr == 1)):
-            arr = arr.astype(np.uint8)  # PHOC is a binary histogram: a quarter of the bytes, exact
+        arr = np.stack(ocr_rows.data[k])  # PHOC: uint8 if every row was binary, else float32 (exact either way)
         _write(tmp, k, arr, files)
+        del arr
     for name, meta in files.items():
         path = os.path.join(tmp, name)
         meta["bytes"] = os.path.getsize(path)
