@@ -234,3 +234,34 @@ def test_region_features_equal_the_per_example_path(tmp_path_factory):
     it = model_ready.train_iterator(mr, batch_size=8, seed=1, num_threads=1)
     for s in range(3):
         _same(next(it), next(ref), f"batch {s}")
+
+
+@pytest.mark.slow
+def test_main_job_with_model_ready_records_matches_and_reuses_them(tmp_path):
+    """The train loop on model-ready records: the same losses and test scores as the per-example path, and
+    ``--mode evaluate`` in the same workdir reuses the records instead of building them again."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT, subprocess_env
+
+    def run(workdir, *extra):
+        cmd = [sys.executable, "-m", "openvivqa_jax.main", "--config=configs/tiny.py", f"--workdir={workdir}",
+               f"--config.data.data_dir={tmp_path / 'tfds'}", "--config.train.num_train_steps=10",
+               "--config.eval.ocr_ablation=False", *extra]
+        res = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stderr
+
+    def results(workdir):
+        losses = [json.loads(line).get("loss") for line in open(workdir / "metrics.jsonl", encoding="utf-8")
+                  if json.loads(line)["kind"] == "train"]
+        return losses, json.loads((workdir / "eval" / "test_metrics.json").read_text())["overall"]
+
+    log = run(tmp_path / "mr", "--config.data.model_ready=True")
+    assert "Model-ready records of synthetic_openvivqa/train at" in log and "building them (none built yet)" in log
+    run(tmp_path / "plain")
+    assert results(tmp_path / "mr") == results(tmp_path / "plain")
+    log = run(tmp_path / "mr", "--config.data.model_ready=True", "--mode=evaluate")
+    assert "building them" not in log and "Model-ready records of synthetic_openvivqa/test: reusing" in log
