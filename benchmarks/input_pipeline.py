@@ -25,6 +25,23 @@ cache (later epochs; the default job runs about ten).
 For ``default`` the train step of the same config and batch is measured too (``benchmarks/train_step.py``,
 its own process, random inputs), and ``pipeline_to_step_ratio`` = pipeline batches/s / train steps/s (the
 issue asks for at least 3). Prints one JSON object on stdout.
+
+Model-ready records on the release stand-in (``--standin DIR``, made by ``benchmarks/make_release_standin.py``)::
+
+    python benchmarks/input_pipeline.py --standin /tmp/standin1k --variants images,features \
+        --data_dir /tmp/tfds_standin [--batches 200]
+
+For each variant of ``configs/openvivqa/mlpag.py`` (``images``: 384 x 288 pixels; ``features``: 50 x 2048
+region features), in its own process: the TFDS build if the data dir has none (``tfds_build_s``, not part of the
+pipeline), the tokenizer (untimed), then ``preprocess_s``: the one-time pass of
+:func:`openvivqa_jax.data.model_ready.open_split` over the train split in ``data.preprocess_workers`` processes
+(``preprocess_s_dev`` for dev), then ``--batches`` timed batches of
+:func:`openvivqa_jax.data.model_ready.train_iterator` after ``--warmup``: ``examples_per_s`` (wall) and ``examples_per_cpu_s`` (examples / CPU seconds of the process,
+all its threads). ``per_example_examples_per_cpu_s``: a few batches of the per-example path
+(:func:`openvivqa_jax.data.pipeline.train_iterator`, cold image cache) for comparison. ``flops_per_example``: XLA's
+cost analysis of the compiled train step (lowered on the real batch shapes), and ``host_cores_per_h200`` =
+(989e12 x MFU / flops_per_example) / examples_per_cpu_s at MFU 0.3 and 0.5. ``disk_mb_per_image``: the cache
+folder over its distinct images; ``peak_rss_mb``: this process, ``peak_rss_children_mb``: the largest worker.
 """
 
 from __future__ import annotations
@@ -126,6 +143,122 @@ def worker(args) -> dict:
     return res
 
 
+H200_BF16_DENSE_FLOPS = 989e12
+
+
+def _du(path: str) -> int:
+    total = 0
+    for dirpath, _, names in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(dirpath, n)) for n in names)
+    return total
+
+
+def standin_worker(args) -> dict:
+    """One variant of the paper config on the release stand-in, model-ready records (module doc)."""
+    import resource
+
+    import jax
+
+    from openvivqa_jax import sharding
+    from openvivqa_jax.assets import load_tokenizer
+    from openvivqa_jax.config_files import load_config
+    from openvivqa_jax.data import model_ready, pipeline
+    from openvivqa_jax.train import make_train_step
+
+    variant = args.worker.split(":", 1)[1]
+    cfg = load_config(os.path.join(common.ROOT, "configs", "openvivqa", "mlpag.py"), variant)
+    with cfg.unlocked():
+        cfg.data.manual_dir = args.standin
+        cfg.data.data_dir = args.data_dir or os.path.join(args.standin, "tfds")
+        if args.batch:
+            cfg.train.batch_size = args.batch
+        if args.smoke:
+            cfg.data.image_size = (96, 72)
+            cfg.tokenizer.vocab_size = 400
+    b = int(cfg.train.batch_size)
+    t0 = time.perf_counter()
+    builder = pipeline.load_builder(cfg.data)
+    res = {"variant": variant, "config": f"configs/openvivqa/mlpag.py:{variant}", "batch": b,
+           "image_size": list(cfg.data.image_size), "num_ocr": cfg.model.num_ocr,
+           "tfds_build_or_open_s": round(time.perf_counter() - t0, 2),
+           "splits": {k: v.num_examples for k, v in builder.info.splits.items()},
+           "tfds_disk_mb": round(_du(str(builder.data_dir)) / 2**20, 1)}
+    src = pipeline.load_source(builder, "train")
+    name = f"{builder.name}/train"
+    root = tempfile.mkdtemp(prefix="model_ready_", dir=args.cache_root)
+    try:
+        workdir = args.workdir or root
+        tok = load_tokenizer(cfg, workdir, None if os.path.exists(os.path.join(workdir, "spm.model"))
+                             else pipeline.read_records(src, name))
+        pre = pipeline.Preprocessor(cfg, tok, allow_copy=True)
+        res["vocab_size"] = tok.vocab_size
+        cpu0, t1 = time.process_time(), time.perf_counter()
+        mr = model_ready.open_split(src, pre, root, "train", builder, source_name=name,
+                                    num_workers=int(cfg.data.preprocess_workers or 0))
+        res["preprocess_s"] = round(time.perf_counter() - t1, 2)
+        res["preprocess_main_cpu_s"] = round(time.process_time() - cpu0, 2)
+        res["preprocess_workers"] = mr.manifest["workers"]
+        res["num_images_train"] = mr.manifest["num_images"]
+        res["num_questions_train"] = len(mr)
+        res["preprocess_s_per_1000_images"] = round(1000 * res["preprocess_s"] / max(1, res["num_images_train"]), 2)
+        t1 = time.perf_counter()
+        model_ready.open_split(pipeline.load_source(builder, "dev"), pre, root, "dev", builder, source_name="dev",
+                               num_workers=int(cfg.data.preprocess_workers or 0))
+        res["preprocess_s_dev"] = round(time.perf_counter() - t1, 2)
+        t1 = time.perf_counter()
+        mr = model_ready.open_split(src, pre, root, "train", builder, source_name=name)
+        res["reopen_verify_s"] = round(time.perf_counter() - t1, 2)
+        res["disk_mb_per_image"] = round(_du(mr.path) / 2**20 / max(1, res["num_images_train"]), 3)
+        res["disk_file_mb"] = {k: round(v["bytes"] / 2**20, 1) for k, v in mr.manifest["files"].items()}
+
+        it = model_ready.train_iterator(mr, batch_size=b, seed=cfg.seed, source_name=name,
+                                        num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch)
+        for _ in range(args.warmup):
+            batch = next(it)
+        cpu0, t1 = time.process_time(), time.perf_counter()
+        for _ in range(args.batches):
+            batch = next(it)
+        wall, cpu = time.perf_counter() - t1, time.process_time() - cpu0
+        n = args.batches * b
+        res.update(timed_batches=args.batches, examples_per_s=round(n / wall, 1),
+                   examples_per_cpu_s=round(n / max(cpu, 1e-9), 1), num_threads=cfg.data.num_threads,
+                   prefetch=cfg.data.prefetch)
+        res["batch_shapes"] = {k: list(v.shape) for k, v in sorted(batch.items())}
+        ref = pipeline.train_iterator(src, pre, batch_size=b, seed=cfg.seed + 1, source_name=name,
+                                      num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch)
+        next(ref)
+        cpu0, t1 = time.process_time(), time.perf_counter()
+        for _ in range(args.reference_batches):
+            next(ref)
+        res["per_example_examples_per_s"] = round(args.reference_batches * b / (time.perf_counter() - t1), 1)
+        res["per_example_examples_per_cpu_s"] = round(args.reference_batches * b / (time.process_time() - cpu0), 1)
+        del ref
+        if not args.no_flops:
+            spec, _ = common.bench_state(cfg, tok.vocab_size, abstract=True)
+            shapes = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=spec.batch_sharding) for k, v in batch.items()}
+            t1 = time.perf_counter()
+            with sharding.mesh_context(spec.mesh):
+                compiled = make_train_step(spec).lower(spec.abstract_state, shapes).compile()
+            flops = common.cost_flops(compiled)
+            res["compile_s"] = round(time.perf_counter() - t1, 1)
+            if flops:
+                res["flops_per_example"] = flops / b
+                res["host_cores_per_h200"] = {
+                    f"mfu_{m}": round(H200_BF16_DENSE_FLOPS * m / res["flops_per_example"]
+                                      / res["examples_per_cpu_s"], 2)
+                    for m in (0.3, 0.5)}
+                res["h200_examples_per_s"] = {f"mfu_{m}": round(H200_BF16_DENSE_FLOPS * m / res["flops_per_example"])
+                                              for m in (0.3, 0.5)}
+        res["skip_counts"] = dict(pre.counter.counts)
+        res["peak_rss_mb"] = common.peak_rss_mb()
+        res["peak_rss_children_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+    finally:
+        if not args.keep_cache:
+            import shutil
+            shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
 def main(argv=None) -> dict:
     """Parses flags, runs the workers (and the default train step), prints and returns the JSON object."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -139,8 +272,34 @@ def main(argv=None) -> dict:
     p.add_argument("--workdir", default=None, help="read spm.model from here instead of training one")
     p.add_argument("--no_train_step", action="store_true", help="skip the train-step comparison")
     p.add_argument("--smoke", action="store_true", help="tiny data and sizes (tests)")
+    p.add_argument("--standin", default=None,
+                   help="manual_dir of a release stand-in (benchmarks/make_release_standin.py): measure the "
+                        "model-ready records of configs/openvivqa/mlpag.py instead")
+    p.add_argument("--variants", default="images,features", help="with --standin: images and/or features")
+    p.add_argument("--reference_batches", type=int, default=4, help="with --standin: per-example batches timed")
+    p.add_argument("--cache_root", default=None, help="with --standin: where the model-ready records are written")
+    p.add_argument("--keep_cache", action="store_true", help="with --standin: keep the model-ready records")
+    p.add_argument("--no_flops", action="store_true", help="with --standin: skip the train step's FLOPs")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker and args.worker.startswith("standin:"):
+        res = standin_worker(args)
+        common.emit(res)
+        return res
+    if args.standin:
+        result = {"benchmark": "input_pipeline_model_ready", "machine": common.machine_info(),
+                  "standin": os.path.abspath(args.standin), "smoke": args.smoke, "variants": {}}
+        for v in [x for x in args.variants.split(",") if x]:
+            common.log(f"[{v}] ...")
+            wargs = [f"--worker=standin:{v}", f"--standin={args.standin}", f"--batches={args.batches}",
+                     f"--warmup={args.warmup}", f"--reference_batches={args.reference_batches}"]
+            for flag in ("batch", "data_dir", "workdir", "cache_root"):
+                if getattr(args, flag):
+                    wargs.append(f"--{flag}={getattr(args, flag)}")
+            wargs += ["--smoke"] * args.smoke + ["--keep_cache"] * args.keep_cache + ["--no_flops"] * args.no_flops
+            result["variants"][v] = common.run_worker(os.path.abspath(__file__), wargs)
+        common.emit(result)
+        return result
     if args.worker:
         res = worker(args)
         common.emit(res)

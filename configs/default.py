@@ -38,6 +38,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.num_threads = 2
     c.data.prefetch = 8
     c.data.image_cache_size = 8192
+    # Model-ready records (openvivqa_jax/data/model_ready.py, docs/input_pipeline.md): decode, resize, tokenize,
+    # PHOC and answer targets once per split, then train and evaluate from memory-mapped arrays (the same batches
+    # as the per-example path). Off here: the synthetic set is small enough to prepare per example.
+    c.data.model_ready = False
+    c.data.model_ready_dir = placeholder(str)  # None: <workdir>/model_ready
+    c.data.preprocess_workers = 0  # image-decoding processes of the one-time pass; 0: one per CPU core
     # Constrained decoding (ST-VQA tasks 1/2): 'none', 'per_image' or 'global' dictionary.
     c.data.decode_dictionary = "none"
     c.data.global_dictionary_file = placeholder(str)
@@ -146,6 +152,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.batch_size = 64
     c.eval.decoding = "beam"  # 'beam' or 'greedy'
     c.eval.beam_size = 3
+    # Decoding of the periodic dev evaluations that select the best checkpoint: "" (eval.decoding), 'greedy' or
+    # 'beam'. The final dev and test scores always use eval.decoding.
+    c.eval.select_decoding = ""
     c.eval.alpha = 0.0
     # Beam search keeps the memory's cross-attention keys/values once per example instead of once per beam
     # (decoding.beam_search(share_memory=True)): less memory traffic; floats may differ in the last bits.

@@ -38,7 +38,7 @@ from flax import nnx, struct
 
 from openvivqa_jax import assets, config_check, evaluation, inference, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.evaluation import copying
-from openvivqa_jax.data import pipeline
+from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.models import build_model, model_class
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.run_log import JsonlWriter, MeanAccumulator
@@ -295,6 +295,7 @@ class DataSplits:
         self._builder = None
         self._sources: dict[str, Any] = {}
         self._records: dict[str, list] = {}
+        self._model_ready: dict[str, Any] = {}
 
     @property
     def builder(self):
@@ -332,6 +333,22 @@ class DataSplits:
                 raise pipeline.DatasetError(
                     f"config value {field}={spec!r} names split {missing[0]!r}, which {self.builder.name} does not "
                     f"have (its splits: {', '.join(have)}); set --config.{field}=... to one of them")
+
+    def model_ready(self, split: str, pre, workdir: str):
+        """The model-ready records of ``split`` (:mod:`openvivqa_jax.data.model_ready`, opened once, built when
+        missing, stale or corrupt) when ``data.model_ready`` is on and they cover ``pre``'s batches, else None."""
+        if not self.data_cfg.get("model_ready"):
+            return None
+        why = model_ready.usable(pre)
+        if why:
+            logging.info("data.model_ready: %s/%s is read per example (%s)", self.builder.name, split, why)
+            return None
+        if split not in self._model_ready:
+            root = self.data_cfg.get("model_ready_dir") or os.path.join(workdir, "model_ready")
+            self._model_ready[split] = model_ready.open_split(
+                self.source(split), pre, root, split, self.builder, source_name=f"{self.builder.name}/{split}",
+                num_workers=int(self.data_cfg.get("preprocess_workers", 0) or 0))
+        return self._model_ready[split]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -456,7 +473,12 @@ def predict_split(exp: Experiment, params, split: str, mask_ocr: bool = False, m
     fn = decode_fn(exp, **decode_kw)
     preds: dict[int, str] = {}
     decode_notes: dict[int, dict] = {}  # dropped byte-fallback bytes / unknown pieces, for the metrics notes
-    for local in pipeline.eval_batches(src, pre, batch_size=_local_eval_batch(exp), source_name=split):
+    ready = exp.data.model_ready(split, pre, exp.workdir)
+    if ready is not None:
+        batches = model_ready.eval_batches(ready, batch_size=_local_eval_batch(exp), max_examples=max_examples)
+    else:
+        batches = pipeline.eval_batches(src, pre, batch_size=_local_eval_batch(exp), source_name=split)
+    for local in batches:
         batch = pipeline.to_global(local, spec.batch_sharding)
         with sharding.mesh_context(spec.mesh):
             ids, _ = fn(params, batch)
@@ -598,8 +620,14 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
         logging.info("data.train_kind_weights %s: an epoch is %d questions of %s (%d unweighted); share per kind: %s",
                      weights, len(subset), train_name, len(recs),
                      ", ".join(f"{k} {100 * v / len(subset):.1f}%" for k, v in share.most_common()))
-    it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed, source_name=train_name,
-                                 num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch, indices=subset)
+    ready = exp.data.model_ready(cfg.data.train_split, train_pre, exp.workdir)
+    if ready is not None:  # the same batches and iterator state, gathered from the one-time records
+        it = model_ready.train_iterator(ready, batch_size=local_batch, seed=cfg.seed, source_name=train_name,
+                                        num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch, indices=subset)
+    else:
+        it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
+                                     source_name=train_name, num_threads=cfg.data.num_threads,
+                                     prefetch=cfg.data.prefetch, indices=subset)
     start = 0
     best_score, bad_evals = -np.inf, 0
     if latest.latest_step() is not None:
@@ -639,8 +667,11 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                                          "bad_evals": int(bad_evals)})))
 
     def eval_dev(step: int) -> float:
+        # eval.select_decoding: how the periodic dev scores that choose the best checkpoint are decoded
+        # ("" = eval.decoding); the final dev and test scores always use eval.decoding.
+        select = cfg.eval.get("select_decoding") or None
         metrics, _ = evaluate(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split, write=True,
-                              tag="dev")
+                              tag="dev", **({"method": select} if select else {}))
         overall = metrics["overall"]
         writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items() if v is not None})
         exp.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})

@@ -94,9 +94,9 @@ def test_openvivqa_every_config(tmp_path):
     release = json.loads((SAMPLE / "examples_data.json").read_text(encoding="utf-8"))
     stem_of = {str(k): Path(v).stem for k, v in release["images"].items()}
     for config in ("default", "features"):
-        got = read(built(data, "openvivqa", config), "train")
+        got = read(built(data, "openvivqa", config, "1.2.0"), "train")
         assert {k: (v["image_id"], v["question"], v["answers"][0]) for k, v in got.items()} == SAMPLE_EXPECTED
-    feats = read(built(data, "openvivqa", "features"), "train")
+    feats = read(built(data, "openvivqa", "features", "1.2.0"), "train")
     for qid, ex in feats.items():
         f = files[stem_of[ex["image_id"]]]
         np.testing.assert_array_equal(ex["objects"]["features"], f["region_features"].astype(np.float16))

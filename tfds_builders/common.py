@@ -40,7 +40,7 @@ LANGUAGES = ("vi", "en", "ja")
 
 
 def vqa_features(with_image: bool = True, region_feature_dim: int | None = None,
-                 with_kind: bool = False) -> tfds.features.FeaturesDict:
+                 with_kind: bool = False, compact_regions: bool = False) -> tfds.features.FeaturesDict:
     """Returns the common VQA ``FeaturesDict``.
 
     Args:
@@ -48,6 +48,9 @@ def vqa_features(with_image: bool = True, region_feature_dim: int | None = None,
         region_feature_dim: if given, add ``objects`` with ``features`` of shape ``(num_regions, D)``
             (float16) and ``boxes`` ``(num_regions, 4)`` (float32, xyxy in [0, 1]).
         with_kind: add ``kind`` (``Text``): the question's template kind, for scores per kind of question.
+        compact_regions: store ``objects/features`` as raw bytes (``Encoding.BYTES``) instead of a protobuf float
+            list: for 50 x 2048 regions 0.1 ms instead of 27 ms to serialize, about 0 instead of 11 ms to parse,
+            and half the bytes. Changes the stored format (a builder that turns it on bumps its version).
 
     Returns:
         The feature specification.
@@ -71,7 +74,9 @@ def vqa_features(with_image: bool = True, region_feature_dim: int | None = None,
         feats["kind"] = tfds.features.Text()
     if region_feature_dim is not None:
         feats["objects"] = {
-                "features": tfds.features.Tensor(shape=(None, region_feature_dim), dtype=np.float16),
+                "features": tfds.features.Tensor(
+                    shape=(None, region_feature_dim), dtype=np.float16,
+                    encoding=tfds.features.Encoding.BYTES if compact_regions else tfds.features.Encoding.NONE),
                 "boxes": tfds.features.Tensor(shape=(None, 4), dtype=np.float32),
         }
     return tfds.features.FeaturesDict(feats)

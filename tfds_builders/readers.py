@@ -374,6 +374,10 @@ def load_image(path: Path, *, source: Any, record: str) -> LoadedImage:
                        width=decoded.pil.width, height=decoded.pil.height)
 
 
+#: Fewest images decoded (no OCR engine, e.g. with an OCR file) for which ``num_workers=None`` starts processes.
+_MIN_DECODE_ONLY_POOL = 256
+
+
 class ImageCache:
     """The images of a split, decoded (and OCRed by an engine) in worker processes up front.
 
@@ -406,7 +410,9 @@ class ImageCache:
                 order.setdefault(str(path), str(key))
         if not order:
             return
-        workers = self.num_workers if self.settings.ocr_engine != "none" else 1
+        workers = self.num_workers
+        if workers is None and self.settings.ocr_engine == "none" and len(order) < _MIN_DECODE_ONLY_POOL:
+            workers = 1  # decoding a few images takes less than starting the worker processes
         tasks = [self._work.ImageTask(p) for p in order]
         t0 = time.perf_counter()
         for task, res in zip(tasks, self._work.map_images(tasks, self.settings, workers)):

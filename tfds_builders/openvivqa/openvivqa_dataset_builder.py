@@ -372,8 +372,9 @@ class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
     options (``tfds build ... --beam_pipeline_options=...``) the per-image work (decode, stored bytes, OCR engine)
     runs on Apache Beam (:mod:`tfds_builders.beam_build`); the ``features`` config builds in this process."""
 
-    VERSION = tfds.core.Version("1.1.0")
+    VERSION = tfds.core.Version("1.2.0")
     RELEASE_NOTES = {
+        "1.2.0": "Region features (config features) stored as raw float16 bytes, not a float list.",
         "1.1.0": "Adds the language feature (ISO 639-1 code of the question and answers).",
         "1.0.0": "Initial release: public-release and list JSON forms, tesseract/file/feature OCR."}
     BUILDER_CONFIGS = [
@@ -414,7 +415,8 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
     def _info(self) -> tfds.core.DatasetInfo:
         cfg = self.builder_config
         return self.dataset_info_from_configs(
-            features=common.vqa_features(with_image=True, region_feature_dim=cfg.region_feature_dim),
+            features=common.vqa_features(with_image=True, region_feature_dim=cfg.region_feature_dim,
+                                     compact_regions=True),
             supervised_keys=None,
             homepage="https://github.com/hieunghia-pat/OpenViVQA-dataset",
             citation=_CITATION,

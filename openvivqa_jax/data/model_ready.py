@@ -1,0 +1,577 @@
+"""Model-ready records: the per-example work that does not change between epochs, done once per split.
+
+:class:`~openvivqa_jax.data.pipeline.Preprocessor` turns a record into fixed-shape arrays on every visit: JPEG
+decoding and resizing (about 24 ms of CPU for a 1600x1200 photo), tokenization, PHOC and answer targets. None of
+it depends on the epoch except which reference answer is drawn. :func:`build` runs it once over a split and
+stores the results as raw little-endian arrays, one file per field, which training memory-maps and gathers
+batches from (:func:`train_iterator`, :func:`eval_batches`).
+
+Layout of ``<root>/<split>/`` (shapes by named axes; ``Q`` questions, ``A`` answer rows, ``G`` distinct OCR
+token sets, ``I`` distinct images or region-feature sets)::
+
+    manifest.json                 format, the inputs' fingerprint, per file dtype / shape / bytes / crc32,
+                                  the build's counters and time; written last
+    q_image (Q,) int32            row of image / region_* (-1: none)
+    q_ocr (Q,) int32              row of the ocr_* files
+    q_answer_start (Q,) int32     first answer row; q_answer_count (Q,) int32 references (0: none)
+    question, question_mask (Q, Lq)
+    decoder_in, target_vocab, target_mask (A, L); target_ocr (A, L, N)   one row per reference answer
+                                  (a question without answers has one row, encoded as the empty answer,
+                                  target_mask all False, as Preprocessor.features(rec, None) gives)
+    ocr_pieces, ocr_piece_mask (G, N, P); ocr_phoc (G, N, phoc_dim) uint8 when binary, else float32;
+    ocr_boxes (G, N, 4); ocr_mask (G, N)
+    image (I, H, W, 3) uint8      vision kinds cnn / vit: each distinct image once
+    region_features (I, R, D) float32; region_boxes (I, R, 4); region_mask (I, R)
+
+Every array equals what ``Preprocessor.features`` returns for the same record and answer (the text fields are
+made by that very method; the pixels by :func:`openvivqa_jax.data.images.decode_image` and the same bilinear
+resize, in ``data.preprocess_workers`` processes, each image written at its row, so the files are the same for
+any number of workers). Rows are shared by content: questions of one image point at one ``image`` row and one
+OCR row.
+
+Safety: a build writes into ``<split>.tmp-<host>-<pid>/`` and renames it into place when the manifest is
+written; :func:`open_split` checks the manifest, every file's size and crc32, and the fingerprint (builder,
+config, version, split size and data files; tokenizer model bytes; shapes), and rebuilds with a log line
+saying why when any differs, so a half-written, corrupt or stale cache is never read as data.
+
+Supported: generator models without a decoding dictionary and with OCR (the OCR ablation, classifiers'
+``answer_scores`` and ``allowed_vocab`` batches keep the per-example path, :func:`usable`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import multiprocessing
+import os
+import queue
+import shutil
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+
+import grain
+import jax
+import numpy as np
+from absl import logging
+
+from openvivqa_jax.data import decode_worker
+from openvivqa_jax.data.pipeline import DatasetError, Preprocessor, SkipCounter, _ProcessShare, decode_record
+
+__all__ = ["FORMAT", "ModelReady", "usable", "fingerprint", "build", "open_split", "train_iterator",
+           "eval_batches"]
+
+#: Bumped whenever the layout or the meaning of a field changes (a cache of another format is rebuilt).
+FORMAT = 1
+_QUESTION_FIELDS = ("question", "question_mask")
+_ANSWER_FIELDS = ("decoder_in", "target_vocab", "target_ocr", "target_mask")
+_OCR_FIELDS = ("ocr_pieces", "ocr_piece_mask", "ocr_phoc", "ocr_boxes", "ocr_mask")
+_REGION_FIELDS = ("region_features", "region_boxes", "region_mask")
+_CHUNK = 1 << 22
+
+
+def usable(pre: Preprocessor) -> str | None:
+    """None if ``pre``'s batches can come from model-ready records, else why not (one phrase)."""
+    if pre.mask_ocr:
+        return "the OCR ablation masks OCR tokens"
+    if pre.answer_list is not None:
+        return "classifier answer scores are made per example"
+    if pre.decode_dictionary != "none":
+        return f"data.decode_dictionary={pre.decode_dictionary!r} batches are made per example"
+    if pre.vision_kind not in ("cnn", "vit", "region"):
+        return f"vision kind {pre.vision_kind!r}"
+    return None
+
+
+def _file_digest(path: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _crc32(path: str) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def fingerprint(builder, split: str, num_examples: int, pre: Preprocessor) -> dict:
+    """What the records depend on, in three parts compared one by one (the rebuild log names the part).
+
+    ``dataset``: builder name, config, version, split, its size, and name / size / mtime of the split's data
+    files; ``tokenizer``: a digest of the SentencePiece model file; ``shapes``: every config value the
+    arrays depend on.
+    """
+    data_dir = str(builder.data_dir)
+    files = []
+    if os.path.isdir(data_dir):
+        for name in sorted(os.listdir(data_dir)):
+            if f"-{split}." in name or name == "dataset_info.json":
+                st = os.stat(os.path.join(data_dir, name))
+                files.append([name, st.st_size, st.st_mtime_ns])
+    config = getattr(builder, "builder_config", None)
+    dataset = {"builder": builder.name, "config": getattr(config, "name", None), "version": str(builder.info.version),
+               "split": split, "num_examples": int(num_examples), "data_dir": data_dir, "files": files}
+    tokenizer = {"model": _file_digest(pre.tok.model_path), "vocab_size": int(pre.tok.vocab_size)}
+    shapes = {"format": FORMAT, "vision_kind": pre.vision_kind, "image_size": [pre.image_w, pre.image_h],
+              "max_image_pixels": pre.max_image_pixels, "num_ocr": pre.num_ocr, "max_ocr_pieces": pre.max_pieces,
+              "max_question_len": pre.q_len, "max_answer_len": pre.vocab.max_len, "allow_copy": pre.vocab.allow_copy,
+              "phoc_alphabet": pre.phoc_alphabet, "num_regions": pre.num_regions, "region_dim": pre.region_dim}
+    return {"dataset": dataset, "tokenizer": tokenizer, "shapes": shapes}
+
+
+# ------------------------------------------------------------------------------------------------ build
+class _Rows:
+    """Rows of one group of fields shared by content (a digest of the arrays -> row).
+
+    Fields in ``stream`` are appended to raw files in ``folder`` as rows are added (the region features: 0.4 MB
+    a row, too many to hold and stack); the others are kept as arrays and written by :func:`_write`.
+    """
+
+    def __init__(self, fields: Sequence[str], folder: str | None = None, stream: Sequence[str] = ()):
+        self.fields = tuple(fields)
+        self.stream = {k: open(os.path.join(folder, k), "wb") for k in stream}
+        self.stream_meta: dict[str, tuple] = {}
+        self.index: dict[bytes, int] = {}
+        self.data: dict[str, list] = {k: [] for k in self.fields if k not in self.stream}
+
+    def add(self, feats: dict) -> int:
+        h = hashlib.blake2b(digest_size=16)
+        for k in self.fields:
+            a = np.ascontiguousarray(feats[k])
+            h.update(str((a.dtype.str, a.shape)).encode())
+            h.update(a.tobytes())
+        key = h.digest()
+        row = self.index.get(key)
+        if row is None:
+            row = self.index[key] = len(self.index)
+            for k in self.fields:
+                a = np.ascontiguousarray(feats[k])
+                if k in self.stream:
+                    meta = (a.dtype.str, a.shape)
+                    if self.stream_meta.setdefault(k, meta) != meta:
+                        raise ValueError(f"{k}: row {row} is {meta}, earlier rows {self.stream_meta[k]}")
+                    self.stream[k].write(a.tobytes())
+                else:
+                    self.data[k].append(a)
+        return row
+
+    def close(self, files: dict) -> None:
+        """Closes the streamed files and records their dtype and shape in ``files``."""
+        for k, f in self.stream.items():
+            f.close()
+            dtype, shape = self.stream_meta.get(k, ("<f4", ()))
+            files[k] = {"dtype": dtype, "shape": [len(self.index), *shape]}
+
+
+def _write(tmp: str, name: str, arr: np.ndarray, files: dict) -> None:
+    path = os.path.join(tmp, name)
+    arr = np.ascontiguousarray(arr)
+    with open(path, "wb") as f:
+        f.write(arr.tobytes())
+    files[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+
+
+def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str = "",
+          num_workers: int = 0) -> dict:
+    """Writes the model-ready records of ``source`` to ``out_dir`` atomically; returns the manifest.
+
+    Args:
+      source: random-access data source of one split (examples as ``load_source`` gives them).
+      pre: the run's preprocessor (:func:`usable` must hold).
+      out_dir: the final folder; written as a temporary sibling and renamed into place.
+      fp: :func:`fingerprint` of the inputs, stored in the manifest.
+      source_name: the split named in errors.
+      num_workers: image-decoding processes (0: ``os.cpu_count()``).
+
+    Raises:
+      DatasetError: a record is bad (one line naming the question: an empty question, a missing or undecodable
+        image, a region feature size other than the config's), as ``Preprocessor.features`` raises it.
+    """
+    t0 = time.perf_counter()
+    why = usable(pre)
+    if why:
+        raise ValueError(f"model-ready records do not cover this run: {why}")
+    counter = SkipCounter()
+    text_pre = _text_only(pre, counter)
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = f"{os.path.abspath(out_dir)}.tmp-{socket.gethostname()}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    n = len(source)
+    cnn = pre.vision_kind in ("cnn", "vit")
+    W, H = pre.image_w, pre.image_h
+    image_rows: dict[tuple, int] = {}
+    regions = _Rows(_REGION_FIELDS, tmp, stream=() if cnn else ("region_features",))
+    ocr_rows = _Rows(_OCR_FIELDS)
+    phoc_binary = True
+    q_image = np.full((n,), -1, np.int32)
+    q_ocr = np.zeros((n,), np.int32)
+    q_start = np.zeros((n,), np.int32)
+    q_count = np.zeros((n,), np.int32)
+    qfields = {k: [] for k in _QUESTION_FIELDS}
+    afields = {k: [] for k in _ANSWER_FIELDS}
+    first_question: dict[int, str] = {}
+    question_ids: list[str] = []
+    image_path = os.path.join(tmp, "image")
+    open(image_path, "wb").close()
+    workers = int(num_workers) or os.cpu_count() or 1
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) \
+        if cnn else None
+    futures, pending = [], []
+    rows = 0
+
+    def flush():
+        if pending:
+            futures.append(pool.submit(decode_worker.decode_into, image_path, list(pending), W, H,
+                                       pre.max_image_pixels))
+            pending.clear()
+
+    try:
+        for i in range(n):
+            rec = decode_record(source[i], i, source_name, counter)
+            if cnn:
+                if rec.image_bytes is None:
+                    raise DatasetError(f"question {rec.question_id!r}: no image for vision kind {pre.vision_kind!r}")
+                data = bytes(rec.image_bytes)
+                key = (rec.image_id, hashlib.blake2b(data, digest_size=16).digest())
+                row = image_rows.get(key)
+                if row is None:
+                    row = image_rows[key] = len(image_rows)
+                    first_question[row] = rec.question_id
+                    pending.append((row, repr(rec.image_id), data))
+                    if len(pending) >= 16:
+                        flush()
+                q_image[i] = row
+            question_ids.append(rec.question_id)
+            answers = rec.answers
+            feats = text_pre.features(rec, answers[0] if answers else None)
+            if not cnn:
+                q_image[i] = regions.add(feats)
+            ph = feats["ocr_phoc"]
+            if phoc_binary and np.all((ph == 0) | (ph == 1)):
+                feats["ocr_phoc"] = ph.astype(np.uint8)  # a binary histogram: exact in a quarter of the bytes
+            else:
+                phoc_binary = False
+            q_ocr[i] = ocr_rows.add(feats)
+            for k in _QUESTION_FIELDS:
+                qfields[k].append(feats[k])
+            q_start[i], q_count[i] = rows, len(answers)
+            for k in _ANSWER_FIELDS:
+                afields[k].append(feats[k])
+            texts = rec.ocr_texts[: pre.num_ocr]
+            for a in answers[1:]:  # the other references: the same encoding features() gives each
+                enc = pre.vocab.encode(a, texts)
+                counter.add("answers_encoded")
+                if enc.truncated:
+                    counter.add("answer_truncated")
+                for k in _ANSWER_FIELDS:
+                    afields[k].append(getattr(enc, k))
+            rows += max(1, len(answers))
+        if cnn:
+            flush()
+            for f in futures:
+                bad = f.result()
+                if bad:
+                    row, msg = bad[0]
+                    raise DatasetError(f"question {first_question[row]!r}: {msg}")
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+            pool = None
+        regions.close({})
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+    files: dict[str, dict] = {}
+    if cnn:
+        files["image"] = {"dtype": "|u1", "shape": [len(image_rows), H, W, 3]}
+    else:
+        # float32 (the batches' dtype, as Preprocessor.features gives it) even where the dataset stores float16:
+        # numpy's float16 -> float32 conversion took 35 ms per batch of 64 x 50 x 2048 on a 2-core x86 VM, a
+        # float32 gather about 1 ms; it costs twice the disk (0.4 MB per image of 50 x 2048 regions).
+        regions.close(files)
+        _write(tmp, "region_boxes", np.stack(regions.data["region_boxes"]), files)
+        _write(tmp, "region_mask", np.stack(regions.data["region_mask"]), files)
+    for name, arr in (("q_image", q_image), ("q_ocr", q_ocr), ("q_answer_start", q_start), ("q_answer_count", q_count)):
+        _write(tmp, name, arr, files)
+    for k in _QUESTION_FIELDS:
+        _write(tmp, k, np.stack(qfields[k]), files)
+    for k in _ANSWER_FIELDS:
+        _write(tmp, k, np.stack(afields[k]), files)
+    for k in _OCR_FIELDS:
+        arr = np.stack(ocr_rows.data[k])  # PHOC: uint8 if every row was binary, else float32 (exact either way)
+        _write(tmp, k, arr, files)
+        del arr
+    for name, meta in files.items():
+        path = os.path.join(tmp, name)
+        meta["bytes"] = os.path.getsize(path)
+        meta["crc32"] = _crc32(path)
+        expect = int(np.prod(meta["shape"])) * np.dtype(meta["dtype"]).itemsize
+        if meta["bytes"] != expect:
+            raise RuntimeError(f"{path}: wrote {meta['bytes']} bytes, expected {expect}")
+    manifest = {"format": FORMAT, "fingerprint": fp, "files": files, "num_questions": n,
+                "num_answer_rows": rows, "num_images": len(image_rows) if cnn else len(regions.index),
+                "num_ocr_sets": len(ocr_rows.index), "counts": dict(counter.counts),
+                "build_s": round(time.perf_counter() - t0, 3), "workers": workers if cnn else 0}
+    manifest["question_ids"] = question_ids
+    with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    _replace_dir(tmp, out_dir)
+    logging.info("Model-ready records of %s: %d questions, %d images, %d OCR sets in %.1f s (%d workers) -> %s",
+                 source_name, n, manifest["num_images"], manifest["num_ocr_sets"], manifest["build_s"],
+                 manifest["workers"], out_dir)
+    return manifest
+
+
+def _text_only(pre: Preprocessor, counter: SkipCounter) -> Preprocessor:
+    """A shallow copy of ``pre`` that makes every field but the pixels (decoded in the workers instead)."""
+    import copy
+
+    p = copy.copy(pre)
+    p.counter = counter
+    p._image = lambda image_id, data: None
+    return p
+
+
+def _replace_dir(tmp: str, final: str) -> None:
+    """Moves ``tmp`` to ``final``; an existing ``final`` is moved aside first and deleted after."""
+    old = None
+    if os.path.exists(final):
+        old = f"{final}.old-{socket.gethostname()}-{os.getpid()}"
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------ read
+class ModelReady:
+    """The memory-mapped model-ready records of one split (read-only arrays by field name; module doc)."""
+
+    def __init__(self, path: str, manifest: dict):
+        self.path, self.manifest = path, manifest
+        self.arrays = {}
+        for name, meta in manifest["files"].items():
+            shape = tuple(meta["shape"])
+            if int(np.prod(shape)) == 0:
+                self.arrays[name] = np.zeros(shape, np.dtype(meta["dtype"]))
+            else:
+                self.arrays[name] = np.memmap(os.path.join(path, name), dtype=np.dtype(meta["dtype"]), mode="r",
+                                              shape=shape)
+        self.num_questions = int(manifest["num_questions"])
+        self.answer_count = np.asarray(self.arrays["q_answer_count"])
+        self.answer_start = np.asarray(self.arrays["q_answer_start"])
+        self.vision = "image" if "image" in self.arrays else "region"
+
+    def __len__(self) -> int:
+        return self.num_questions
+
+    def gather(self, qidx: np.ndarray, pick: np.ndarray) -> dict[str, np.ndarray]:
+        """The batch of questions ``qidx`` ``(B,)`` with answer ``pick`` ``(B,)`` (0-based among the question's
+        references): the keys and dtypes of ``Preprocessor.features`` stacked, in its order."""
+        a = self.arrays
+        qidx = np.asarray(qidx, np.int64)
+        img = np.asarray(a["q_image"][qidx], np.int64)
+        ocr = np.asarray(a["q_ocr"][qidx], np.int64)
+        ans = self.answer_start[qidx].astype(np.int64) + np.asarray(pick, np.int64)
+        out: dict[str, np.ndarray] = {}
+        if self.vision == "image":
+            out["image"] = a["image"][img]
+        else:
+            out["region_features"] = a["region_features"][img]
+            out["region_boxes"] = a["region_boxes"][img]
+            out["region_mask"] = a["region_mask"][img]
+        for k in _QUESTION_FIELDS:
+            out[k] = a[k][qidx]
+        for k in _OCR_FIELDS:
+            out[k] = a[k][ocr]
+        out["ocr_phoc"] = out["ocr_phoc"].astype(np.float32, copy=False)
+        for k in _ANSWER_FIELDS:
+            out[k] = a[k][ans]
+        out["index"] = qidx.astype(np.int32)
+        out["valid"] = np.ones((len(qidx),), bool)
+        return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _check(path: str, fp: dict, verify: bool) -> tuple[dict | None, str]:
+    """``(manifest, "")`` if the cache at ``path`` is complete, intact and made from ``fp``, else ``(None, why)``."""
+    mpath = os.path.join(path, "manifest.json")
+    if not os.path.isdir(path):
+        return None, "none built yet"
+    try:
+        with open(mpath, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        return None, f"{mpath} is missing (an interrupted build)"
+    except (OSError, ValueError) as e:
+        return None, f"{mpath} is unreadable ({e})"
+    if manifest.get("format") != FORMAT:
+        return None, f"format {manifest.get('format')} is not {FORMAT}"
+    old = manifest.get("fingerprint") or {}
+    for part in ("shapes", "tokenizer", "dataset"):
+        if old.get(part) != fp[part]:
+            diff = sorted(k for k in set(old.get(part) or {}) | set(fp[part])
+                          if (old.get(part) or {}).get(k) != fp[part].get(k))
+            return None, f"its {part} changed ({', '.join(diff)})"
+    for name, meta in manifest.get("files", {}).items():
+        fpath = os.path.join(path, name)
+        if not os.path.isfile(fpath):
+            return None, f"{fpath} is missing"
+        size = os.path.getsize(fpath)
+        expect = int(np.prod(meta["shape"])) * np.dtype(meta["dtype"]).itemsize
+        if size != meta.get("bytes") or size != expect:
+            return None, f"{fpath} has {size} bytes, the manifest says {meta.get('bytes')} (expected {expect})"
+        if verify and _crc32(fpath) != meta.get("crc32"):
+            return None, f"{fpath} fails its crc32 check (corrupt)"
+    return manifest, ""
+
+
+def open_split(source, pre: Preprocessor, root: str, split: str, builder, *, source_name: str = "",
+               num_workers: int = 0, verify: bool = True) -> ModelReady:
+    """The model-ready records of ``split`` under ``root``: reused when intact and current, else (re)built.
+
+    Logs one line: reused (with the build's time), or rebuilt and why (none yet, interrupted, corrupt, or which
+    part of the fingerprint changed). The build's counters (truncations, dropped empty tokens) are added to
+    ``pre.counter``.
+
+    Raises:
+      DatasetError: from :func:`build` (a bad record).
+    """
+    path = os.path.join(os.path.abspath(os.path.expanduser(root)), split)
+    fp = fingerprint(builder, split, len(source), pre)
+    manifest, why = _check(path, fp, verify)
+    if manifest is None:
+        logging.info("Model-ready records of %s at %s: building them (%s)", source_name or split, path, why)
+        manifest = build(source, pre, path, fp, source_name=source_name or split, num_workers=num_workers)
+    else:
+        logging.info("Model-ready records of %s: reusing %s (built in %.1f s)", source_name or split, path,
+                     manifest.get("build_s", 0.0))
+    for k, v in manifest.get("counts", {}).items():
+        pre.counter.add(k, int(v))
+    return ModelReady(path, manifest)
+
+
+# ------------------------------------------------------------------------------------------------ iterate
+class _Indices:
+    """The questions trained on, as a grain source: item ``i`` is question ``indices[i]``."""
+
+    def __init__(self, n: int, indices: Sequence[int] | None):
+        self.indices = np.arange(n, dtype=np.int64) if indices is None else np.asarray(indices, np.int64)
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        return int(self.indices[int(i)])
+
+
+class _PickAnswer(grain.transforms.RandomMap):
+    """Question index -> ``(index, reference)``: the draw ``pipeline._TrainMap`` makes with the same RNG."""
+
+    def __init__(self, mr: ModelReady, source_name: str):
+        self.counts, self.source_name, self.mr = mr.answer_count, source_name, mr
+
+    def random_map(self, element, rng: np.random.Generator):
+        c = int(self.counts[element])
+        if c == 0:
+            qid = self.mr.manifest["question_ids"][element]
+            raise DatasetError(f"{self.source_name}: question {qid!r} has no answer in a training split")
+        return np.asarray([element, int(rng.integers(c)) if c > 1 else 0], np.int64)
+
+
+class _Gather(grain.transforms.Map):
+    def __init__(self, mr: ModelReady):
+        self.mr = mr
+
+    def map(self, element):
+        return self.mr.gather(element[:, 0], element[:, 1])
+
+
+def train_iterator(mr: ModelReady, *, batch_size: int, seed: int, source_name: str = "", num_threads: int = 2,
+                   prefetch: int = 8, indices: Sequence[int] | None = None):
+    """:func:`openvivqa_jax.data.pipeline.train_iterator` over model-ready records: the same shuffle, answer
+    draws, per-process rows and checkpointable state, so its batches equal that iterator's, element for element.
+
+    Only question indices and answer draws go through grain per example; each batch is then one gather per field
+    from the memory-mapped files.
+
+    Raises:
+      DatasetError: the split is smaller than one global batch; a visited question has no answer.
+    """
+    src = _Indices(len(mr), indices)
+    if len(src) < batch_size * jax.process_count():
+        raise DatasetError(f"{source_name}: {len(src)} examples is fewer than one global batch "
+                           f"({batch_size} x {jax.process_count()} processes); lower --config.train.batch_size "
+                           f"(at most {len(src)}) or train on a larger split")
+    ds = grain.MapDataset.source(src).seed(seed).shuffle().repeat()
+    ds = ds.random_map(_PickAnswer(mr, source_name))
+    ds = grain.MapDataset.source(_ProcessShare(ds, batch_size, jax.process_index(), jax.process_count()))
+    ds = ds.batch(batch_size, drop_remainder=True).map(_Gather(mr))
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch))
+    return iter(it)
+
+
+def eval_batches(mr: ModelReady, *, batch_size: int, max_examples: int = 0, prefetch: int = 2) -> Iterator[dict]:
+    """:func:`openvivqa_jax.data.pipeline.eval_batches` over model-ready records (the same rows, padding and
+    answer ``0``), gathered in a background thread ``prefetch`` batches ahead of the caller."""
+    n = min(len(mr), max_examples) if max_examples else len(mr)
+    pc, pi = jax.process_count(), jax.process_index()
+    mine = np.arange(pi, n, pc, dtype=np.int64)
+    per_proc = -(-n // pc)
+    num_batches = -(-per_proc // batch_size)
+
+    def make(b: int) -> dict:
+        idx = mine[b * batch_size:(b + 1) * batch_size]
+        k = len(idx)
+        rows = np.concatenate([idx, np.zeros((batch_size - k,), np.int64)])
+        out = mr.gather(rows, np.zeros((batch_size,), np.int64))
+        if k < batch_size:  # padding rows: zeros, valid False (as the per-example path pads)
+            for v in out.values():
+                v[k:] = 0
+        return out
+
+    q: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for b in range(num_batches):
+                if stop.is_set():
+                    return
+                q.put(("batch", make(b)))
+            q.put(("end", None))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
+            q.put(("error", e))
+
+    t = threading.Thread(target=produce, daemon=True, name="model-ready-eval")
+    t.start()
+    try:
+        while True:
+            kind, val = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise val
+            yield val
+    finally:
+        stop.set()
+        while t.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                t.join(0.05)

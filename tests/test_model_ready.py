@@ -1,0 +1,267 @@
+"""Model-ready records (openvivqa_jax.data.model_ready) against the per-example path: every field of every
+question and answer, the training stream and its resume, evaluation batches, worker counts; corrupt,
+half-written and stale caches; bad input."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import load_config
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The tiny synthetic set, its tokenizer and the tiny config's preprocessor."""
+    from openvivqa_jax import assets
+    from openvivqa_jax.data import pipeline
+
+    cfg = load_config("configs/tiny.py")
+    cfg.data.data_dir = str(tmp_path_factory.mktemp("tfds"))
+    workdir = str(tmp_path_factory.mktemp("work"))
+    builder = pipeline.load_builder(cfg.data)
+    src = pipeline.load_source(builder, "train")
+    tok = assets.load_tokenizer(cfg, workdir, pipeline.read_records(src, "train"))
+    pre = pipeline.Preprocessor(cfg, tok, allow_copy=True)
+    return cfg, builder, src, pre, tmp_path_factory.mktemp("mr")
+
+
+def _open(setup, root, split="train", **kw):
+    from openvivqa_jax.data import model_ready, pipeline
+
+    cfg, builder, _, pre, _ = setup
+    return model_ready.open_split(pipeline.load_source(builder, split), pre, str(root), split, builder,
+                                  source_name=split, **kw)
+
+
+def _same(a: dict, b: dict, where=""):
+    assert sorted(a) == sorted(b), where
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        assert x.dtype == y.dtype and x.shape == y.shape, (where, k, x.dtype, y.dtype, x.shape, y.shape)
+        np.testing.assert_array_equal(x, y, err_msg=f"{where} {k}")
+
+
+def test_every_field_equals_the_per_example_path(setup):
+    from openvivqa_jax.data import pipeline
+
+    cfg, builder, src, pre, root = setup
+    mr = _open(setup, root / "a", num_workers=2)
+    assert len(mr) == len(src)
+    # The synthetic set has several questions per image: each image is stored once.
+    assert mr.manifest["num_images"] < len(src)
+    for i in range(len(src)):
+        rec = pipeline.decode_record(src[i], i, "train")
+        for j, ans in enumerate(rec.answers):
+            _same(mr.gather(np.array([i]), np.array([j])),
+                  {k: np.asarray(v)[None] for k, v in pre.features(rec, ans).items()}, f"question {i} answer {j}")
+
+
+def test_same_records_for_any_number_of_workers(setup):
+    _, _, _, _, root = setup
+    a, b = _open(setup, root / "w1", num_workers=1), _open(setup, root / "w3", num_workers=3)
+    assert sorted(a.manifest["files"]) == sorted(b.manifest["files"])
+    for name in a.manifest["files"]:
+        with open(os.path.join(a.path, name), "rb") as f, open(os.path.join(b.path, name), "rb") as g:
+            assert f.read() == g.read(), name
+
+
+def test_training_stream_and_resume_equal_the_per_example_iterator(setup):
+    from openvivqa_jax.data import model_ready, pipeline
+
+    _, _, src, pre, root = setup
+    mr = _open(setup, root / "a")
+    ref = pipeline.train_iterator(src, pre, batch_size=8, seed=3, num_threads=1)
+    it = model_ready.train_iterator(mr, batch_size=8, seed=3, num_threads=1)
+    steps = len(src) // 8 + 2  # past one epoch: a new permutation and new answer draws
+    state = None
+    for s in range(steps):
+        if s == 3:
+            state = it.get_state()
+        _same(next(it), next(ref), f"batch {s}")
+    resumed = model_ready.train_iterator(mr, batch_size=8, seed=3, num_threads=1)
+    resumed.set_state(state)
+    ref = pipeline.train_iterator(src, pre, batch_size=8, seed=3, num_threads=1)
+    for s in range(3):
+        next(ref)
+    for s in range(3, 6):
+        _same(next(resumed), next(ref), f"resumed batch {s}")
+    # The iterator state is the per-example iterator's: a run resumes across the switch too.
+    ref.set_state(it.get_state())
+    _same(next(it), next(ref), "after the state hand-over")
+
+
+def test_eval_batches_equal_the_per_example_path(setup):
+    from openvivqa_jax.data import model_ready, pipeline
+
+    _, builder, _, pre, root = setup
+    src = pipeline.load_source(builder, "test")
+    mr = _open(setup, root / "a", split="test")
+    got = list(model_ready.eval_batches(mr, batch_size=7))
+    want = list(pipeline.eval_batches(src, pre, batch_size=7))
+    assert len(got) == len(want) == -(-len(src) // 7)
+    assert not got[-1]["valid"].all() or len(src) % 7 == 0
+    for b, (x, y) in enumerate(zip(got, want)):
+        _same(x, y, f"eval batch {b}")
+
+
+def test_corrupt_half_written_and_stale_caches_are_rebuilt(setup, caplog):
+    from openvivqa_jax import assets
+    from openvivqa_jax.data import model_ready, pipeline
+
+    cfg, builder, src, pre, root = setup
+    caplog.set_level(logging.INFO)
+    good = _open(setup, root / "c")
+    path = good.path
+    reference = {k: np.array(v) for k, v in good.arrays.items()}
+
+    def reopened(expect_why: str):
+        caplog.clear()
+        mr = _open(setup, root / "c")
+        text = caplog.text
+        assert "building them" in text and expect_why in text, text
+        for k, v in reference.items():
+            np.testing.assert_array_equal(np.asarray(mr.arrays[k]), v, err_msg=k)
+        return mr
+
+    caplog.clear()
+    _open(setup, root / "c")
+    assert "reusing" in caplog.text and "building" not in caplog.text
+    # Killed while writing: the build folder is a temporary name, the final one has no manifest.
+    os.remove(os.path.join(path, "manifest.json"))
+    reopened("missing (an interrupted build)")
+    # A flipped byte in the pixels: same size, caught by the checksum.
+    with open(os.path.join(path, "image"), "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    reopened("fails its crc32 check")
+    # A truncated field file.
+    with open(os.path.join(path, "target_ocr"), "r+b") as f:
+        f.truncate(10)
+    reopened("has 10 bytes")
+    # A manifest cut mid-write.
+    with open(os.path.join(path, "manifest.json"), "r+b") as f:
+        f.truncate(50)
+    reopened("unreadable")
+    # Another tokenizer or other shapes: stale, rebuilt with the reason.
+    other = cfg.copy_and_resolve_references()
+    other.tokenizer.vocab_size = 300
+    tok2 = assets.load_tokenizer(other, str(root / "tok2"), pipeline.read_records(src, "train"))
+    caplog.clear()
+    model_ready.open_split(src, pipeline.Preprocessor(cfg, tok2, allow_copy=True), str(root / "c"), "train",
+                           builder, source_name="train")
+    assert "its tokenizer changed (model, vocab_size)" in caplog.text
+    other = cfg.copy_and_resolve_references()
+    other.data.image_size = (32, 24)
+    caplog.clear()
+    mr = model_ready.open_split(src, pipeline.Preprocessor(other, pre.tok, allow_copy=True), str(root / "c"),
+                                "train", builder, source_name="train")
+    assert "its shapes changed (image_size)" in caplog.text
+    assert mr.arrays["image"].shape[1:] == (24, 32, 3)
+    assert not [p for p in os.listdir(root) if ".tmp-" in p or ".old-" in p]
+
+
+def _jpeg(w=40, h=30, colour=(200, 30, 30)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (w, h), colour).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def _example(qid, image, question="quán này tên gì", answers=("phở".encode(),)):
+    return {"question_id": qid, "image_id": qid[:1], "question": question, "answers": list(answers), "qa_type": 1,
+            "image": image, "ocr": {"text": [b"PHO", b""], "box": np.array([[0.1, 0.1, 0.3, 0.2]] * 2, np.float32)}}
+
+
+def test_bad_input_keeps_one_line_errors_and_counted_skips(setup, tmp_path):
+    from openvivqa_jax.data import model_ready, pipeline
+
+    _, _, _, pre, _ = setup
+    ok = [_example("a1", _jpeg()), _example("a2", _jpeg())]
+    m = model_ready.build(ok, pre, str(tmp_path / "ok"), {}, source_name="list/train", num_workers=1)
+    assert m["num_images"] == 1  # two questions on one image
+    assert m["counts"]["ocr_tokens_empty_after_normalization"] == 2  # one per question, counted, not dropped silently
+    with pytest.raises(pipeline.DatasetError) as e:
+        model_ready.build(ok + [_example("b1", b"not a jpeg")], pre, str(tmp_path / "bad"), {},
+                          source_name="list/train", num_workers=1)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("question 'b1':"), msg
+    assert not os.path.exists(tmp_path / "bad") and not os.listdir(tmp_path).count("bad")
+    with pytest.raises(pipeline.DatasetError, match="question 'c1' .* empty after normalization"):
+        model_ready.build([_example("c1", _jpeg(), question="  ")], pre, str(tmp_path / "empty"), {},
+                          source_name="list/train", num_workers=1)
+    # A training question without an answer: the per-example path's error when it is drawn.
+    mr = model_ready.ModelReady(*_built(model_ready.build, [_example("d1", _jpeg(), answers=())] * 1, pre,
+                                        tmp_path / "noans"))
+    it = model_ready.train_iterator(mr, batch_size=1, seed=0, source_name="list/train", num_threads=0)
+    with pytest.raises(pipeline.DatasetError, match="list/train: question 'd1' has no answer in a training split"):
+        next(it)
+
+
+def _built(build, source, pre, path):
+    m = build(source, pre, str(path), {}, source_name="list/train", num_workers=1)
+    return str(path), m
+
+
+def test_region_features_equal_the_per_example_path(tmp_path_factory):
+    """The region-feature path (float16 in the dataset, float32 in the batches), rows shared per image."""
+    from openvivqa_jax import assets
+    from openvivqa_jax.data import model_ready, pipeline
+
+    cfg = load_config("configs/synthetic/mlpag_regions.py")
+    cfg.data.builder_config = "tiny_regions"
+    cfg.tokenizer.vocab_size = 400
+    cfg.data.data_dir = str(tmp_path_factory.mktemp("tfds_regions"))
+    builder = pipeline.load_builder(cfg.data)
+    src = pipeline.load_source(builder, "train")
+    tok = assets.load_tokenizer(cfg, str(tmp_path_factory.mktemp("w")), pipeline.read_records(src, "train"))
+    pre = pipeline.Preprocessor(cfg, tok, allow_copy=True)
+    mr = model_ready.open_split(src, pre, str(tmp_path_factory.mktemp("mr")), "train", builder)
+    assert mr.manifest["files"]["region_features"]["dtype"] == "<f4"
+    assert mr.manifest["num_images"] < len(src)
+    for i in range(len(src)):
+        rec = pipeline.decode_record(src[i], i, "train")
+        assert rec.objects is not None
+        _same(mr.gather(np.array([i]), np.array([0])),
+              {k: np.asarray(v)[None] for k, v in pre.features(rec, rec.answers[0]).items()}, f"question {i}")
+    ref = pipeline.train_iterator(src, pre, batch_size=8, seed=1, num_threads=1)
+    it = model_ready.train_iterator(mr, batch_size=8, seed=1, num_threads=1)
+    for s in range(3):
+        _same(next(it), next(ref), f"batch {s}")
+
+
+@pytest.mark.slow
+def test_main_job_with_model_ready_records_matches_and_reuses_them(tmp_path):
+    """The train loop on model-ready records: the same losses and test scores as the per-example path, and
+    ``--mode evaluate`` in the same workdir reuses the records instead of building them again."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT, subprocess_env
+
+    def run(workdir, *extra):
+        cmd = [sys.executable, "-m", "openvivqa_jax.main", "--config=configs/tiny.py", f"--workdir={workdir}",
+               f"--config.data.data_dir={tmp_path / 'tfds'}", "--config.train.num_train_steps=10",
+               "--config.eval.ocr_ablation=False", *extra]
+        res = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stderr
+
+    def results(workdir):
+        losses = [json.loads(line).get("loss") for line in open(workdir / "metrics.jsonl", encoding="utf-8")
+                  if json.loads(line)["kind"] == "train"]
+        return losses, json.loads((workdir / "eval" / "test_metrics.json").read_text())["overall"]
+
+    log = run(tmp_path / "mr", "--config.data.model_ready=True")
+    assert "Model-ready records of synthetic_openvivqa/train at" in log and "building them (none built yet)" in log
+    run(tmp_path / "plain")
+    assert results(tmp_path / "mr") == results(tmp_path / "plain")
+    log = run(tmp_path / "mr", "--config.data.model_ready=True", "--mode=evaluate")
+    assert "building them" not in log and "Model-ready records of synthetic_openvivqa/test: reusing" in log
