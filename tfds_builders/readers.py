@@ -277,6 +277,104 @@ def assign_split_files(
     return out
 
 
+def read_release_file(path: Path, *, dataset: str, policy: ErrorPolicy, unknown: UnknownFields,
+                      top_fields: Sequence[str], image_fields: Sequence[str]) -> tuple[dict[str, str], list]:
+    """The images and annotations of a release-format annotation file (OpenViVQA and EVJVQA share it).
+
+    Both forms are read: the public dict form ``{"images": {id: file}, "annotations": {qid: {...}}}`` and the
+    list form ``{"images": [{id, filename}], "annotations": [{id, ...}]}``. An image or question id repeated (as
+    a JSON key of the dict form, or listed twice) is an error naming it, or under ``skip_invalid_records`` the
+    first entry is kept and each repeat skipped and counted (``duplicate_image_id`` / ``duplicate_question_id``);
+    an annotation without an id is ``invalid_record``. Fields outside ``top_fields`` / ``image_fields`` are
+    counted in ``unknown``.
+
+    Args:
+      path: the JSON file.
+      dataset: the format's name for the top-level error (``"OpenViVQA"``).
+      policy: raises record errors, or counts and skips them.
+      unknown: counts the fields the builder does not store.
+      top_fields, image_fields: the fields of the top level and of a list-form image entry.
+
+    Returns:
+      ``(images, annotations)``: image id -> file name, and ``[(question id, record label, raw record)]`` in
+      file order, each question id once (the records themselves are the builder's to check).
+
+    Raises:
+      DatasetInputError: bad JSON or top-level structure, an image entry without an id or a file name
+        (always); a repeated id or an annotation without an id (unless skipped).
+    """
+    data = read_json(path)
+    if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
+        raise DatasetInputError(
+            f"{path}: expected an object with 'images' and 'annotations' ({dataset} format), got "
+            f"{type(data).__name__}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}")
+    unknown.check(data, top_fields, path=path)
+    return (_release_images(path, data["images"], policy, unknown, image_fields),
+            _release_annotations(path, data["annotations"], policy))
+
+
+def _release_images(path: Path, images_raw: Any, policy: ErrorPolicy, unknown: UnknownFields,
+                    image_fields: Sequence[str]) -> dict[str, str]:
+    """Image id -> file name of a release file's ``images`` (:func:`read_release_file`)."""
+    if isinstance(images_raw, dict):
+        for k in duplicate_keys(images_raw):
+            policy.handle("duplicate_image_id", record_error(
+                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); "
+                "skip_invalid_records keeps the first entry"))
+        entries = [(f"image {k!r}", k, v) for k, v in images_raw.items()]
+    elif isinstance(images_raw, list):
+        entries = []
+        for i, e in enumerate(images_raw):
+            if not isinstance(e, dict) or "id" not in e:
+                raise record_error(path, f"images[{i}]", f"expected {{id, filename}}, got {e!r}"[:300])
+            unknown.check(e, image_fields, path=path)
+            entries.append((f"images[{i}] (image {e['id']!r})", e["id"], e.get("filename", e.get("file_name"))))
+    else:
+        raise DatasetInputError(f"{path}: 'images' must be an object or a list, got {type(images_raw).__name__}")
+    images: dict[str, str] = {}
+    for where, k, name in entries:
+        if not isinstance(name, str) or not name.strip():
+            raise record_error(path, where, f"file name {name!r} is not a non-empty string")
+        if str(k) in images:
+            policy.handle("duplicate_image_id", record_error(
+                path, where, "image id listed twice in 'images'; skip_invalid_records keeps the first entry"))
+            continue
+        images[str(k)] = name
+    return images
+
+
+def _release_annotations(path: Path, anns_raw: Any, policy: ErrorPolicy) -> list:
+    """``[(question id, record label, raw record)]`` of a release file's ``annotations``, each id once
+    (:func:`read_release_file`)."""
+    if isinstance(anns_raw, dict):
+        for k in duplicate_keys(anns_raw):
+            policy.handle("duplicate_question_id", record_error(
+                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); "
+                "skip_invalid_records keeps the first entry"))
+        listed = [(str(k), f"question {k}", a) for k, a in anns_raw.items()]
+    elif isinstance(anns_raw, list):
+        listed = []
+        for i, a in enumerate(anns_raw):
+            qid = a.get("id", a.get("question_id")) if isinstance(a, dict) else None
+            if qid is None or isinstance(qid, (dict, list, bool)):
+                policy.handle("invalid_record", record_error(
+                    path, f"annotations[{i}]", f"expected an object with an 'id', got {a!r}"[:300]))
+                continue
+            listed.append((str(qid), f"question {qid}", a))
+    else:
+        raise DatasetInputError(
+            f"{path}: 'annotations' must be an object or a list, got {type(anns_raw).__name__}")
+    anns, seen = [], set()
+    for qid, record, a in listed:
+        if qid in seen:
+            policy.handle("duplicate_question_id", record_error(
+                path, record, "question id listed twice in 'annotations'; skip_invalid_records keeps the first entry"))
+            continue
+        seen.add(qid)
+        anns.append((qid, record, a))
+    return anns
+
+
 def clean_question(value: Any, *, path: Any, record: str) -> str:
     """Normalizes a question (docs/design.md §4).
 

@@ -58,6 +58,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from openvivqa_jax import jsonio
 from openvivqa_jax.data import decode_worker
 from openvivqa_jax.data.pipeline import DatasetError, Preprocessor, SkipCounter, _ProcessShare, decode_record
 
@@ -413,13 +414,14 @@ def _check(path: str, fp: dict, verify: bool) -> tuple[dict | None, str]:
     mpath = os.path.join(path, "manifest.json")
     if not os.path.isdir(path):
         return None, "none built yet"
-    try:
-        with open(mpath, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except FileNotFoundError:
+    if not os.path.exists(mpath):
         return None, f"{mpath} is missing (an interrupted build)"
-    except (OSError, ValueError) as e:
+    try:
+        manifest = jsonio.read_json(mpath, error=ValueError)
+    except ValueError as e:
         return None, f"{mpath} is unreadable ({e})"
+    if not isinstance(manifest, dict):
+        return None, f"{mpath} is unreadable (not a JSON object)"
     if manifest.get("format") != FORMAT:
         return None, f"format {manifest.get('format')} is not {FORMAT}"
     old = manifest.get("fingerprint") or {}

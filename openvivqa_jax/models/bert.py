@@ -23,7 +23,6 @@ naming the tensor.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Any
@@ -33,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from openvivqa_jax import jsonio
 from openvivqa_jax.errors import UserError
 
 __all__ = ["text_encoder_folder", "TEXT_ENCODERS", "BertCheckpointError", "BertSettings", "read_bert_settings",
@@ -113,11 +113,9 @@ def read_bert_settings(folder: str) -> BertSettings:
     if not os.path.isfile(path):
         raise BertCheckpointError(f"BERT checkpoint config not found: {path} (the folder of a Hugging Face "
                                   "checkpoint: config.json, model.safetensors and the tokenizer files)")
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except (OSError, ValueError) as e:
-        raise BertCheckpointError(f"{path} is not a JSON config: {e}") from None
+    raw = jsonio.read_json(path, error=BertCheckpointError)
+    if not isinstance(raw, dict):
+        raise BertCheckpointError(f"{path}: expected a JSON object of settings, got {type(raw).__name__}")
     fields = {f.name for f in dataclasses.fields(BertSettings)}
     s = BertSettings(**{k: v for k, v in raw.items() if k in fields})
     if s.model_type not in ("bert", "roberta", "xlm-roberta", "camembert", "phobert"):

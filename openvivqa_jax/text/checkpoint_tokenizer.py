@@ -25,12 +25,12 @@ question length (the last id then stays the closing special token).
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 
 import numpy as np
 
+from openvivqa_jax import jsonio
 from openvivqa_jax.models.bert import BertCheckpointError
 
 __all__ = ["CheckpointTokenizer", "load_checkpoint_tokenizer", "question_tokenizer", "PhobertBpe"]
@@ -124,11 +124,7 @@ class CheckpointTokenizer:
         cfg = {}
         tc = os.path.join(folder, "tokenizer_config.json")
         if os.path.isfile(tc):
-            try:
-                with open(tc, encoding="utf-8") as f:
-                    cfg = json.load(f)
-            except (OSError, ValueError) as e:
-                raise BertCheckpointError(f"{tc} is not a JSON file: {e}") from None
+            cfg = jsonio.read_json(tc, error=BertCheckpointError)
         if os.path.isfile(tj):
             from tokenizers import Tokenizer
 

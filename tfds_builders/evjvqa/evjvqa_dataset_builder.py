@@ -161,65 +161,10 @@ def parse_annotation_file(
         DatasetInputError: bad JSON or top-level structure (always), or a bad record (unless skipped).
     """
     unknown = unknown if unknown is not None else readers.UnknownFields("evjvqa")
-    data = readers.read_json(path)
-    if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
-        raise readers.DatasetInputError(
-            f"{path}: expected an object with 'images' and 'annotations' (EVJVQA format), got "
-            f"{type(data).__name__}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}")
-    unknown.check(data, ("images", "annotations"), path=path)
-    images_raw, anns_raw = data["images"], data["annotations"]
-    images: dict[str, str] = {}
-    if isinstance(images_raw, dict):
-        for k in readers.duplicate_keys(images_raw):
-            policy.handle("duplicate_image_id", readers.record_error(
-                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); "
-                "skip_invalid_records keeps the first entry"))
-        entries = [(f"image {k!r}", k, v) for k, v in images_raw.items()]
-    elif isinstance(images_raw, list):
-        entries = []
-        for i, e in enumerate(images_raw):
-            if not isinstance(e, dict) or "id" not in e:
-                raise readers.record_error(path, f"images[{i}]", f"expected {{id, filename}}, got {e!r}"[:300])
-            unknown.check(e, IMAGE_FIELDS, path=path)
-            entries.append((f"images[{i}] (image {e['id']!r})", e["id"], e.get("filename", e.get("file_name"))))
-    else:
-        raise readers.DatasetInputError(f"{path}: 'images' must be a list or an object, got {type(images_raw).__name__}")
-    for where, k, name in entries:
-        if not isinstance(name, str) or not name.strip():
-            raise readers.record_error(path, where, f"file name {name!r} is not a non-empty string")
-        if str(k) in images:
-            policy.handle("duplicate_image_id", readers.record_error(
-                path, where, "image id listed twice in 'images'; skip_invalid_records keeps the first entry"))
-            continue
-        images[str(k)] = name
-
-    if isinstance(anns_raw, dict):
-        for k in readers.duplicate_keys(anns_raw):
-            policy.handle("duplicate_question_id", readers.record_error(
-                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); skip_invalid_records keeps "
-                "the first entry"))
-        anns = [(str(k), f"question {k}", a) for k, a in anns_raw.items()]
-    elif isinstance(anns_raw, list):
-        anns = []
-        for i, a in enumerate(anns_raw):
-            qid = a.get("id", a.get("question_id")) if isinstance(a, dict) else None
-            if qid is None or isinstance(qid, (dict, list, bool)):
-                policy.handle("invalid_record", readers.record_error(
-                    path, f"annotations[{i}]", f"expected an object with an 'id', got {a!r}"[:300]))
-                continue
-            anns.append((str(qid), f"question {qid}", a))
-    else:
-        raise readers.DatasetInputError(
-            f"{path}: 'annotations' must be a list or an object, got {type(anns_raw).__name__}")
-
+    images, anns = readers.read_release_file(path, dataset="EVJVQA", policy=policy, unknown=unknown,
+                                             top_fields=("images", "annotations"), image_fields=IMAGE_FIELDS)
     out: list[Record] = []
-    seen: set[str] = set()
     for qid, record, a in anns:
-        if qid in seen:
-            policy.handle("duplicate_question_id", readers.record_error(
-                path, record, "question id listed twice in 'annotations'; skip_invalid_records keeps the first entry"))
-            continue
-        seen.add(qid)
         try:
             if not isinstance(a, dict):
                 raise readers.record_error(path, record, f"expected an object, got {a!r}"[:300])

@@ -184,68 +184,11 @@ def parse_annotation_file(
             (unless skipped).
     """
     unknown = unknown if unknown is not None else readers.UnknownFields("openvivqa")
-    data = readers.read_json(path)
-    if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
-        raise readers.DatasetInputError(
-            f"{path}: expected an object with 'images' and 'annotations' (OpenViVQA format), got "
-            f"{type(data).__name__}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}"
-        )
-    unknown.check(data, TOP_LEVEL_FIELDS, path=path)
-    images_raw, anns_raw = data["images"], data["annotations"]
-    images: dict[str, str] = {}
-    if isinstance(images_raw, dict):
-        for k in readers.duplicate_keys(images_raw):
-            policy.handle("duplicate_image_id", readers.record_error(
-                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); "
-                "skip_invalid_records keeps the first entry"))
-        items = [(k, v) for k, v in images_raw.items()]
-    elif isinstance(images_raw, list):
-        items = []
-        listed: set[str] = set()
-        for i, entry in enumerate(images_raw):
-            if not isinstance(entry, dict) or "id" not in entry or not isinstance(
-                entry.get("filename", entry.get("file_name")), str
-            ):
-                raise readers.record_error(path, f"images[{i}]", f"expected {{id, filename}}, got {entry!r}")
-            unknown.check(entry, IMAGE_FIELDS, path=path)
-            if str(entry["id"]) in listed:
-                policy.handle("duplicate_image_id", readers.record_error(
-                    path, f"images[{i}] (image {entry['id']!r})",
-                    "image id listed twice in 'images'; skip_invalid_records keeps the first entry"))
-                continue
-            listed.add(str(entry["id"]))
-            items.append((entry["id"], entry.get("filename", entry.get("file_name"))))
-    else:
-        raise readers.DatasetInputError(f"{path}: 'images' must be an object or a list, got {type(images_raw).__name__}")
-    for k, v in items:
-        if not isinstance(v, str) or not v.strip():
-            raise readers.record_error(path, f"image {k!r}", f"file name {v!r} is not a non-empty string")
-        images[str(k)] = v
-
-    if isinstance(anns_raw, dict):
-        for k in readers.duplicate_keys(anns_raw):
-            policy.handle("duplicate_question_id", readers.record_error(
-                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); skip_invalid_records keeps "
-                "the first entry"))
-        anns = list(anns_raw.items())
-    elif isinstance(anns_raw, list):
-        anns = []
-        for i, a in enumerate(anns_raw):
-            qid = a.get("id", a.get("question_id")) if isinstance(a, dict) else None
-            if qid is None:
-                policy.handle("malformed_record", readers.record_error(
-                    path, f"annotations[{i}]", f"expected an object with 'id', got {a!r}"))
-                continue
-            anns.append((qid, a))
-    else:
-        raise readers.DatasetInputError(
-            f"{path}: 'annotations' must be an object or a list, got {type(anns_raw).__name__}")
-
+    images, anns = readers.read_release_file(path, dataset="OpenViVQA", policy=policy, unknown=unknown,
+                                             top_fields=TOP_LEVEL_FIELDS, image_fields=IMAGE_FIELDS)
     out = []
     languages: collections.Counter[str] = collections.Counter()
-    for qid, a in anns:
-        qid = str(qid)
-        record = f"question {qid}"
+    for qid, record, a in anns:
         try:
             if not isinstance(a, dict):
                 raise readers.record_error(path, record, f"expected an object, got {a!r}")
