@@ -94,6 +94,7 @@ class PhobertBpe:
 
     @property
     def vocab_size(self) -> int:
+        """The number of ids of ``vocab.txt`` (specials included)."""
         return len(self.encoder)
 
 
