@@ -331,5 +331,5 @@ def test_mlpag_trains_on_evjvqa_and_reports_per_language(tmp_path):
         assert by_lang[lang]["EVJVQA-F1"] == pytest.approx(float(f1.mean()))
         assert "EVJVQA-BLEU" in by_lang[lang]
     assert set(test["metrics"]) == {"EVJVQA-F1", "EVJVQA-BLEU", "EM", "ROUGE-L"}
-    dev = json.loads((wd / "eval" / "train[90%:]_metrics.json").read_text(encoding="utf-8"))
+    dev = json.loads((wd / "eval" / "dev_metrics.json").read_text(encoding="utf-8"))
     assert dev["num_questions"]["overall"] == 3

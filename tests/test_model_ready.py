@@ -62,6 +62,36 @@ def test_every_field_equals_the_per_example_path(setup):
                   {k: np.asarray(v)[None] for k, v in pre.features(rec, ans).items()}, f"question {i} answer {j}")
 
 
+def test_pretrained_ocr_vectors_are_stored_once_per_ocr_set_and_equal_the_per_example_path(setup, tmp_path):
+    """With fastText vectors for the OCR tokens (``ocr_fasttext``), the records carry them too: equal, for every
+    question, to what the per-example path computes from the same ``.vec`` file."""
+    from openvivqa_jax.data import model_ready, pipeline
+
+    cfg, builder, src, _, _ = setup
+    words = sorted({t for i in range(len(src)) for t in pipeline.decode_record(src[i], i, "train").ocr_texts})
+    assert words, "the tiny set has OCR tokens"
+    rng = np.random.default_rng(0)
+    vec = tmp_path / "ocr.vec"
+    kept = words[::2]  # every other word has a vector; the others get the stated zero fallback
+    vec.write_text(f"{len(kept)} 4\n" + "".join(f"{w} " + " ".join(f"{x:.4f}" for x in rng.normal(size=4)) + "\n"
+                                             for w in kept), encoding="utf-8")
+    cfg = cfg.copy_and_resolve_references()
+    with cfg.unlocked():
+        cfg.model.ocr_extra_features = {"ocr_fasttext": 4}
+        cfg.model.fasttext.path = str(vec)
+    _, _, _, pre, _ = setup
+    pre2 = pipeline.Preprocessor(cfg, pre.tok, allow_copy=True)
+    mr = model_ready.open_split(src, pre2, str(tmp_path / "mr"), "train", builder, source_name="train")
+    assert "ocr_fasttext" in mr.manifest["files"]
+    nonzero = 0
+    for i in range(len(src)):
+        rec = pipeline.decode_record(src[i], i, "train")
+        ref = {k: np.asarray(v)[None] for k, v in pre2.features(rec, rec.answers[0]).items()}
+        _same(mr.gather(np.array([i]), np.array([0])), ref, f"question {i}")
+        nonzero += int(np.any(ref["ocr_fasttext"] != 0))
+    assert nonzero > 0  # the vectors reached the batches
+
+
 def test_same_records_for_any_number_of_workers(setup):
     _, _, _, _, root = setup
     a, b = _open(setup, root / "w1", num_workers=1), _open(setup, root / "w3", num_workers=3)
@@ -110,7 +140,18 @@ def test_eval_batches_equal_the_per_example_path(setup):
         _same(x, y, f"eval batch {b}")
 
 
-def test_corrupt_half_written_and_stale_caches_are_rebuilt(setup, caplog):
+@pytest.fixture
+def absl_info():
+    """absl logging at INFO for the test (the cache's log lines), whatever an earlier test in the worker left."""
+    from absl import logging as absl_logging
+
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    yield
+    absl_logging.set_verbosity(verbosity)
+
+
+def test_corrupt_half_written_and_stale_caches_are_rebuilt(setup, caplog, absl_info):
     from openvivqa_jax import assets
     from openvivqa_jax.data import model_ready, pipeline
 

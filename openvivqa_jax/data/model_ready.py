@@ -87,6 +87,31 @@ def usable(pre: Preprocessor) -> str | None:
     return None
 
 
+def _pretrained_fields(pre: Preprocessor) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The optional fields ``pre``'s batches carry: ``(OCR-set fields, question fields)``: ``ocr_fasttext``
+    (the OCR tokens' fastText vectors) and ``question_bert``/``question_bert_mask`` (the pretrained text
+    encoder's ids) when the config uses them."""
+    ocr = ("ocr_fasttext",) if getattr(pre, "_ocr_fasttext", None) is not None else ()
+    question = ("question_bert", "question_bert_mask") if getattr(pre, "_question_bert", None) is not None else ()
+    return ocr, question
+
+
+def _pretrained_sources(pre: Preprocessor) -> dict:
+    """What the optional fields are made from, for the fingerprint: the fastText file (path, size, mtime; zero
+    features without one) and the text encoder's tokenizer folder."""
+    out = {}
+    vectors = getattr(pre, "_ocr_fasttext", None)
+    if vectors is not None:
+        path = getattr(vectors, "path", None)
+        st = os.stat(path) if path and os.path.exists(path) else None
+        out["ocr_fasttext"] = {"path": path, "dim": int(vectors.dim),
+                               "file": [st.st_size, st.st_mtime_ns] if st else None}
+    bert = getattr(pre, "_question_bert", None)
+    if bert is not None:
+        out["question_bert"] = {"folder": getattr(bert, "folder", None), "class": type(bert).__name__}
+    return out
+
+
 def _file_digest(path: str) -> str:
     h = hashlib.blake2b(digest_size=16)
     with open(path, "rb") as f:
@@ -125,6 +150,7 @@ def fingerprint(builder, split: str, num_examples: int, pre: Preprocessor) -> di
               "max_image_pixels": pre.max_image_pixels, "num_ocr": pre.num_ocr, "max_ocr_pieces": pre.max_pieces,
               "max_question_len": pre.q_len, "max_answer_len": pre.vocab.max_len, "allow_copy": pre.vocab.allow_copy,
               "phoc_alphabet": pre.phoc_alphabet, "num_regions": pre.num_regions, "region_dim": pre.region_dim}
+    shapes["pretrained"] = _pretrained_sources(pre)
     return {"dataset": dataset, "tokenizer": tokenizer, "shapes": shapes}
 
 
@@ -212,13 +238,15 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
     W, H = pre.image_w, pre.image_h
     image_rows: dict[tuple, int] = {}
     regions = _Rows(_REGION_FIELDS, tmp, stream=() if cnn else ("region_features",))
-    ocr_rows = _Rows(_OCR_FIELDS)
+    extra_ocr, extra_question = _pretrained_fields(pre)
+    ocr_fields, question_fields = (*_OCR_FIELDS, *extra_ocr), (*_QUESTION_FIELDS, *extra_question)
+    ocr_rows = _Rows(ocr_fields)
     phoc_binary = True
     q_image = np.full((n,), -1, np.int32)
     q_ocr = np.zeros((n,), np.int32)
     q_start = np.zeros((n,), np.int32)
     q_count = np.zeros((n,), np.int32)
-    qfields = {k: [] for k in _QUESTION_FIELDS}
+    qfields = {k: [] for k in question_fields}
     afields = {k: [] for k in _ANSWER_FIELDS}
     first_question: dict[int, str] = {}
     question_ids: list[str] = []
@@ -263,7 +291,7 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
             else:
                 phoc_binary = False
             q_ocr[i] = ocr_rows.add(feats)
-            for k in _QUESTION_FIELDS:
+            for k in question_fields:
                 qfields[k].append(feats[k])
             q_start[i], q_count[i] = rows, len(answers)
             for k in _ANSWER_FIELDS:
@@ -308,11 +336,11 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
         _write(tmp, "region_mask", np.stack(regions.data["region_mask"]), files)
     for name, arr in (("q_image", q_image), ("q_ocr", q_ocr), ("q_answer_start", q_start), ("q_answer_count", q_count)):
         _write(tmp, name, arr, files)
-    for k in _QUESTION_FIELDS:
+    for k in question_fields:
         _write(tmp, k, np.stack(qfields[k]), files)
     for k in _ANSWER_FIELDS:
         _write(tmp, k, np.stack(afields[k]), files)
-    for k in _OCR_FIELDS:
+    for k in ocr_fields:
         arr = np.stack(ocr_rows.data[k])  # PHOC: uint8 if every row was binary, else float32 (exact either way)
         _write(tmp, k, arr, files)
         del arr
@@ -397,10 +425,12 @@ class ModelReady:
             out["region_features"] = a["region_features"][img]
             out["region_boxes"] = a["region_boxes"][img]
             out["region_mask"] = a["region_mask"][img]
-        for k in _QUESTION_FIELDS:
-            out[k] = a[k][qidx]
-        for k in _OCR_FIELDS:
-            out[k] = a[k][ocr]
+        for k in (*_QUESTION_FIELDS, "question_bert", "question_bert_mask"):
+            if k in a:
+                out[k] = a[k][qidx]
+        for k in (*_OCR_FIELDS, "ocr_fasttext"):
+            if k in a:
+                out[k] = a[k][ocr]
         out["ocr_phoc"] = out["ocr_phoc"].astype(np.float32, copy=False)
         for k in _ANSWER_FIELDS:
             out[k] = a[k][ans]
