@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import logging as std_logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -28,7 +29,6 @@ from flax import nnx
 from openvivqa_jax import assets, decoding, sharding
 from openvivqa_jax.errors import UserError
 from openvivqa_jax.workdir import load_config
-from openvivqa_jax.errors import UserError
 
 __all__ = ["CheckpointMismatchError", "CheckpointCorruptError", "restore_newest", "check_checkpoint_fits",
            "restore_params", "make_decode_fn", "decode_fn_for",
@@ -73,6 +73,43 @@ def _quiet_closed_loop_callbacks() -> None:
     sys.unraisablehook = hook
 
 
+class _UnretrievedReadErrors(std_logging.Filter):
+    """Keeps asyncio's "exception was never retrieved" reports of a step already reported as corrupt off stderr.
+
+    When one array of a step fails to read, orbax's gather raises the first error and the reads of the other
+    arrays finish later with the same kind of error that nobody awaits; when those tasks are collected, asyncio
+    logs each with its traceback, at a time that depends on the garbage collector (even before the failed
+    restore has returned). Those errors are summed up in the step's one ``warning:`` line, so only reports whose
+    exception names a step folder in :attr:`steps` (those being restored) are dropped, logged at debug level
+    instead; a step that restores has no failed read to report, and every other asyncio error still shows.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.steps: set[str] = set()
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        if not self.steps or "exception was never retrieved" not in str(record.msg):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        text = f"{exc} {record.getMessage()}"
+        if any(step in text for step in self.steps):
+            logging.debug("unretrieved read error of a corrupt checkpoint step: %s", _first_line(exc or record.msg))
+            return False
+        return True
+
+
+_UNRETRIEVED = _UnretrievedReadErrors()
+
+
+def _watch_step(directory: str, step: int) -> None:
+    """Adds a step folder to the filter of unretrieved read errors (installed on the asyncio logger once)."""
+    if _UNRETRIEVED not in std_logging.getLogger("asyncio").filters:
+        std_logging.getLogger("asyncio").addFilter(_UNRETRIEVED)
+    for d in {directory, os.path.abspath(directory), os.path.realpath(directory)}:
+        _UNRETRIEVED.steps.add(os.path.join(d, str(step)) + os.sep)
+
+
 def restore_newest(directory: str, steps: Sequence[int], restore: Callable[[int], Any],
                    on_bad: Callable[[int], str] | None = None) -> tuple[int, Any]:
     """Restores the first step of ``steps`` (newest first) that restores, passing over corrupt ones.
@@ -98,6 +135,7 @@ def restore_newest(directory: str, steps: Sequence[int], restore: Callable[[int]
     failed: list[tuple[int, BaseException]] = []
     _quiet_closed_loop_callbacks()  # before the first attempt: a failing one reports from other threads at once
     for step in steps:
+        _watch_step(directory, step)
         try:
             out = restore(step)
         except CheckpointMismatchError:

@@ -64,6 +64,36 @@ def test_restore_params_falls_back_to_the_newest_step_that_restores(tmp_path, ca
     assert "\n" not in str(e.value) and "restores: step(s) 4, 2 fail" in str(e.value)
 
 
+def test_unretrieved_read_errors_of_a_step_being_restored_stay_off_stderr(tmp_path):
+    """asyncio reports the reads of a failed step that nobody awaited ("Task exception was never retrieved", at
+    a time the garbage collector picks): those naming a step that restore_newest tried are dropped, others not."""
+    import logging
+
+    _save_steps(tmp_path / "checkpoints", {2: 2.0, 4: 4.0})
+    _truncate_data_files(tmp_path / "checkpoints" / "4")
+    inference.restore_params(str(tmp_path), _abstract(), "checkpoints")
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("asyncio")
+    handler = Keep()
+    log.addHandler(handler)
+    try:
+        def report(path: str) -> None:
+            e = ValueError(f'OUT_OF_RANGE: Error reading "params.w/.zarray" in OCDBT database at local file "{path}"')
+            log.error("Task exception was never retrieved\nfuture: <Task finished>", exc_info=(ValueError, e, None))
+
+        report(f"{tmp_path}/checkpoints/4/state/")
+        report(f"{tmp_path}/other_run/checkpoints/4/state/")  # not a step this process tried
+        log.error("Task exception was never retrieved\nfuture: <Task finished>")  # no exception: kept
+    finally:
+        log.removeHandler(handler)
+    assert len(seen) == 2 and all(m.startswith("Task exception was never retrieved") for m in seen), seen
+
+
 def test_best_falls_back_to_checkpoints(tmp_path, capsys):
     """best/ holds one step; when it does not restore, the newest step of checkpoints/ is used."""
     _save_steps(tmp_path / "checkpoints", {3: 3.0, 6: 6.0})
