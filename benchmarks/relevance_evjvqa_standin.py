@@ -1,7 +1,7 @@
 """The EVJVQA stand-in for CLinRel and CMedRel: one W2VV++ encoder per language (vi, en, ja), then CMedRel's AUC at
 telling each colour answer from the same answer with another colour, per language; prints JSON.
 
-The stand-in is EVJVQA's file layout (``tfds_builders/evjvqa``; tests/test_evjvqa.py's words) with pictures made
+The stand-in is EVJVQA's file layout (``tfds_builders/evjvqa``; tests/e2e/test_evjvqa.py's words) with pictures made
 here: 160 train and 32 public-test pictures, each mostly one of 8 colours (plus a strip of another colour and
 pixel noise), with one colour question per language whose answer names that colour. It checks the multilingual
 path end to end (per-language training, ``vi=...,en=...,ja=...`` scoring); it is far easier than real photos.

@@ -1,5 +1,10 @@
 """Shared pytest fixtures and helpers: tiny configs and random model inputs.
 
+The tests are in two folders: ``tests/unit`` (in-process tests of functions, modules and models, no
+subprocess, no training beyond a few steps) and ``tests/e2e`` (command-line tools run as processes, models
+trained end to end, datasets built with OCR or Beam). Independently, ``@pytest.mark.slow`` marks what the fast
+tier (``-m "not slow"``) leaves out.
+
 Compilation cache: the test session keeps one JAX persistent compilation cache (a fresh temporary folder,
 removed at the end) for the xdist workers and every subprocess they start (``JAX_COMPILATION_CACHE_DIR``).
 Many tests run the same small programs (the same tiny config trained, killed and resumed; a trained
@@ -21,6 +26,11 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+# Test modules of one tier import writers of test data from the other's modules (e.g. the small OpenViVQA
+# release of tests/unit/test_openvivqa_builder.py), whichever folder pytest collects first.
+for _tier in ("unit", "e2e"):
+    if os.path.join(ROOT, "tests", _tier) not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "tests", _tier))
 
 SHARED = os.environ.get("OPENVIVQA_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
 

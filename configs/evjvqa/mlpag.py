@@ -17,7 +17,7 @@ Tokenizer: one SentencePiece BPE model over all three languages' normalized trai
 anything unseen falls back to UTF-8 byte pieces), so ``vocab_size`` must hold the Japanese characters
 (EVJVQA's train split has a few thousand distinct ones) besides the merges: 8,000 here. Questions and answers
 are cut at 30 pieces (a Japanese sentence has no spaces, so BPE pieces stop at script changes and at
-merged words; tests/test_evjvqa.py measures pieces per question per language and the cut rate).
+merged words; tests/e2e/test_evjvqa.py measures pieces per question per language and the cut rate).
 
 Model and optimisation settings are configs/openvivqa/mlpag.py's ``images`` variant (the paper's sizes; grid
 features from a CNN over the image). OCR: ``manual_dir/ocr.json`` if present, else none (builder config

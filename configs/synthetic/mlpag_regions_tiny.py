@@ -1,7 +1,7 @@
 """The tiny MLPAG (``configs/tiny.py``: d_model 32, one decoder layer) on the oracle detector's region features
 of the ``tiny_regions`` synthetic set, with the question grounded in the image (``model.question_over_image``)
 and given to the decoder (``model.question_in_memory``). Seconds to minutes on a CPU: used by the learnability
-test (``tests/test_learnability.py``) to show that a non-text kind is learned above its chance rate.
+test (``tests/e2e/test_learnability.py``) to show that a non-text kind is learned above its chance rate.
 
 Run: ``python -m openvivqa_jax.main --config configs/synthetic/mlpag_regions_tiny.py --workdir runs/tiny_regions``.
 """

@@ -24,7 +24,7 @@ from tfds_builders.viquad import ViquadConfig
 from tfds_builders.vivqa import Builder as VivqaBuilder
 from tfds_builders.vivqa import VivqaConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("OPENVIVQA_SHARED", REPO.parent / "shared"))  # as in tests/conftest.py
 VIVQA_SAMPLE = SHARED / "data" / "vivqa_sample"
 needs_vivqa_sample = pytest.mark.skipif(not VIVQA_SAMPLE.is_dir(), reason=f"{VIVQA_SAMPLE} not present")

@@ -1,5 +1,5 @@
 """The ST-VQA, TextVQA and ViVQA configs train and evaluate on small files in the published formats; constrained
-(dictionary) decoding; bad rows through `main` (`tfds build` from the command line: tests/test_tfds_cli.py).
+(dictionary) decoding; bad rows through `main` (`tfds build` from the command line: tests/e2e/test_tfds_cli.py).
 
 The end-to-end tests run ``python -m openvivqa_jax.main`` in a subprocess with tiny command-line overrides, as a
 user would; datasets without the config's dev split get ``--config.data.eval_split`` overrides.

@@ -1,5 +1,5 @@
 """Tests of the OpenViVQA TFDS builder: the real sample folder, both JSON forms, OCR sources, feature files,
-bad input (`tfds build` from the command line: tests/test_tfds_cli.py)."""
+bad input (`tfds build` from the command line: tests/e2e/test_tfds_cli.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from openvivqa_jax.data import ocr as ocr_lib
 from tfds_builders import readers
 from tfds_builders.openvivqa import Builder, OpenVivqaConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("OPENVIVQA_SHARED", REPO.parent / "shared"))  # as in tests/conftest.py
 SAMPLE = SHARED / "data" / "openvivqa_examples"
 

@@ -31,7 +31,7 @@ from test_dataset_builders import VIVQA_SAMPLE, _expected_rows, _vivqa_images, r
 from test_dataset_configs import STVQA_TEST_DICT, TINY, TINY_M4C, make_stvqa, make_textvqa, make_viquad
 from test_openvivqa_builder import SAMPLE, SAMPLE_EXPECTED
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 

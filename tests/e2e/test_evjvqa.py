@@ -21,7 +21,7 @@ from openvivqa_jax.evaluation import evjvqa
 from tfds_builders import readers
 from tfds_builders.evjvqa import Builder, EvjvqaConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # (id, image_id, question, answer, language) as in the public-test file; the expected normalized text
 # (lowercase, a space before punctuation; the full-width "？" folded to "?" by NFKC) is written out in EXPECTED.

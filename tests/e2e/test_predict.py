@@ -213,7 +213,7 @@ def test_decoder_attention_path_leaves_logits_unchanged():
     logits, weights = model.decoder(batch["decoder_in"], enc["memory"], enc["memory_mask"], enc["ocr_feats"],
                                     enc["ocr_mask"], return_attention=True)
     # The plain path runs jax.nn.dot_product_attention, the weights path the explicit einsum softmax (the
-    # weights are its intermediate): the same maths, float32 rounding apart (1e-5, as tests/test_attention.py).
+    # weights are its intermediate): the same maths, float32 rounding apart (1e-5, as tests/unit/test_attention.py).
     np.testing.assert_allclose(np.asarray(plain), np.asarray(logits), rtol=1e-5, atol=1e-5)
     assert len(weights) == cfg.model.num_decoder_layers
     w = np.asarray(weights[0])

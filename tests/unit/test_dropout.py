@@ -1,7 +1,7 @@
 """Dropout (:class:`openvivqa_jax.models.layers.Dropout`): the keep rate over 10^6 draws is within 3 standard
 errors of ``1 - rate``; kept elements are scaled by ``1 / keep``; masks are independent across elements (pairs
 drawn from one threefry block and neighbours), differ across layers (calls) and steps (keys), and are fixed by
-the seed. The resumed training run equals the uninterrupted one with dropout on: tests/test_train.py
+the seed. The resumed training run equals the uninterrupted one with dropout on: tests/e2e/test_train.py
 (``test_resume_after_sigkill_matches_uninterrupted``, configs/tiny.py trains with dropout 0.1)."""
 
 from __future__ import annotations

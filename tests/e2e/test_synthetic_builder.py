@@ -19,7 +19,7 @@ import pytest
 try:
     import tfds_builders  # noqa: F401
 except ImportError:  # running from a checkout that is not pip-installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from openvivqa_jax.text.normalize import normalize_text  # noqa: E402
 from tfds_builders.synthetic_openvivqa import Builder  # noqa: E402

@@ -183,7 +183,7 @@ def test_tfds_build_command_line_prints_one_line(tmp_path):
     res = subprocess.run(
         [str(script), "build", "tfds_builders/openvivqa", "--config", "default", f"--manual_dir={manual}",
          f"--data_dir={tmp_path / 'data'}", "--file_format=array_record"],
-        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=600)
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
     errors = [line for line in res.stderr.replace("\r", "\n").splitlines() if "error: " in line]

@@ -20,9 +20,10 @@ import os
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from tfds_builders.synthetic_openvivqa import generator as gen
 
-REFERENCE = os.path.join(os.path.dirname(__file__), "data", "synthetic_digests.json")
+REFERENCE = os.path.join(ROOT, "tests", "data", "synthetic_digests.json")
 
 CONFIGS = {
     "tiny_noise_seed0": dict(seed=0, num_train_images=6, num_validation_images=3, num_test_images=3),
