@@ -8,31 +8,27 @@ e.g. ``--config.train.num_train_steps=500``.
 import ml_collections
 from ml_collections.config_dict import placeholder
 
+from openvivqa_jax.config_files import config_module
+
+common = config_module("common.py", relative_to=__file__)
+
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the default config."""
     c = ml_collections.ConfigDict()
     c.seed = 0
 
-    c.data = ml_collections.ConfigDict()
-    c.data.builder = "synthetic_openvivqa"
     # The clean-OCR variant: with the OCR noise model on ("default"), answer words whose OCR token was
     # corrupted become vocabulary targets, which teaches the model to guess training names; measured on
     # the same 2,000 steps, 64% of unseen test shop names were copied with noisy OCR.
-    c.data.builder_config = "default_clean"
-    c.data.data_dir = placeholder(str)  # None: ~/tensorflow_datasets
-    c.data.manual_dir = placeholder(str)
+    c.data = common.tfds_data("synthetic_openvivqa", "default_clean", eval_split="validation")
     c.data.rebuild = False  # rebuild a prepared dataset whose manual files or builder config changed
-    c.data.builder_kwargs = ml_collections.ConfigDict()
-    c.data.train_split = "train"
     # Train on the questions of these template kinds only (synthetic set: e.g. ("colour",)); () trains on all.
     # Evaluation still scores every question. Used to measure how fast one kind is learned (docs/evaluation.md).
     c.data.train_kinds = ()
     # Oversample template kinds (synthetic set): "colour=4,count=3" makes every colour question appear 4 times per
     # epoch and every count question 3 times (0 leaves a kind out; kinds not named keep 1). "" weights none.
     c.data.train_kind_weights = ""
-    c.data.eval_split = "validation"  # dev split: periodic evaluation and best-checkpoint selection
-    c.data.test_split = "test"
     c.data.image_size = (128, 96)  # (width, height) fed to the CNN backbone
     c.data.max_ocr_pieces = 8
     c.data.num_threads = 2
@@ -48,12 +44,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.decode_dictionary = "none"
     c.data.global_dictionary_file = placeholder(str)
 
-    c.tokenizer = ml_collections.ConfigDict()
-    c.tokenizer.vocab_size = 1000
-    # 'bpe': every frequent syllable becomes one piece. SentencePiece's 'unigram' model leaves syllables that
-    # never end a sentence out of its vocabulary (synthetic train split: 16.6 pieces per question and 21.6% of
-    # questions cut at 20 pieces, against 8.0 and 0% with 'bpe'; openvivqa_jax/text/tokenizer.py).
-    c.tokenizer.model_type = "bpe"
+    c.tokenizer = common.bpe_tokenizer(1000)
 
     c.model = ml_collections.ConfigDict()
     c.model.name = "mlpag"
@@ -122,30 +113,15 @@ def get_config() -> ml_collections.ConfigDict:
     c.train = ml_collections.ConfigDict()
     c.train.batch_size = 32  # global batch
     c.train.num_train_steps = 2000
-    c.train.optimizer = "adam"
-    c.train.b1 = 0.9
-    c.train.b2 = 0.98
-    c.train.weight_decay = 0.0
-    c.train.schedule = "noam"  # lr = lr_scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5)
-    c.train.lr_scale = 0.3
-    c.train.learning_rate = 1e-3  # used by the 'constant' and 'm4c' schedules
-    c.train.warmup_steps = 200
-    c.train.decay_steps = ()  # 'm4c' schedule: multiply by decay_factor at these steps
-    c.train.decay_factor = 0.1
-    c.train.grad_clip_norm = 1.0
-    c.train.grad_accum_steps = 1
+    common.adam_noam(c.train, lr_scale=0.3)
     # PRNG of the dropout masks: 'threefry2x32' (JAX's default, the same bits on every backend), 'rbg' or
     # 'unsafe_rbg' (cheaper bits; benchmarks/README.md).
     c.train.dropout_prng = "threefry2x32"
     # 'softmax' over the positive set; 'softmax_prefer_copy': a copyable word's target is its OCR
     # slots only (see models/base.py); 'bce': M4C's multi-label loss.
     c.train.loss = "softmax_prefer_copy"
-    c.train.log_every_steps = 50
-    c.train.checkpoint_every_steps = 250
-    c.train.eval_every_steps = 500
-    c.train.keep_checkpoints = 2
+    common.train_loop(c.train, log_every_steps=50, eval_every_steps=500, best_metric="CIDEr")
     c.train.patience = 0  # evaluations without dev improvement before stopping (0: never stop early)
-    c.train.best_metric = "CIDEr"
     c.train.profile = False
 
     c.eval = ml_collections.ConfigDict()

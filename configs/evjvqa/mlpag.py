@@ -26,8 +26,9 @@ features from a CNN over the image). OCR: ``manual_dir/ocr.json`` if present, el
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module, load_config
 
+common = config_module("../common.py", relative_to=__file__)
 #: The metrics computed at every evaluation (names of :mod:`openvivqa_jax.evaluation`).
 EVJVQA_METRICS = ("EVJVQA-F1", "EVJVQA-BLEU", "EM", "ROUGE-L")
 
@@ -35,13 +36,8 @@ EVJVQA_METRICS = ("EVJVQA-F1", "EVJVQA-BLEU", "EM", "ROUGE-L")
 def get_config() -> ml_collections.ConfigDict:
     """Returns the EVJVQA MLPAG config."""
     c = load_config("../openvivqa/mlpag.py", "images", relative_to=__file__)
-    d = c.data
-    d.builder = "evjvqa"
-    d.builder_config = "default"
-    # d.manual_dir is required: --config.data.manual_dir=<folder with the EVJVQA JSON files and images>
-    d.train_split = "train[:90%]"
-    d.eval_split = "train[90%:]"
-    d.test_split = "test"
+    # data.manual_dir is required: --config.data.manual_dir=<folder with the EVJVQA JSON files and images>
+    common.use_dataset(c.data, "evjvqa", train_split=common.HELD_OUT_TRAIN, eval_split=common.HELD_OUT_DEV)
     c.tokenizer.vocab_size = 8000
     c.model.name = "mlpag"
     c.model.max_question_len = 30

@@ -17,7 +17,6 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     c = common.openvivqa_paper("fst", variant)
     m = c.model
     m.num_decoder_layers = 3
-    m.word_dim = 300  # the paper's FastText width (embeddings trained here)
     m.lstm_dim = 512  # d_Q
     m.attention_dim = 512  # width of W_I, W_Q (eq. 5)
     m.num_glimpses = 2  # G (the authors' code: GLIMPSES 2)

@@ -20,12 +20,10 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     """Returns the paper-size LoRRA config for ``variant`` (ValueError for an unknown one)."""
     c = common.openvivqa_paper("lorra", variant)
     m = c.model
-    m.word_dim = 300  # FastText width (model.fasttext.path: the vectors; docs/pretrained.md)
     m.lstm_dim = 1024  # Pythia/LoRRA question LSTM
     m.attention_dim = 1024  # top-down attention combine width
     m.num_glimpses = 2  # image attention and question self-attention glimpses
     m.context_glimpses = 1  # OCR context attention
-    m.classifier_dim = 1024
-    m.num_answers = 3000  # K answers; + num_ocr OCR classes
+    m.classifier_dim = 1024  # over K answers + num_ocr OCR classes
     m.classifier_loss = "bce"
     return c

@@ -17,9 +17,7 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     c = common.openvivqa_paper("mcan", variant)
     m = c.model
     m.num_fusion_layers = 6  # MCAN: 6 SA + 6 SGA units (encoder-decoder)
-    m.word_dim = 300
     m.num_glimpses = 1  # AttFlat glimpses
     m.classifier_dim = 1024  # AttFlat output (MCAN: 2 d)
-    m.num_answers = 3000
     m.classifier_loss = "bce"
     return c

@@ -22,5 +22,4 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     m = c.model
     m.num_fusion_layers = 3  # SA units on the question; SA + GA units on the image (docs/design.md §10: 3+3)
     m.num_decoder_layers = 3
-    m.word_dim = 300  # the paper's FastText width (model.fasttext.path: the vectors; docs/pretrained.md)
     return c

@@ -16,11 +16,9 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     """Returns the paper-size SAAA config for ``variant`` (ValueError for an unknown one)."""
     c = common.openvivqa_paper("saaa", variant)
     m = c.model
-    m.word_dim = 300
     m.lstm_dim = 1024  # Kazemi & Elqursh: LSTM 1024
     m.attention_dim = 512  # their attention conv width
     m.num_glimpses = 2
     m.classifier_dim = 1024  # their fully connected layer
-    m.num_answers = 3000  # their K
     m.classifier_loss = "softmax"
     return c

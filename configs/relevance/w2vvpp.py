@@ -16,22 +16,17 @@ images), ``vit`` (``--config.visual.vit_checkpoint=ViT-B_16.npz --config.visual.
 import ml_collections
 from ml_collections.config_dict import placeholder
 
+from openvivqa_jax.config_files import config_module
+
+common = config_module("../common.py", relative_to=__file__)
+
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the W2VV++ config."""
     c = ml_collections.ConfigDict()
     c.task = "relevance"
     c.seed = 0
-
-    c.data = ml_collections.ConfigDict()
-    c.data.builder = "synthetic_openvivqa"
-    c.data.builder_config = "default_clean_regions"
-    c.data.data_dir = placeholder(str)  # None: ~/tensorflow_datasets
-    c.data.manual_dir = placeholder(str)
-    c.data.builder_kwargs = ml_collections.ConfigDict()
-    c.data.train_split = "train"
-    c.data.eval_split = "validation"
-    c.data.test_split = "test"
+    c.data = common.tfds_data("synthetic_openvivqa", "default_clean_regions", eval_split="validation")
     # The text of a pair: 'answer' (what CLinRel and CMedRel score) or 'question_answer'.
     c.data.pair_text = "answer"
     # ISO 639-1 code: only questions of this language train the encoder (records without one count as it).
@@ -75,11 +70,7 @@ def get_config() -> ml_collections.ConfigDict:
     # several pictures, so the hardest in-batch negative is often a right pair. Set it below num_train_steps
     # for VSE++'s hardest negatives after a warm-up.
     c.train.sum_negatives_steps = 1500
-    c.train.log_every_steps = 100
-    c.train.checkpoint_every_steps = 250
-    c.train.eval_every_steps = 250
-    c.train.keep_checkpoints = 2
-    c.train.best_metric = "rsum"
+    common.train_loop(c.train, log_every_steps=100, eval_every_steps=250, best_metric="rsum")
 
     c.eval = ml_collections.ConfigDict()
     c.eval.batch_size = 256

@@ -54,12 +54,8 @@ def get_config(variant: str = "task3") -> ml_collections.ConfigDict:
     c = load_config("../openvivqa/m4c.py", "images", relative_to=__file__)
 
     d = c.data
-    d.builder = "st_vqa"
-    d.builder_config = variant
     # d.manual_dir is required: --config.data.manual_dir=<folder with train_task_<t>.json, test_task_<t>.json, images>
-    d.train_split = "train[:90%]"
-    d.eval_split = "train[90%:]"
-    d.test_split = "test"
+    common.use_dataset(d, "st_vqa", variant, train_split=common.HELD_OUT_TRAIN, eval_split=common.HELD_OUT_DEV)
     d.image_size = (384, 288)
     d.max_ocr_pieces = 8
     d.decode_dictionary = _DICTIONARY[variant]  # 'none' | 'per_image' | 'global'

@@ -1,7 +1,8 @@
 """MCAN on the embedded synthetic OpenViVQA set (Yu et al. 2019; small sizes for CPU minutes).
 
 configs/default.py with the model swapped: SA/SGA co-attention, attentional reduction, a classifier over
-the top ``num_answers`` training answers trained with sigmoid BCE on soft scores.
+the top ``num_answers`` training answers trained with sigmoid BCE on soft scores. Widths and ``num_answers``:
+configs/common.py ``synthetic``.
 """
 
 import ml_collections
@@ -15,10 +16,7 @@ def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic MCAN config."""
     c = common.synthetic("mcan")
     m = c.model
-    m.word_dim = m.d_model
     m.num_fusion_layers = 2  # SA units on the question; SA + GA units on the image
     m.num_glimpses = 1  # AttFlat glimpses
-    m.classifier_dim = 2 * m.d_model  # AttFlat output width (MCAN: 2 d)
-    m.num_answers = 1000  # K, an upper bound: the answer list may be shorter
     m.classifier_loss = "bce"
     return c

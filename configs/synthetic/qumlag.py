@@ -2,7 +2,7 @@
 
 configs/default.py with the model swapped: grid features stand in for region features, embeddings +
 LSTM for the question, ``num_fusion_layers`` SA units per stream with question-guided attention, the
-transformer decoder (vocabulary only).
+transformer decoder (vocabulary only). The embedding width is ``d_model`` (configs/common.py ``synthetic``).
 """
 
 import ml_collections
@@ -16,6 +16,5 @@ def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic QuMLAG config."""
     c = common.synthetic("qumlag")
     m = c.model
-    m.word_dim = m.d_model  # question piece embedding width (LSTM input)
     m.num_fusion_layers = 1  # SA units on the question; SA + GA units on the image
     return c

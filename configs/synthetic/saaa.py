@@ -1,7 +1,8 @@
 """SAAA on the embedded synthetic OpenViVQA set (Kazemi & Elqursh 2017; small sizes for CPU minutes).
 
 configs/default.py with the model swapped: a classifier over the top ``num_answers`` training answers
-(set ``model.num_answers = len(AnswerList)``), trained with softmax cross-entropy on soft scores.
+(set ``model.num_answers = len(AnswerList)``), trained with softmax cross-entropy on soft scores. Widths and
+``num_answers``: configs/common.py ``synthetic``.
 """
 
 import ml_collections
@@ -15,11 +16,6 @@ def get_config() -> ml_collections.ConfigDict:
     """Returns the synthetic SAAA config."""
     c = common.synthetic("saaa")
     m = c.model
-    m.word_dim = m.d_model
-    m.lstm_dim = m.d_model
-    m.attention_dim = m.d_model
     m.num_glimpses = 2
-    m.classifier_dim = 2 * m.d_model
-    m.num_answers = 1000  # K, an upper bound: the answer list may be shorter
     m.classifier_loss = "softmax"
     return c

@@ -22,20 +22,17 @@ R-CNN features). Metrics: VQA accuracy (the official leave-one-out rule) plus AN
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module, load_config
+
+common = config_module("../common.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
     """Returns the TextVQA M4C config (configs/stvqa/m4c.py's model and recipe, TextVQA's data and metric)."""
     c = load_config("../stvqa/m4c.py", "task3", relative_to=__file__)
-    d = c.data
-    d.builder = "textvqa"
-    d.builder_config = "default"
-    # d.manual_dir is required: --config.data.manual_dir=<folder with TextVQA_0.5.1_*.json, Rosetta files, images>
-    d.train_split = "train"
-    d.eval_split = "val"
-    d.test_split = "test"
-    d.decode_dictionary = "none"  # TextVQA has no answer dictionaries
+    # data.manual_dir is required: --config.data.manual_dir=<folder with TextVQA_0.5.1_*.json, Rosetta files, images>
+    common.use_dataset(c.data, "textvqa", eval_split="val")
+    c.data.decode_dictionary = "none"  # TextVQA has no answer dictionaries
     c.train.best_metric = "VQA-accuracy"
     c.eval.metrics = ("VQA-accuracy", "ANLS", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")
     c.eval.answer_rules = "english"  # the official VQA answer processing, as EvalAI/MMF score TextVQA

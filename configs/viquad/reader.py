@@ -16,8 +16,10 @@ Variants:
 """
 
 import ml_collections
-from ml_collections.config_dict import placeholder
 
+from openvivqa_jax.config_files import config_module
+
+common = config_module("../common.py", relative_to=__file__)
 VARIANTS = ("synthetic", "viquad")
 
 
@@ -27,25 +29,13 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     Raises:
       ValueError: an unknown variant.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    common.check_variant(variant, VARIANTS)
     c = ml_collections.ConfigDict()
     c.task = "reading"
     c.seed = 0
+    c.data = common.tfds_data("viquad", "synthetic" if variant == "synthetic" else "default", eval_split="dev")
 
-    c.data = ml_collections.ConfigDict()
-    c.data.builder = "viquad"
-    c.data.builder_config = "synthetic" if variant == "synthetic" else "default"
-    c.data.data_dir = placeholder(str)  # None: ~/tensorflow_datasets
-    c.data.manual_dir = placeholder(str)
-    c.data.builder_kwargs = ml_collections.ConfigDict()
-    c.data.train_split = "train"
-    c.data.eval_split = "dev"  # periodic evaluation and best-checkpoint selection
-    c.data.test_split = "test"
-
-    c.tokenizer = ml_collections.ConfigDict()
-    c.tokenizer.vocab_size = 1000 if variant == "synthetic" else 8000
-    c.tokenizer.model_type = "bpe"
+    c.tokenizer = common.bpe_tokenizer(1000 if variant == "synthetic" else 8000)
 
     c.model = ml_collections.ConfigDict()
     # The encoder over [question; passage] (openvivqa_jax/reading/model.py ENCODERS): 'transformer' is trained
@@ -66,24 +56,9 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     c.train = ml_collections.ConfigDict()
     c.train.batch_size = 32
     c.train.num_train_steps = 1500
-    c.train.optimizer = "adam"
-    c.train.b1 = 0.9
-    c.train.b2 = 0.98
-    c.train.weight_decay = 0.0
-    c.train.schedule = "noam"
-    c.train.lr_scale = 1.0
-    c.train.learning_rate = 1e-3
-    c.train.warmup_steps = 200
-    c.train.decay_steps = ()
-    c.train.decay_factor = 0.1
-    c.train.grad_clip_norm = 1.0
-    c.train.grad_accum_steps = 1
-    c.train.log_every_steps = 50
-    c.train.checkpoint_every_steps = 250
+    common.adam_noam(c.train, lr_scale=1.0)
     # Dev F1 varies by a few points between evaluations (the best checkpoint is kept): evaluate often.
-    c.train.eval_every_steps = 250
-    c.train.keep_checkpoints = 2
-    c.train.best_metric = "F1"
+    common.train_loop(c.train, log_every_steps=50, eval_every_steps=250, best_metric="F1")
 
     c.eval = ml_collections.ConfigDict()
     c.eval.batch_size = 64

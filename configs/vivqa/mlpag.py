@@ -21,21 +21,17 @@ COCO image).
 
 import ml_collections
 
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import config_module, load_config
 
+common = config_module("../common.py", relative_to=__file__)
 #: The metrics computed at every evaluation (names of :mod:`openvivqa_jax.evaluation`).
 VIVQA_METRICS = ("EM", "F1", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")
 
 
 def vivqa_data(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Points ``c`` at ViVQA: builder, splits, metrics and best metric (shared by the ViVQA configs)."""
-    d = c.data
-    d.builder = "vivqa"
-    d.builder_config = "default"
-    # d.manual_dir is required: --config.data.manual_dir=<folder with train.csv, test.csv, train2014/, val2014/>
-    d.train_split = "train[:90%]"
-    d.eval_split = "train[90%:]"
-    d.test_split = "test"
+    # data.manual_dir is required: --config.data.manual_dir=<folder with train.csv, test.csv, train2014/, val2014/>
+    common.use_dataset(c.data, "vivqa", train_split=common.HELD_OUT_TRAIN, eval_split=common.HELD_OUT_DEV)
     c.train.best_metric = "EM"
     c.eval.metrics = VIVQA_METRICS
     c.eval.ocr_ablation = False
