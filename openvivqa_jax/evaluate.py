@@ -172,27 +172,72 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """Loads, checks the ids, scores and reports (the stages below); returns the exit code."""
     try:
-        evaluator.resolve_metrics(args.metrics, have_vectors=args.vectors is not None)  # unknown names first
-        preds = load_predictions(args.predictions)
-        if args.references is not None:
-            refs = load_references(args.references)
-        elif preds.references is not None:
-            refs = preds.references
-        else:
-            raise InputError(
-                f"predictions file {args.predictions!r} has no references; pass --references"
-            )
-        languages = refs.fields.get("language", {})
-        metrics = evaluator.resolve_metrics(
-            args.metrics, have_vectors=args.vectors is not None,
-            multilingual=any(v != "vi" for v in languages.values()))
-        if args.metrics is None and args.relevance_model:
-            metrics = evaluator.resolve_metrics([*metrics, "CLinRel", "CMedRel"])
+        preds, refs, metrics = _load_inputs(args)
     except (InputError, ValueError) as e:
         _error(e)
         return 2
     ref_path = args.references or args.predictions
+    code = _check_ids(args, preds, refs, ref_path)
+    if code is not None:
+        return code
+    answered, unanswered, scored = _fill_missing(args, preds, refs)
+    try:
+        result = _score(args, preds, refs, metrics, scored)
+        subset = _score(args, preds, refs, metrics, answered) if unanswered and args.missing == "empty" else None
+    except OSError as e:
+        _error(f"cannot read vectors file {args.vectors!r}: {e.strerror or e}")
+        return 2
+    except (TypeError, ValueError) as e:
+        _error(e)
+        return 2
+    result["coverage"] = _coverage(args, refs, answered, unanswered)
+    if subset is not None:
+        result["answered_subset"] = {k: subset[k] for k in ("overall", *evaluator.GROUPS, "num_questions")
+                                     if k in subset}
+    result["inputs"] = {
+        "predictions": args.predictions,
+        "predictions_format": preds.format,
+        "references": ref_path,
+        "references_format": refs.format,
+    }
+    if not _write_json(result, args.json or (None if args.table else "-")):
+        return 2
+    if args.table:
+        _print_tables(result, subset, len(answered))
+    return 0
+
+
+def _load_inputs(args: argparse.Namespace):
+    """``(predictions, references, metrics)``: the two files read and the metric names resolved.
+
+    Raises:
+      InputError, ValueError: an unknown metric name (checked before any file is read), an unusable file, or a
+        predictions file without references when ``--references`` is not given.
+    """
+    evaluator.resolve_metrics(args.metrics, have_vectors=args.vectors is not None)  # unknown names first
+    preds = load_predictions(args.predictions)
+    if args.references is not None:
+        refs = load_references(args.references)
+    elif preds.references is not None:
+        refs = preds.references
+    else:
+        raise InputError(
+            f"predictions file {args.predictions!r} has no references; pass --references"
+        )
+    languages = refs.fields.get("language", {})
+    metrics = evaluator.resolve_metrics(
+        args.metrics, have_vectors=args.vectors is not None,
+        multilingual=any(v != "vi" for v in languages.values()))
+    if args.metrics is None and args.relevance_model:
+        metrics = evaluator.resolve_metrics([*metrics, "CLinRel", "CMedRel"])
+    return preds, refs, metrics
+
+
+def _check_ids(args: argparse.Namespace, preds, refs, ref_path: str) -> int | None:
+    """Exit code 1 (with its error line) when no prediction id is in the references; else None, after one
+    warning line when some are not."""
     missing = [q for q in preds.predictions if q not in refs.answers]
     if preds.predictions and len(missing) == len(preds.predictions):
         _error(
@@ -207,6 +252,13 @@ def _run(args: argparse.Namespace) -> int:
             f"{ref_path!r} ({shown}); they are not scored",
             file=sys.stderr,
         )
+    return None
+
+
+def _fill_missing(args: argparse.Namespace, preds, refs) -> tuple[dict, list, dict]:
+    """``(answered, unanswered, scored)``: the predictions of reference questions, the reference questions
+    without one, and the predictions to score (with ``--missing empty`` the unanswered as empty answers, announced
+    by one warning line)."""
     answered = {q: v for q, v in preds.predictions.items() if q in refs.answers}
     unanswered = [q for q in refs.answers if q not in preds.predictions]
     scored = dict(preds.predictions)
@@ -215,37 +267,35 @@ def _run(args: argparse.Namespace) -> int:
         print(f"warning: {len(unanswered)} of {len(refs.answers)} reference questions have no prediction in "
               f"{args.predictions!r}; they are scored as empty answers (the answered subset's scores are under "
               "'answered_subset'; --missing skip scores the answered questions only)", file=sys.stderr)
+    return answered, unanswered, scored
 
-    def score(predictions):
-        with meteor_progress(sys.stderr):
-            return evaluator.score(
-                predictions,
-                refs.answers,
-                refs.qa_types,
-                metrics,
-                java=args.java,
-                meteor_jar=args.meteor_jar,
-                meteor_timeout=args.meteor_timeout,
-                vectors=args.vectors,
-                max_tokens=args.max_tokens,
-                per_question=args.per_question,
-                fields=refs.fields,
-                answer_rules=_answer_rules(args.answer_rules, refs.format),
-                text_mode=args.text_mode,
-                decode_notes=_decode_notes(args.predictions, preds.format),
-                relevance=_relevance_inputs(args, refs),
-            )
 
-    try:
-        result = score(scored)
-        subset = score(answered) if unanswered and args.missing == "empty" else None
-    except OSError as e:
-        _error(f"cannot read vectors file {args.vectors!r}: {e.strerror or e}")
-        return 2
-    except (TypeError, ValueError) as e:
-        _error(e)
-        return 2
-    result["coverage"] = {
+def _score(args: argparse.Namespace, preds, refs, metrics, predictions: dict) -> dict:
+    """:func:`openvivqa_jax.evaluation.evaluator.score` of ``predictions`` with the command line's settings
+    (METEOR's start and time said on stderr)."""
+    with meteor_progress(sys.stderr):
+        return evaluator.score(
+            predictions,
+            refs.answers,
+            refs.qa_types,
+            metrics,
+            java=args.java,
+            meteor_jar=args.meteor_jar,
+            meteor_timeout=args.meteor_timeout,
+            vectors=args.vectors,
+            max_tokens=args.max_tokens,
+            per_question=args.per_question,
+            fields=refs.fields,
+            answer_rules=_answer_rules(args.answer_rules, refs.format),
+            text_mode=args.text_mode,
+            decode_notes=_decode_notes(args.predictions, preds.format),
+            relevance=_relevance_inputs(args, refs),
+        )
+
+
+def _coverage(args: argparse.Namespace, refs, answered: dict, unanswered: list) -> dict:
+    """The result's ``coverage``: how many reference questions were answered and how the others were scored."""
+    return {
         "reference_questions": len(refs.answers),
         "answered": len(answered),
         "missing_scored_empty": len(unanswered) if args.missing == "empty" else 0,
@@ -253,16 +303,11 @@ def _run(args: argparse.Namespace) -> int:
         "scores": "all reference questions (missing answers scored as empty)" if args.missing == "empty"
         else "answered questions only (--missing skip)",
     }
-    if subset is not None:
-        result["answered_subset"] = {k: subset[k] for k in ("overall", *evaluator.GROUPS, "num_questions")
-                                     if k in subset}
-    result["inputs"] = {
-        "predictions": args.predictions,
-        "predictions_format": preds.format,
-        "references": ref_path,
-        "references_format": refs.format,
-    }
-    json_to = args.json or (None if args.table else "-")
+
+
+def _write_json(result: dict, json_to: str | None) -> bool:
+    """Writes ``result`` as JSON to ``json_to`` (``-``: stdout; None: nowhere); False (after the error line)
+    when the file cannot be written."""
     if json_to == "-":
         json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
         sys.stdout.write("\n")
@@ -273,14 +318,17 @@ def _run(args: argparse.Namespace) -> int:
                 f.write("\n")
         except OSError as e:
             _error(f"cannot write --json {json_to!r}: {e.strerror or e}")
-            return 2
-    if args.table:
-        print(evaluator.format_table(result))
-        print(_coverage_line(result["coverage"]))
-        if subset is not None:
-            print(f"answered subset only ({len(answered)} questions):")
-            print(evaluator.format_table(result["answered_subset"]))
-    return 0
+            return False
+    return True
+
+
+def _print_tables(result: dict, subset: dict | None, num_answered: int) -> None:
+    """``--table``: the scores' table and the coverage line on stdout, then the answered subset's table if any."""
+    print(evaluator.format_table(result))
+    print(_coverage_line(result["coverage"]))
+    if subset is not None:
+        print(f"answered subset only ({num_answered} questions):")
+        print(evaluator.format_table(result["answered_subset"]))
 
 
 def _coverage_line(coverage: dict) -> str:

@@ -212,10 +212,55 @@ def _ocr_settings(args) -> dict:
 
 
 def _run(args) -> int:
+    """Reads the questions and checks every image, then loads the run, answers and reports (the stages below);
+    returns the exit code."""
     from openvivqa_jax import interrupts
-    from openvivqa_jax.evaluation import formats
 
     single = args.image is not None or args.question is not None
+    records, question_skips = _read_records(args, single)
+    ocr_cfg = _ocr_settings(args)
+    # Every image is checked before the model is loaded, so bad input fails fast (or, with --skip_bad in batch
+    # mode, the questions of unusable images are set aside, answered by no one, and listed at the end).
+    records, images, skipped = _load_images(args, records, single, question_skips)
+    interrupts.raise_if_received()
+    run, beam = load_run(args.workdir, beam=args.beam)
+    pre = run.inputs.pre
+    pre.max_image_pixels = max(pre.max_image_pixels, args.max_pixels)  # the images passed --max_pixels
+    stats: dict[str, int] = {}
+    items = _photo_questions(args, records, images, ocr_cfg, stats)
+    want_plot = bool(args.plot or args.plot_dir)
+    interrupts.raise_if_received()
+    results = _input(run.answer_photos, items, beam, 1 if single else args.batch_size, want_plot)
+    if want_plot:
+        _plot_results(args, run, beam, results, items, single)
+    interrupts.raise_if_received()
+    output = skipped_path = None
+    if not single:
+        output, skipped_path = _write_submission(args, results, skipped)
+    _print_results(args, results, single, output)
+    if skipped:
+        print(f"skipped {len(skipped)} questions whose question or image could not be used (listed in "
+              f"{skipped_path}):", file=sys.stderr)
+        for qid, why in skipped.items():
+            print(f"  question {qid!r}: {why}", file=sys.stderr)
+    if stats:
+        from absl import logging
+
+        logging.info("OCR counters: %s", stats)
+    return 0
+
+
+def _read_records(args, single: bool) -> tuple[list[dict], dict[str, str] | None]:
+    """``(records, question_skips)``: the questions to answer (``[{question_id, image_id, question,
+    image_path}]``: the one of ``--image``/``--question``, or those of the ``--questions`` file) and, in batch
+    mode with ``--skip_bad``, the questions set aside ``{question_id: reason}`` (else None).
+
+    Raises:
+      PredictError: the options do not say one mode, or a question (or, without ``--skip_bad``, any question of
+        the file) is unusable.
+    """
+    from openvivqa_jax.evaluation import formats
+
     if single and args.questions:
         raise PredictError("give either --image and --question, or --questions (batch), not both")
     if not single and not args.questions:
@@ -224,17 +269,25 @@ def _run(args) -> int:
         if args.image is None or args.question is None:
             raise PredictError("a single prediction needs both --image and --question")
         question = _input(formats.clean_question, args.question, f"--question {args.question!r}")
-        records = [{"question_id": "0", "image_id": os.path.basename(args.image), "question": question,
-                    "image_path": args.image}]
-    else:
-        if args.image_dir and not os.path.isdir(args.image_dir):
-            raise PredictError(f"--image_dir {args.image_dir}: not a folder")
-        question_skips: dict[str, str] | None = {} if args.skip_bad else None
-        records = _input(formats.read_questions_file, args.questions,
-                         formats.image_folders(args.questions, args.image_dir), question_skips)
-    ocr_cfg = _ocr_settings(args)
-    # Every image is checked before the model is loaded, so bad input fails fast (or, with --skip_bad in batch
-    # mode, the questions of unusable images are set aside, answered by no one, and listed at the end).
+        return [{"question_id": "0", "image_id": os.path.basename(args.image), "question": question,
+                 "image_path": args.image}], None
+    if args.image_dir and not os.path.isdir(args.image_dir):
+        raise PredictError(f"--image_dir {args.image_dir}: not a folder")
+    question_skips: dict[str, str] | None = {} if args.skip_bad else None
+    records = _input(formats.read_questions_file, args.questions,
+                     formats.image_folders(args.questions, args.image_dir), question_skips)
+    return records, question_skips
+
+
+def _load_images(args, records: list[dict], single: bool,
+                 question_skips: dict[str, str] | None) -> tuple[list[dict], dict[str, Any], dict[str, str]]:
+    """``(records, images, skipped)``: each distinct image of ``records`` loaded once (``{image_path: PIL
+    image}``); with ``--skip_bad`` in batch mode the questions of unusable images are left out of ``records`` and
+    added to ``skipped`` ``{question_id: reason}`` (which starts from ``question_skips``).
+
+    Raises:
+      PredictError: an unusable image (without ``--skip_bad``, or in single mode), or no question left.
+    """
     images: dict[str, Any] = {}
     bad_images: dict[str, str] = {}
     skipped: dict[str, str] = {} if single or not question_skips else dict(question_skips)
@@ -257,14 +310,15 @@ def _run(args) -> int:
         if not records:
             raise PredictError(f"questions file {args.questions}: no question has a usable image "
                                f"({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})")
-    interrupts.raise_if_received()
-    run, beam = load_run(args.workdir, beam=args.beam)
+    return records, images, skipped
+
+
+def _photo_questions(args, records: list[dict], images: dict[str, Any], ocr_cfg: dict, stats: dict) -> list:
+    """One :class:`openvivqa_jax.inference.PhotoQuestion` per record, with its image's OCR tokens (found once per
+    image; the engines' counters added to ``stats``)."""
     from openvivqa_jax.inference import PhotoQuestion
 
-    pre = run.inputs.pre
-    pre.max_image_pixels = max(pre.max_image_pixels, args.max_pixels)  # the images passed --max_pixels
     ocr_cache: dict[str, list[dict]] = {}
-    stats: dict[str, int] = {}
     items = []
     for r in records:
         path = r["image_path"]
@@ -272,29 +326,41 @@ def _run(args) -> int:
             keys = [r["image_id"], os.path.basename(path), os.path.splitext(os.path.basename(path))[0], path]
             ocr_cache[path] = _ocr_tokens(images[path], args.ocr, keys, ocr_cfg, stats)
         items.append(PhotoQuestion(r["question_id"], r["image_id"], r["question"], images[path], path, ocr_cache[path]))
-    want_plot = bool(args.plot or args.plot_dir)
-    interrupts.raise_if_received()
-    results = _input(run.answer_photos, items, beam, 1 if single else args.batch_size, want_plot)
-    if want_plot:
-        from openvivqa_jax.plot import plot_prediction
+    return items
 
-        for res, it in zip(results, items):
-            out = args.plot if single else os.path.join(args.plot_dir, f"{_safe_name(res['question_id'])}.png")
-            res["plot"] = plot_prediction(np.asarray(it.image), out, question=res["question"], answer=res["answer"],
-                                          words=res["words"], ocr_tokens=res["ocr"], heat=res.get("heat"),
-                                          heat_note=res.get("heat_note", ""),
-                                          title=f"{os.path.basename(it.image_path)} - {run.cfg.model.name} "
-                                                f"step {run.step}, beam {beam}")
-    interrupts.raise_if_received()
-    if not single:
-        output = args.output or "submission.json"
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-        with open(output, "w", encoding="utf-8") as f:
-            json.dump({r["question_id"]: r["answer"] for r in results}, f, ensure_ascii=False, indent=1)
-        if skipped:
-            skipped_path = os.path.splitext(output)[0] + ".skipped.json"
-            with open(skipped_path, "w", encoding="utf-8") as f:
-                json.dump(skipped, f, ensure_ascii=False, indent=1)
+
+def _plot_results(args, run, beam: int, results: list[dict], items: list, single: bool) -> None:
+    """Writes each result's picture (``--plot``, or ``<question_id>.png`` under ``--plot_dir``) and records its
+    path in the result's ``plot``."""
+    from openvivqa_jax.plot import plot_prediction
+
+    for res, it in zip(results, items):
+        out = args.plot if single else os.path.join(args.plot_dir, f"{_safe_name(res['question_id'])}.png")
+        res["plot"] = plot_prediction(np.asarray(it.image), out, question=res["question"], answer=res["answer"],
+                                      words=res["words"], ocr_tokens=res["ocr"], heat=res.get("heat"),
+                                      heat_note=res.get("heat_note", ""),
+                                      title=f"{os.path.basename(it.image_path)} - {run.cfg.model.name} "
+                                            f"step {run.step}, beam {beam}")
+
+
+def _write_submission(args, results: list[dict], skipped: dict[str, str]) -> tuple[str, str | None]:
+    """Batch mode: writes the submission ``{question_id: answer}`` and, when questions were skipped,
+    ``<output stem>.skipped.json``; returns both paths (the second None when nothing was skipped)."""
+    output = args.output or "submission.json"
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w", encoding="utf-8") as f:
+        json.dump({r["question_id"]: r["answer"] for r in results}, f, ensure_ascii=False, indent=1)
+    skipped_path = None
+    if skipped:
+        skipped_path = os.path.splitext(output)[0] + ".skipped.json"
+        with open(skipped_path, "w", encoding="utf-8") as f:
+            json.dump(skipped, f, ensure_ascii=False, indent=1)
+    return output, skipped_path
+
+
+def _print_results(args, results: list[dict], single: bool, output: str | None) -> None:
+    """The results on stdout: JSON (``--json``: one object in single mode, a list in batch mode) or text blocks
+    (:func:`format_result`, then the submission's path in batch mode)."""
     if args.json:
         payload = [_json_result(r) for r in results]
         json.dump(payload[0] if single else payload, sys.stdout, ensure_ascii=False, indent=1)
@@ -307,16 +373,6 @@ def _run(args) -> int:
         print("\n\n".join(blocks))
         if not single:
             print(f"\nwrote {output}: {len(results)} answers")
-    if skipped:
-        print(f"skipped {len(skipped)} questions whose question or image could not be used (listed in "
-              f"{skipped_path}):", file=sys.stderr)
-        for qid, why in skipped.items():
-            print(f"  question {qid!r}: {why}", file=sys.stderr)
-    if stats:
-        from absl import logging
-
-        logging.info("OCR counters: %s", stats)
-    return 0
 
 
 def _safe_name(s: str) -> str:

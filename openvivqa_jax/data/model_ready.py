@@ -40,6 +40,7 @@ Supported: generator models without a decoding dictionary and with OCR (the OCR 
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import hashlib
 import json
@@ -206,6 +207,159 @@ def _write(tmp: str, name: str, arr: np.ndarray, files: dict) -> None:
     files[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
 
 
+class _ImageJobs:
+    """The distinct images of a split, decoded and resized by ``workers`` spawned processes into the raw ``image``
+    file ``(I, H, W, 3)`` uint8, 16 images a job, each written at its row (so the file is the same for any number
+    of workers)."""
+
+    def __init__(self, pre: Preprocessor, path: str, workers: int):
+        self.pre, self.path = pre, path
+        self.pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        self.rows: dict[tuple, int] = {}
+        self.first_question: dict[int, str] = {}
+        self.futures: collections.deque = collections.deque()  # submitted, result not yet checked; oldest first
+        self.pending: list = []
+        # A submitted job holds its JPEG bytes in this process until a worker has taken it: without a bound the
+        # text work (faster than decoding) would queue every JPEG of the split (about 3 GB for the release's
+        # train split). A few jobs per worker keep them busy.
+        self.max_in_flight = 4 * workers
+
+    def add(self, rec) -> int:
+        """The image row of record ``rec`` (one row per image id and content); a new row is queued for decoding.
+
+        Raises:
+          DatasetError: the record has no image.
+        """
+        if rec.image_bytes is None:
+            raise DatasetError(f"question {rec.question_id!r}: no image for vision kind {self.pre.vision_kind!r}")
+        data = bytes(rec.image_bytes)
+        key = (rec.image_id, hashlib.blake2b(data, digest_size=16).digest())
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = len(self.rows)
+            self.first_question[row] = rec.question_id
+            self.pending.append((row, repr(rec.image_id), data))
+            if len(self.pending) >= 16:
+                self._flush()
+        return row
+
+    def _flush(self) -> None:
+        """Submits the queued images as one job."""
+        if self.pending:
+            self.futures.append(self.pool.submit(decode_worker.decode_into, self.path, list(self.pending),
+                                                 self.pre.image_w, self.pre.image_h, self.pre.max_image_pixels))
+            self.pending.clear()
+        while len(self.futures) > self.max_in_flight:
+            self._check(self.futures.popleft())
+
+    def _check(self, future) -> None:
+        """Waits for one job.
+
+        Raises:
+          DatasetError: an image of the job could not be decoded (named by the first question that uses it).
+        """
+        bad = future.result()
+        if bad:
+            row, msg = bad[0]
+            raise DatasetError(f"question {self.first_question[row]!r}: {msg}")
+
+    def finish(self) -> None:
+        """Submits the last job and waits for every job.
+
+        Raises:
+          DatasetError: an image could not be decoded (named by the first question that uses it).
+        """
+        self._flush()
+        while self.futures:
+            self._check(self.futures.popleft())
+
+    def abort(self) -> None:
+        """After an error: cancels the jobs not started and stops the pool."""
+        for f in self.futures:
+            f.cancel()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool = None
+
+    def close(self) -> None:
+        """Stops the pool (if :meth:`abort` has not)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+
+class _SplitRows:
+    """Every field but the pixels, collected in question order (``Q`` questions, ``A`` answer rows, ``G`` OCR
+    sets, ``I`` region-feature sets).
+
+    ``q_image``, ``q_ocr``, ``q_start`` (first answer row), ``q_count`` (references): ``(Q,)`` int32;
+    ``qfields[k]``: one array per question (``(Lq,)``); ``afields[k]``: one array per answer row (``(L,)``,
+    ``target_ocr`` ``(L, N)``); ``ocr``: the distinct OCR token sets; ``regions``: the distinct region-feature
+    sets (vision kind region; ``region_features`` streamed to ``tmp``).
+    """
+
+    def __init__(self, pre: Preprocessor, n: int, tmp: str, cnn: bool):
+        self.cnn = cnn
+        self.regions = _Rows(_REGION_FIELDS, tmp, stream=() if cnn else ("region_features",))
+        extra_ocr, extra_question = _pretrained_fields(pre)
+        self.ocr_fields, self.question_fields = (*_OCR_FIELDS, *extra_ocr), (*_QUESTION_FIELDS, *extra_question)
+        self.ocr = _Rows(self.ocr_fields)
+        self.phoc_binary = True
+        self.q_image = np.full((n,), -1, np.int32)
+        self.q_ocr = np.zeros((n,), np.int32)
+        self.q_start = np.zeros((n,), np.int32)
+        self.q_count = np.zeros((n,), np.int32)
+        self.qfields: dict[str, list] = {k: [] for k in self.question_fields}
+        self.afields: dict[str, list] = {k: [] for k in _ANSWER_FIELDS}
+        self.question_ids: list[str] = []
+        self.num_answer_rows = 0
+
+    def add(self, i: int, rec, image_row: int | None, text_pre: Preprocessor, pre: Preprocessor,
+            counter: SkipCounter) -> None:
+        """Adds question ``i`` (record ``rec``; ``image_row``: its ``image`` row, None for region features, which
+        are added as a row here): the fields ``text_pre.features`` makes with the first reference answer, and
+        one answer row per other reference.
+
+        Raises:
+          DatasetError: from ``text_pre.features`` (a bad record).
+        """
+        if self.cnn:
+            self.q_image[i] = image_row
+        self.question_ids.append(rec.question_id)
+        answers = rec.answers
+        feats = text_pre.features(rec, answers[0] if answers else None)
+        if not self.cnn:
+            self.q_image[i] = self.regions.add(feats)
+        ph = feats["ocr_phoc"]
+        if self.phoc_binary and np.all((ph == 0) | (ph == 1)):
+            feats["ocr_phoc"] = ph.astype(np.uint8)  # a binary histogram: exact in a quarter of the bytes
+        else:
+            self.phoc_binary = False
+        self.q_ocr[i] = self.ocr.add(feats)
+        for k in self.question_fields:
+            self.qfields[k].append(feats[k])
+        self.q_start[i], self.q_count[i] = self.num_answer_rows, len(answers)
+        for k in _ANSWER_FIELDS:
+            self.afields[k].append(feats[k])
+        texts = rec.ocr_texts[: pre.num_ocr]
+        for a in answers[1:]:  # the other references: the same encoding features() gives each
+            enc = pre.vocab.encode(a, texts)
+            counter.add("answers_encoded")
+            if enc.truncated:
+                counter.add("answer_truncated")
+            for k in _ANSWER_FIELDS:
+                self.afields[k].append(getattr(enc, k))
+        self.num_answer_rows += max(1, len(answers))
+
+
+def _fresh_tmp(out_dir: str) -> str:
+    """A new empty temporary sibling of ``out_dir`` (named by host and process), its parent made if missing."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = f"{os.path.abspath(out_dir)}.tmp-{socket.gethostname()}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    return tmp
+
+
 def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str = "",
           num_workers: int = 0) -> dict:
     """Writes the model-ready records of ``source`` to ``out_dir`` atomically; returns the manifest.
@@ -228,134 +382,37 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
         raise ValueError(f"model-ready records do not cover this run: {why}")
     counter = SkipCounter()
     text_pre = _text_only(pre, counter)
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = f"{os.path.abspath(out_dir)}.tmp-{socket.gethostname()}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    tmp = _fresh_tmp(out_dir)
     n = len(source)
     cnn = pre.vision_kind in ("cnn", "vit")
-    W, H = pre.image_w, pre.image_h
-    image_rows: dict[tuple, int] = {}
-    regions = _Rows(_REGION_FIELDS, tmp, stream=() if cnn else ("region_features",))
-    extra_ocr, extra_question = _pretrained_fields(pre)
-    ocr_fields, question_fields = (*_OCR_FIELDS, *extra_ocr), (*_QUESTION_FIELDS, *extra_question)
-    ocr_rows = _Rows(ocr_fields)
-    phoc_binary = True
-    q_image = np.full((n,), -1, np.int32)
-    q_ocr = np.zeros((n,), np.int32)
-    q_start = np.zeros((n,), np.int32)
-    q_count = np.zeros((n,), np.int32)
-    qfields = {k: [] for k in question_fields}
-    afields = {k: [] for k in _ANSWER_FIELDS}
-    first_question: dict[int, str] = {}
-    question_ids: list[str] = []
+    rows = _SplitRows(pre, n, tmp, cnn)
     image_path = os.path.join(tmp, "image")
     open(image_path, "wb").close()
     workers = int(num_workers) or os.cpu_count() or 1
-    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) \
-        if cnn else None
-    futures, pending = [], []
-    rows = 0
-
-    def flush():
-        if pending:
-            futures.append(pool.submit(decode_worker.decode_into, image_path, list(pending), W, H,
-                                       pre.max_image_pixels))
-            pending.clear()
-
+    images = _ImageJobs(pre, image_path, workers) if cnn else None
     try:
         for i in range(n):
             rec = decode_record(source[i], i, source_name, counter)
-            if cnn:
-                if rec.image_bytes is None:
-                    raise DatasetError(f"question {rec.question_id!r}: no image for vision kind {pre.vision_kind!r}")
-                data = bytes(rec.image_bytes)
-                key = (rec.image_id, hashlib.blake2b(data, digest_size=16).digest())
-                row = image_rows.get(key)
-                if row is None:
-                    row = image_rows[key] = len(image_rows)
-                    first_question[row] = rec.question_id
-                    pending.append((row, repr(rec.image_id), data))
-                    if len(pending) >= 16:
-                        flush()
-                q_image[i] = row
-            question_ids.append(rec.question_id)
-            answers = rec.answers
-            feats = text_pre.features(rec, answers[0] if answers else None)
-            if not cnn:
-                q_image[i] = regions.add(feats)
-            ph = feats["ocr_phoc"]
-            if phoc_binary and np.all((ph == 0) | (ph == 1)):
-                feats["ocr_phoc"] = ph.astype(np.uint8)  # a binary histogram: exact in a quarter of the bytes
-            else:
-                phoc_binary = False
-            q_ocr[i] = ocr_rows.add(feats)
-            for k in question_fields:
-                qfields[k].append(feats[k])
-            q_start[i], q_count[i] = rows, len(answers)
-            for k in _ANSWER_FIELDS:
-                afields[k].append(feats[k])
-            texts = rec.ocr_texts[: pre.num_ocr]
-            for a in answers[1:]:  # the other references: the same encoding features() gives each
-                enc = pre.vocab.encode(a, texts)
-                counter.add("answers_encoded")
-                if enc.truncated:
-                    counter.add("answer_truncated")
-                for k in _ANSWER_FIELDS:
-                    afields[k].append(getattr(enc, k))
-            rows += max(1, len(answers))
-        if cnn:
-            flush()
-            for f in futures:
-                bad = f.result()
-                if bad:
-                    row, msg = bad[0]
-                    raise DatasetError(f"question {first_question[row]!r}: {msg}")
+            rows.add(i, rec, images.add(rec) if images is not None else None, text_pre, pre, counter)
+        if images is not None:
+            images.finish()
     except BaseException:
-        for f in futures:
-            f.cancel()
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-            pool = None
-        regions.close({})
+        if images is not None:
+            images.abort()
+        rows.regions.close({})
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
-    files: dict[str, dict] = {}
-    if cnn:
-        files["image"] = {"dtype": "|u1", "shape": [len(image_rows), H, W, 3]}
-    else:
-        # float32 (the batches' dtype, as Preprocessor.features gives it) even where the dataset stores float16:
-        # numpy's float16 -> float32 conversion took 35 ms per batch of 64 x 50 x 2048 on a 2-core x86 VM, a
-        # float32 gather about 1 ms; it costs twice the disk (0.4 MB per image of 50 x 2048 regions).
-        regions.close(files)
-        _write(tmp, "region_boxes", np.stack(regions.data["region_boxes"]), files)
-        _write(tmp, "region_mask", np.stack(regions.data["region_mask"]), files)
-    for name, arr in (("q_image", q_image), ("q_ocr", q_ocr), ("q_answer_start", q_start), ("q_answer_count", q_count)):
-        _write(tmp, name, arr, files)
-    for k in question_fields:
-        _write(tmp, k, np.stack(qfields[k]), files)
-    for k in _ANSWER_FIELDS:
-        _write(tmp, k, np.stack(afields[k]), files)
-    for k in ocr_fields:
-        arr = np.stack(ocr_rows.data[k])  # PHOC: uint8 if every row was binary, else float32 (exact either way)
-        _write(tmp, k, arr, files)
-        del arr
-    for name, meta in files.items():
-        path = os.path.join(tmp, name)
-        meta["bytes"] = os.path.getsize(path)
-        meta["crc32"] = _crc32(path)
-        expect = int(np.prod(meta["shape"])) * np.dtype(meta["dtype"]).itemsize
-        if meta["bytes"] != expect:
-            raise RuntimeError(f"{path}: wrote {meta['bytes']} bytes, expected {expect}")
+        if images is not None:
+            images.close()
+    files = _write_fields(tmp, rows, pre, len(images.rows) if images is not None else 0)
+    _seal_files(tmp, files)
     manifest = {"format": FORMAT, "fingerprint": fp, "files": files, "num_questions": n,
-                "num_answer_rows": rows, "num_images": len(image_rows) if cnn else len(regions.index),
-                "num_ocr_sets": len(ocr_rows.index), "counts": dict(counter.counts),
+                "num_answer_rows": rows.num_answer_rows,
+                "num_images": len(images.rows) if images is not None else len(rows.regions.index),
+                "num_ocr_sets": len(rows.ocr.index), "counts": dict(counter.counts),
                 "build_s": round(time.perf_counter() - t0, 3), "workers": workers if cnn else 0}
-    manifest["question_ids"] = question_ids
+    manifest["question_ids"] = rows.question_ids
     with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
         f.flush()
@@ -365,6 +422,49 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
                  source_name, n, manifest["num_images"], manifest["num_ocr_sets"], manifest["build_s"],
                  manifest["workers"], out_dir)
     return manifest
+
+
+def _write_fields(tmp: str, rows: _SplitRows, pre: Preprocessor, num_images: int) -> dict[str, dict]:
+    """Writes every field but ``image`` (written by the decoding workers) to ``tmp``; returns ``{file name:
+    {dtype, shape}}`` in the manifest's order (``image`` ``(I, H, W, 3)`` uint8 first for vision kinds cnn /
+    vit)."""
+    files: dict[str, dict] = {}
+    if rows.cnn:
+        files["image"] = {"dtype": "|u1", "shape": [num_images, pre.image_h, pre.image_w, 3]}
+    else:
+        # float32 (the batches' dtype, as Preprocessor.features gives it) even where the dataset stores float16:
+        # numpy's float16 -> float32 conversion took 35 ms per batch of 64 x 50 x 2048 on a 2-core x86 VM, a
+        # float32 gather about 1 ms; it costs twice the disk (0.4 MB per image of 50 x 2048 regions).
+        rows.regions.close(files)
+        _write(tmp, "region_boxes", np.stack(rows.regions.data["region_boxes"]), files)
+        _write(tmp, "region_mask", np.stack(rows.regions.data["region_mask"]), files)
+    for name, arr in (("q_image", rows.q_image), ("q_ocr", rows.q_ocr), ("q_answer_start", rows.q_start),
+                      ("q_answer_count", rows.q_count)):
+        _write(tmp, name, arr, files)
+    for k in rows.question_fields:
+        _write(tmp, k, np.stack(rows.qfields[k]), files)
+    for k in _ANSWER_FIELDS:
+        _write(tmp, k, np.stack(rows.afields[k]), files)
+    for k in rows.ocr_fields:
+        arr = np.stack(rows.ocr.data[k])  # PHOC: uint8 if every row was binary, else float32 (exact either way)
+        _write(tmp, k, arr, files)
+        del arr
+    return files
+
+
+def _seal_files(tmp: str, files: dict[str, dict]) -> None:
+    """Adds each file's ``bytes`` and ``crc32`` to its entry in ``files``.
+
+    Raises:
+      RuntimeError: a file's size is not its dtype and shape's.
+    """
+    for name, meta in files.items():
+        path = os.path.join(tmp, name)
+        meta["bytes"] = os.path.getsize(path)
+        meta["crc32"] = _crc32(path)
+        expect = int(np.prod(meta["shape"])) * np.dtype(meta["dtype"]).itemsize
+        if meta["bytes"] != expect:
+            raise RuntimeError(f"{path}: wrote {meta['bytes']} bytes, expected {expect}")
 
 
 def _text_only(pre: Preprocessor, counter: SkipCounter) -> Preprocessor:

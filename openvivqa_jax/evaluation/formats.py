@@ -439,7 +439,38 @@ def read_questions_file(path: str, image_dir: str | list[str], skipped: dict[str
     if not isinstance(raw, dict) or "images" not in raw or "annotations" not in raw:
         raise InputError(f"{where}: expected an object with 'images' and 'annotations' (the "
                          "OpenViVQA public release layout)")
-    images, anns = raw["images"], raw["annotations"]
+    images = _question_images(raw["images"], where, bad)
+    items = _question_annotations(raw["annotations"], where, bad)
+    dirs = [image_dir] if isinstance(image_dir, str) else list(image_dir)
+    out = []
+    for qid, a in items:
+        if not isinstance(a, dict) or "question" not in a or "image_id" not in a:
+            bad(qid, f"question {qid!r} needs 'image_id' and 'question'")
+            continue
+        image_id = str(a["image_id"])
+        if image_id not in images:
+            bad(qid, f"question {qid!r} refers to image {image_id!r}, which is not in 'images'")
+            continue
+        try:
+            question = clean_question(a["question"], f"question {qid!r}")
+        except InputError as e:
+            bad(qid, str(e))
+            continue
+        out.append({"question_id": qid, "image_id": image_id, "question": question,
+                    "image_path": _locate_image(dirs, str(images[image_id]))})
+    if not out:
+        extra = f" ({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})" if skipped else ""
+        raise InputError(f"{where}: no question{extra}")
+    return out
+
+
+def _question_images(images: Any, where: str, bad) -> dict[str, Any]:
+    """The ``images`` entry of a questions file as ``{image id: filename}`` (the first entry of a repeated id
+    kept; each repeat reported by ``bad(key, message)``).
+
+    Raises:
+      InputError: neither an object nor a list of ``{id, filename}``.
+    """
     for n, key in enumerate(jsonio.duplicate_keys(images), start=2):
         bad(f"image {key} (repeat {n})", f"image id {key!r} repeated as a key of 'images' (a repeated JSON key; "
             "the first entry is kept)")
@@ -456,15 +487,25 @@ def read_questions_file(path: str, image_dir: str | list[str], skipped: dict[str
             images[k] = v
     if not isinstance(images, dict):
         raise InputError(f"{where}: 'images' must be an object {{id: filename}} or a list")
-    images = {str(k): v for k, v in images.items()}
+    return {str(k): v for k, v in images.items()}
+
+
+def _question_annotations(anns: Any, where: str, bad) -> list[tuple[str, Any]]:
+    """The ``annotations`` entry of a questions file as ``[(question id, annotation)]`` in file order (the first
+    entry of a repeated id kept; each repeat, and a list entry without ``id``, reported by ``bad(key,
+    message)``); the annotations themselves are checked by the caller.
+
+    Raises:
+      InputError: neither an object nor a list.
+    """
     if isinstance(anns, dict):
         repeats: dict[str, int] = {}
         for key in jsonio.duplicate_keys(anns):
             repeats[key] = repeats.get(key, 1) + 1
             bad(f"{key} (repeat {repeats[key]})", f"question {key!r} repeated as a key of 'annotations' (a "
                 "repeated JSON key; the first entry is kept)")
-        items = [(str(k), v) for k, v in anns.items()]
-    elif isinstance(anns, list):
+        return [(str(k), v) for k, v in anns.items()]
+    if isinstance(anns, list):
         items = []
         seen: set[str] = set()
         for i, a in enumerate(anns):
@@ -478,33 +519,14 @@ def read_questions_file(path: str, image_dir: str | list[str], skipped: dict[str
                 continue
             seen.add(qid)
             items.append((qid, a))
-    else:
-        raise InputError(f"{where}: 'annotations' must be an object or a list")
-    dirs = [image_dir] if isinstance(image_dir, str) else list(image_dir)
+        return items
+    raise InputError(f"{where}: 'annotations' must be an object or a list")
 
-    def locate(name: str) -> str:
-        for d in dirs:
-            if os.path.isfile(os.path.join(d, name)):
-                return os.path.join(d, name)
-        return os.path.join(dirs[0], name)
 
-    out = []
-    for qid, a in items:
-        if not isinstance(a, dict) or "question" not in a or "image_id" not in a:
-            bad(qid, f"question {qid!r} needs 'image_id' and 'question'")
-            continue
-        image_id = str(a["image_id"])
-        if image_id not in images:
-            bad(qid, f"question {qid!r} refers to image {image_id!r}, which is not in 'images'")
-            continue
-        try:
-            question = clean_question(a["question"], f"question {qid!r}")
-        except InputError as e:
-            bad(qid, str(e))
-            continue
-        out.append({"question_id": qid, "image_id": image_id, "question": question,
-                    "image_path": locate(str(images[image_id]))})
-    if not out:
-        extra = f" ({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})" if skipped else ""
-        raise InputError(f"{where}: no question{extra}")
-    return out
+def _locate_image(dirs: list[str], name: str) -> str:
+    """The path of image file ``name`` in the first of ``dirs`` that has it, else in ``dirs[0]`` (which then
+    fails with "file not found")."""
+    for d in dirs:
+        if os.path.isfile(os.path.join(d, name)):
+            return os.path.join(d, name)
+    return os.path.join(dirs[0], name)
