@@ -1,4 +1,5 @@
-"""Shared pytest fixtures and helpers: tiny configs and random model inputs.
+"""Shared pytest fixtures and helpers: tiny configs and random model inputs, writers of test data (JPEG, JSON),
+TFDS builds and their examples, the METEOR check, ``python -m openvivqa_jax.main`` runs and their messages.
 
 The tests are in two folders: ``tests/unit`` (in-process tests of functions, modules and models, no
 subprocess, no training beyond a few steps) and ``tests/e2e`` (command-line tools run as processes, models
@@ -186,3 +187,156 @@ def random_batch(cfg, vocab_size: int, batch: int = 2, seed: int = 0) -> dict:
 def tiny_cfg():
     """A tiny MLPAG config."""
     return tiny_model_config()
+
+
+# ------------------------------------------------------------------------------- files in the published formats
+
+
+def write_jpeg(path, size=(32, 24), color=(120, 60, 30)) -> None:
+    """Writes a one-colour ``size`` (width, height) RGB JPEG at ``path``, creating its folder: a stand-in photo."""
+    from PIL import Image
+
+    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+    Image.new("RGB", size, color).save(path, format="JPEG")
+
+
+def write_json(path, data, indent: int | None = None):
+    """Writes ``data`` as UTF-8 JSON (non-ASCII characters kept, ``indent`` as in ``json.dumps``) at ``path``,
+    creating its folder. Returns ``path``."""
+    import json
+
+    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, ensure_ascii=False, indent=indent))
+    return path
+
+
+# ------------------------------------------------------------------------------------------ TFDS builders
+
+
+def build_tfds(builder_cls, manual_dir, data_dir, config=None):
+    """Builds ``builder_cls``'s dataset (``config``: a builder config or its name) from the files in
+    ``manual_dir`` into ``data_dir`` as array_record files, and returns the builder."""
+    import tensorflow_datasets as tfds
+
+    builder = builder_cls(config=config, data_dir=str(data_dir), file_format="array_record")
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)))
+    return builder
+
+
+def _text(x) -> str:
+    return x.decode("utf-8") if isinstance(x, bytes) else str(x)
+
+
+def read_examples(source) -> dict[str, dict]:
+    """The examples of a TFDS data source split as ``{question_id: example}``, with Python strings for the ids,
+    question, context, answers, dictionary and OCR texts (TFDS gives bytes), and OCR boxes as an (N, 4) array
+    (TFDS decodes an empty sequence of float32[4] as shape (0,))."""
+    out = {}
+    for ex in source:
+        d = dict(ex)
+        for k in ("question_id", "image_id", "question", "context"):
+            if k in d:
+                d[k] = _text(d[k])
+        d["answers"] = [_text(a) for a in ex["answers"]]
+        if "dictionary" in d:
+            d["dictionary"] = [_text(a) for a in ex["dictionary"]]
+        d["ocr"] = {"text": [_text(t) for t in ex["ocr"]["text"]],
+                    "box": np.asarray(ex["ocr"]["box"]).reshape(-1, 4), "score": np.asarray(ex["ocr"]["score"])}
+        out[d["question_id"]] = d
+    return out
+
+
+def build_tiny_tfds(tmp_path_factory) -> str:
+    """A new TFDS data dir (from ``tmp_path_factory``) with the tiny synthetic set of configs/tiny.py built in it,
+    so that later subprocesses and tests find it built (no build race). Returns the folder."""
+    from openvivqa_jax.data import pipeline
+
+    path = str(tmp_path_factory.mktemp("tfds"))
+    cfg = load_config("configs/tiny.py")
+    cfg.data.data_dir = path
+    pipeline.load_builder(cfg.data)
+    return path
+
+
+# --------------------------------------------------------------------------------------------- evaluation
+
+
+def meteor_ready() -> bool:
+    """Whether METEOR can be scored here: a Java runtime and the Meteor 1.5 jar are found."""
+    from openvivqa_jax.evaluation import meteor
+
+    try:
+        meteor.find_java()
+        meteor.find_meteor_jar()
+        return True
+    except meteor.MeteorUnavailable:
+        return False
+
+
+def needs_meteor():
+    """A ``skipif`` mark for tests that score METEOR (see ``meteor_ready``)."""
+    return pytest.mark.skipif(not meteor_ready(), reason="needs Java and the Meteor 1.5 jar")
+
+
+# --------------------------------------------------------------------------------------- the command line
+
+
+def run_main_cli(*args, timeout: float = 600):
+    """Runs ``python -m openvivqa_jax.main *args`` (each ``str()``-ed) from the repo root in the tests'
+    subprocess environment; returns the ``CompletedProcess`` with text stdout and stderr."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "openvivqa_jax.main", *map(str, args)], cwd=ROOT,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def message_lines(stderr: str) -> list[str]:
+    """The lines of ``stderr`` without absl log lines (``I1130 ...``, ``W1130 ...``, ``E1130 ...``) and blank
+    lines: what a user reads as the program's messages."""
+    import re
+
+    return [ln for ln in stderr.splitlines() if ln.strip() and not re.match(r"^[IWE]\d{4} ", ln)]
+
+
+def read_jsonl(path) -> list:
+    """The records of a JSON-lines file (``metrics.jsonl``)."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def train_steps_on_one_batch(cfg, workdir, batch=None, steps: int = 3):
+    """Creates ``cfg``'s experiment in ``workdir`` and runs ``steps`` train steps on one batch (``batch``, else
+    the first train batch of 8 at seed 0), each under the experiment's mesh: for comparing meshes and
+    shardings on the same data. Returns ``(exp, state, step, batch, losses)``."""
+    from openvivqa_jax import sharding, train
+    from openvivqa_jax.data import pipeline
+
+    exp, state = train.create_experiment(cfg, workdir)
+    if batch is None:
+        batch = next(pipeline.train_iterator(exp.data.source("train"), exp.inputs.pre, batch_size=8, seed=0))
+    step = train.make_train_step(exp.spec)
+    losses = []
+    for _ in range(steps):
+        with sharding.mesh_context(exp.spec.mesh):
+            state, m = step(state, pipeline.to_global(batch, exp.spec.batch_sharding))
+        losses.append(float(m["loss"]))
+    return exp, state, step, batch, losses
+
+
+def assert_cached_decoding_matches(model, batch, max_answer_len: int, enc=None) -> None:
+    """Checks that ``model``'s step-by-step cached decoding (``prepare_decode``, ``init_cache``,
+    ``decode_step`` at t = 0 .. max_answer_len - 1, fed ``batch["decoder_in"]``) gives the teacher-forced
+    logits ``model(batch)`` at every step (atol 2e-4, rtol 1e-4). ``enc``: ``model.encode(batch)`` when None."""
+    import jax.numpy as jnp
+
+    full = np.asarray(model(batch))
+    if enc is None:
+        enc = model.encode(batch)
+    dec = model.prepare_decode(enc)
+    cache = model.init_cache(batch["decoder_in"].shape[0], max_answer_len)
+    for t in range(max_answer_len):
+        logits, cache = model.decode_step(dec, jnp.asarray(batch["decoder_in"][:, t]), jnp.int32(t), cache)
+        np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=2e-4, rtol=1e-4)

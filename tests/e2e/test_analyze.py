@@ -126,32 +126,32 @@ def test_rule_qas_per_image():
     assert not r.checkable and r.count == 0
 
 
-def test_rule_answer_complexity():
-    r = guideline.rule_answer_complexity([qa("bad", "đèn màu gì ?", "đỏ"), qa("ok", "đèn màu gì ?", "đèn màu đỏ")])
-    assert r.violations == ["bad"] and r.reasons == {"single_word": ["bad"]}
-
-
-def test_rule_question_type():
-    r = guideline.rule_question_type([
+@pytest.mark.parametrize("rule, qas, violations, reasons", [
+    pytest.param("answer_complexity", [qa("bad", "đèn màu gì ?", "đỏ"), qa("ok", "đèn màu gì ?", "đèn màu đỏ")],
+                 ["bad"], {"single_word": ["bad"]}, id="answer_complexity"),
+    pytest.param("question_type", [
         qa("yn", "chiếc xe này có màu đỏ không ?", "có"),
         qa("sel", "chiếc áo màu đỏ hay màu xanh lá ?", "màu đỏ"),
         qa("ok", "có bao nhiêu chiếc xe ?", "có hai chiếc xe"),
-    ])
-    assert r.violations == ["yn", "sel"]
-    assert r.reasons == {"yes_no": ["yn"], "selective": ["sel"]}
-
-
-def test_rule_quantities():
-    r = guideline.rule_quantities([
+    ], ["yn", "sel"], {"yes_no": ["yn"], "selective": ["sel"]}, id="question_type"),
+    pytest.param("quantities", [
         qa("digits", "có bao nhiêu người ?", "có 3 người"),
         qa("over", "có bao nhiêu chiếc xe ?", "có mười hai chiếc xe"),
         qa("vague", "có bao nhiêu người ?", "có hàng chục người"),
         qa("ok", "có bao nhiêu người ?", "có ba người đứng ở sạp hàng số 371"),
         qa("price", "tô phở giá bao nhiêu ?", "tô phở có giá 20,000 đồng"),
         qa("phone", "số điện thoại là gì ?", "số điện thoại là 0912 345 678"),
-    ])
-    assert r.violations == ["digits", "over", "vague"]
-    assert r.reasons == {"digits": ["digits"], "over_ten": ["over", "vague"]}
+    ], ["digits", "over", "vague"], {"digits": ["digits"], "over_ten": ["over", "vague"]}, id="quantities"),
+    pytest.param("colours", [
+        qa("tia", "màu của chăn là gì", "màu tía"),
+        qa("xanh", "áo của cô ấy màu gì ?", "cô ấy mặc áo xanh"),
+        qa("ok", "màu áo của cô ấy là gì ?", "áo màu xanh lá cây và trắng"),
+    ], ["tia", "xanh"], {"off_list": ["tia"], "ambiguous_xanh": ["xanh"]}, id="colours"),
+])
+def test_rule_flags_the_violating_qas_with_reasons(rule, qas, violations, reasons):
+    r = getattr(guideline, f"rule_{rule}")(qas)
+    assert r.violations == violations
+    assert r.reasons == reasons
 
 
 @pytest.mark.parametrize("words, value", [
@@ -160,16 +160,6 @@ def test_rule_quantities():
 ])
 def test_number_value(words, value):
     assert guideline.number_value(words.split()) == value
-
-
-def test_rule_colours():
-    r = guideline.rule_colours([
-        qa("tia", "màu của chăn là gì", "màu tía"),
-        qa("xanh", "áo của cô ấy màu gì ?", "cô ấy mặc áo xanh"),
-        qa("ok", "màu áo của cô ấy là gì ?", "áo màu xanh lá cây và trắng"),
-    ])
-    assert r.violations == ["tia", "xanh"]
-    assert r.reasons == {"off_list": ["tia"], "ambiguous_xanh": ["xanh"]}
 
 
 def test_colour_table_is_the_generators():

@@ -4,6 +4,7 @@ smaller than one batch, and Ctrl-C / SIGTERM during training (a checkpoint, one 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -15,19 +16,13 @@ import time
 
 import pytest
 
-from conftest import ROOT, subprocess_env
+from conftest import ROOT, message_lines, run_main_cli, subprocess_env
 
 PY = sys.executable
 
 
-def _main(*args, timeout=300):
-    return subprocess.run([PY, "-m", "openvivqa_jax.main", *map(str, args)], cwd=ROOT, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _error_lines(stderr: str) -> list[str]:
-    """stderr without absl log lines (``I1130 ...``, ``W1130 ...``) and blank lines."""
-    return [ln for ln in stderr.splitlines() if ln.strip() and not re.match(r"^[IWE]\d{4} ", ln)]
+_main = functools.partial(run_main_cli, timeout=300)
+_error_lines = message_lines
 
 
 def _assert_one_line(res, code: int, *needles: str) -> str:

@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 from flax import nnx
-from PIL import Image
 
-from conftest import ROOT, load_config, random_batch, subprocess_env, tiny_model_config
+from conftest import ROOT, load_config, random_batch, subprocess_env, tiny_model_config, write_jpeg, write_json
 from openvivqa_jax import decoding
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.models import build_model
@@ -32,16 +31,6 @@ EOS = 3
 # ============================================================================ files in the published formats
 
 
-def _jpeg(path: Path, size=(32, 24), color=(120, 60, 30)) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", size, color).save(path, format="JPEG")
-
-
-def _json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-
-
 STVQA_WORDS = ["nokia", "exit", "stop", "coca", "cola", "sale", "open", "pizza"]
 STVQA_TEST_DICT = ["pizza", "open", "sale"]
 STVQA_TEST_OCR = ["pizza", "zzz"]
@@ -52,7 +41,7 @@ def make_stvqa(m: Path) -> Path:
     train, test, ocr = [], [], {}
     for i in range(10):
         fp = f"coco-text/COCO_train2014_{i:012d}.jpg"
-        _jpeg(m / fp, color=(20 * i, 50, 90))
+        write_jpeg(m / fp, color=(20 * i, 50, 90))
         w = STVQA_WORDS[i % len(STVQA_WORDS)]
         train.append({"file_path": fp, "question": f"What is written on sign {i}?", "answers": [w.upper(), w],
                       "question_id": i + 1, "dictionary": [w, "hello", "world"], "set_name": "train"})
@@ -60,14 +49,14 @@ def make_stvqa(m: Path) -> Path:
                    {"text": "xyz", "box": [0.5, 0.5, 0.9, 0.9], "score": 0.8}]
     for i in range(3):
         fp = f"vizwiz/v_{i}.jpg"
-        _jpeg(m / "test_images" / fp, color=(5, 200, 20 * i))
+        write_jpeg(m / "test_images" / fp, color=(5, 200, 20 * i))
         test.append({"file_path": fp, "question": "What brand?", "question_id": 100 + i,
                      "dictionary": STVQA_TEST_DICT})
         ocr[fp] = [{"text": t, "box": [0.1 + 0.4 * j, 0.1, 0.4 + 0.4 * j, 0.3], "score": 0.9}
                    for j, t in enumerate(STVQA_TEST_OCR)]
-    _json(m / "train_task_1.json", {"dataset_name": "ST-VQA", "data": train})
-    _json(m / "test_task_1.json", {"dataset_name": "ST-VQA", "data": test})
-    _json(m / "ocr.json", ocr)
+    write_json(m / "train_task_1.json", {"dataset_name": "ST-VQA", "data": train})
+    write_json(m / "test_task_1.json", {"dataset_name": "ST-VQA", "data": test})
+    write_json(m / "ocr.json", ocr)
     return m
 
 
@@ -82,7 +71,7 @@ def make_textvqa(m: Path) -> Path:
         data, ocr = [], []
         for i in range(n):
             image_id = f"{split}{i:04d}"
-            _jpeg(m / folder / f"{image_id}.jpg", color=(30 * i, 90, 10))
+            write_jpeg(m / folder / f"{image_id}.jpg", color=(30 * i, 90, 10))
             words = [STVQA_WORDS[(i + k) % len(STVQA_WORDS)] for k in range(3)]
             rec = {"question_id": len(data) + {"train": 0, "val": 100, "test": 200}[split], "image_id": image_id,
                    "question": f"What does the {i}th sign say?", "image_classes": ["Sign"], "set_name": split}
@@ -90,8 +79,8 @@ def make_textvqa(m: Path) -> Path:
                 rec["answers"] = [words[0]] * 7 + [words[1]] * 2 + ["unanswerable"]
             data.append(rec)
             ocr.append({"image_id": image_id, "ocr_tokens": words, "ocr_info": rosetta(words, i)})
-        _json(m / f"TextVQA_0.5.1_{split}.json", {"dataset_name": "textvqa", "dataset_split": split, "data": data})
-        _json(m / f"TextVQA_Rosetta_OCR_v0.2_{split}.json", {"dataset_name": "textvqa", "data": ocr})
+        write_json(m / f"TextVQA_0.5.1_{split}.json", {"dataset_name": "textvqa", "dataset_split": split, "data": data})
+        write_json(m / f"TextVQA_Rosetta_OCR_v0.2_{split}.json", {"dataset_name": "textvqa", "data": ocr})
     return m
 
 
@@ -122,19 +111,19 @@ def make_vivqa(m: Path, n_train: int = 10, bad_row: str | None = None) -> Path:
             except (ValueError, IndexError):
                 continue
             folder, prefix = ("train2014", "COCO_train2014") if img_id % 2 == 0 else ("val2014", "COCO_val2014")
-            _jpeg(m / folder / f"{prefix}_{img_id:012d}.jpg", color=(img_id * 7 % 255, 80, 160))
+            write_jpeg(m / folder / f"{prefix}_{img_id:012d}.jpg", color=(img_id * 7 % 255, 80, 160))
     return m
 
 
 def make_viquad(m: Path) -> Path:
     """SQuAD v1.1 JSON: train (2 questions, one with two answers) and dev (1 question)."""
-    _json(m / "train_ViQuAD.json", {"version": "1.1", "data": [{"title": "Hà Nội", "paragraphs": [{
+    write_json(m / "train_ViQuAD.json", {"version": "1.1", "data": [{"title": "Hà Nội", "paragraphs": [{
         "context": "Hà Nội là thủ đô của Việt Nam. Thành phố nằm bên sông Hồng.",
         "qas": [{"id": "uit_1", "question": "Thủ đô của Việt Nam là gì?",
                  "answers": [{"text": "Hà Nội", "answer_start": 0}]},
                 {"id": "uit_2", "question": "Thành phố nằm bên sông nào?",
                  "answers": [{"text": "sông Hồng", "answer_start": 49}, {"text": "Hồng", "answer_start": 54}]}]}]}]})
-    _json(m / "dev_ViQuAD.json", {"version": "1.1", "data": [{"title": "Sông", "paragraphs": [{
+    write_json(m / "dev_ViQuAD.json", {"version": "1.1", "data": [{"title": "Sông", "paragraphs": [{
         "context": "Sông Hồng chảy qua Hà Nội.",
         "qas": [{"id": "uit_9", "question": "Sông nào?", "answers": [{"text": "Sông Hồng", "answer_start": 0}]}]}]}]})
     return m
@@ -363,13 +352,18 @@ def _trained(workdir: Path) -> list[dict]:
     return recs
 
 
+def _train(tmp_path: Path, manual: Path, config: str, *overrides: str):
+    """Runs ``config`` through ``main`` on the files in ``manual`` (workdir ``tmp_path/run``), checks that it
+    succeeded and trained (``_trained``). Returns the workdir, the finished process and the metrics records."""
+    wd = tmp_path / "run"
+    res = run_main(config, wd, manual, tmp_path / "tfds", *overrides)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return wd, res, _trained(wd)
+
+
 @pytest.mark.slow
 def test_stvqa_task1_m4c_trains_and_decodes_within_the_dictionaries(tmp_path):
-    manual = make_stvqa(tmp_path / "stvqa")
-    wd = tmp_path / "run"
-    res = run_main("configs/stvqa/m4c.py:task1", wd, manual, tmp_path / "tfds", *TINY_M4C)
-    assert res.returncode == 0, res.stderr[-4000:]
-    _trained(wd)
+    wd, _, _ = _train(tmp_path, make_stvqa(tmp_path / "stvqa"), "configs/stvqa/m4c.py:task1", *TINY_M4C)
     # Dev = the held-out tail of train (train[90%:] of 10 questions: one, in TFDS's stored order), scored with ANLS.
     dev, dev_preds = _read(wd, "dev")
     assert len(dev_preds) == 1
@@ -389,11 +383,7 @@ def test_stvqa_task1_m4c_trains_and_decodes_within_the_dictionaries(tmp_path):
 
 @pytest.mark.slow
 def test_textvqa_m4c_trains_and_scores_vqa_accuracy(tmp_path):
-    manual = make_textvqa(tmp_path / "textvqa")
-    wd = tmp_path / "run"
-    res = run_main("configs/textvqa/m4c.py", wd, manual, tmp_path / "tfds", *TINY_M4C)
-    assert res.returncode == 0, res.stderr[-4000:]
-    recs = _trained(wd)
+    wd, _, recs = _train(tmp_path, make_textvqa(tmp_path / "textvqa"), "configs/textvqa/m4c.py", *TINY_M4C)
     val, preds = _read(wd, "dev")
     assert sorted(p["question_id"] for p in preds) == ["100", "101", "102"]
     assert all(len(p["references"]) == 10 for p in preds)
@@ -415,11 +405,7 @@ def test_textvqa_m4c_trains_and_scores_vqa_accuracy(tmp_path):
 
 @pytest.mark.slow
 def test_vivqa_mlpag_trains_and_scores_exact_match(tmp_path):
-    manual = make_vivqa(tmp_path / "vivqa")
-    wd = tmp_path / "run"
-    res = run_main("configs/vivqa/mlpag.py", wd, manual, tmp_path / "tfds", *TINY_MLPAG)
-    assert res.returncode == 0, res.stderr[-4000:]
-    _trained(wd)
+    wd, _, _ = _train(tmp_path, make_vivqa(tmp_path / "vivqa"), "configs/vivqa/mlpag.py", *TINY_MLPAG)
     dev, dev_preds = _read(wd, "dev")
     assert len(dev_preds) == 1  # one of 10 rows, in TFDS's stored order
     answer = VIVQA_QA[int(dev_preds[0]["question_id"]) % len(VIVQA_QA)][1]
@@ -434,12 +420,9 @@ def test_vivqa_mlpag_trains_and_scores_exact_match(tmp_path):
 @pytest.mark.slow
 def test_vivqa_saaa_skips_a_bad_row_counted_through_a_json_builder_config(tmp_path):
     manual = make_vivqa(tmp_path / "vivqa", bad_row="3,màu gì,màu đỏ,abc,2")
-    wd = tmp_path / "run"
     skip = '{"name": "skip_bad_rows", "ocr_engine": "none", "skip_invalid_records": true}'
-    res = run_main("configs/vivqa/saaa.py", wd, manual, tmp_path / "tfds", *TINY_SAAA,
-                   f"--config.data.builder_config={skip}", "--config.data.eval_split=train")
-    assert res.returncode == 0, res.stderr[-4000:]
-    _trained(wd)
+    wd, res, _ = _train(tmp_path, manual, "configs/vivqa/saaa.py", *TINY_SAAA,
+                        f"--config.data.builder_config={skip}", "--config.data.eval_split=train")
     # The skip is named (file, line, row) and counted in the build log, not dropped silently.
     assert "vivqa/train: skipped (invalid_record)" in res.stderr
     assert "train.csv: line 5 (row 3): img_id 'abc' is not an integer COCO id" in res.stderr

@@ -25,7 +25,7 @@ import pytest
 
 from openvivqa_jax import sharding, train
 
-from conftest import ROOT, all_eqns, load_config, subprocess_env
+from conftest import ROOT, all_eqns, build_tiny_tfds, load_config, read_jsonl, subprocess_env
 
 PY = sys.executable
 #: Seconds any one subprocess may run (a hung collective is killed after this).
@@ -145,13 +145,7 @@ def _run_cmd(data_dir, workdir, out, overrides, distributed=None) -> list[str]:
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """The tiny synthetic set, built here once before any subprocess starts (no build race)."""
-    path = str(tmp_path_factory.mktemp("tfds"))
-    from openvivqa_jax.data import pipeline
-
-    cfg = load_config("configs/tiny.py")
-    cfg.data.data_dir = path
-    pipeline.load_builder(cfg.data)
-    return path
+    return build_tiny_tfds(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -173,13 +167,8 @@ def runs(tmp_path_factory, data_dir):
     return {"one": one, "two": two}
 
 
-def _jsonl(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
-
 def _losses(workdir) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in _jsonl(os.path.join(workdir, "metrics.jsonl")) if r["kind"] == "train"}
+    return {r["step"]: r["loss"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r["kind"] == "train"}
 
 
 def _read(path):
@@ -298,9 +287,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
     import jax, numpy as np
     args = json.loads(sys.argv[1])
     sys.path.insert(0, args["root"]); sys.path.insert(0, os.path.join(args["root"], "tests"))
-    from conftest import load_config
-    from openvivqa_jax import sharding, train
-    from openvivqa_jax.data import pipeline
+    from conftest import load_config, train_steps_on_one_batch
     from openvivqa_jax.sharding import path_str
     out, batch = {}, None
     for shape, fsdp in [((1, 1), False), ((4, 2), True)]:
@@ -308,15 +295,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
         cfg.data.data_dir = args["data_dir"]
         cfg.mesh.shape = shape
         cfg.fsdp = fsdp
-        exp, state = train.create_experiment(cfg, os.path.join(args["workdir"], str(shape[0])))
-        if batch is None:
-            batch = next(pipeline.train_iterator(exp.data.source("train"), exp.inputs.pre, batch_size=8, seed=0))
-        step = train.make_train_step(exp.spec)
-        losses = []
-        for _ in range(3):
-            with sharding.mesh_context(exp.spec.mesh):
-                state, m = step(state, pipeline.to_global(batch, exp.spec.batch_sharding))
-            losses.append(float(m["loss"]))
+        _, state, _, batch, losses = train_steps_on_one_batch(cfg, os.path.join(args["workdir"], str(shape[0])), batch)
         spec = lambda x: [a if a is None or isinstance(a, str) else list(a) for a in x.sharding.spec]
         specs = {path_str(p): spec(x) for p, x in jax.tree_util.tree_leaves_with_path(state.params)}
         mu = state.opt_state[1][0].mu  # chain(clip, adam): adam's ScaleByAdamState

@@ -14,9 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from conftest import needs_meteor  # noqa: E402
 from openvivqa_jax import evaluate  # noqa: E402
 from openvivqa_jax.evaluation import evaluate_split, format_table, score  # noqa: E402
-from openvivqa_jax.evaluation import meteor as meteor_lib  # noqa: E402
 
 DATA = Path("/work/shared/data")
 FAST = ["BLEU", "ROUGE-L", "CIDEr", "ANLS", "VQA-accuracy", "EM", "F1"]
@@ -49,13 +49,14 @@ def _cli(capsys, *argv):
     return rc, (json.loads(out) if rc == 0 else None), err
 
 
-def _java_ready() -> bool:
-    try:
-        meteor_lib.find_java()
-        meteor_lib.find_meteor_jar()
-        return True
-    except meteor_lib.MeteorUnavailable:
-        return False
+def _score(tmp_path, capsys, refs_name: str, refs, preds, *metrics: str, preds_name: str = "p.json") -> dict:
+    """Writes ``refs`` to ``tmp_path/refs_name`` and ``preds`` to ``tmp_path/preds_name``, scores them with the
+    command line (``--metrics *metrics``), checks that it succeeded and returns its JSON output."""
+    refs = _write(tmp_path / refs_name, refs)
+    preds = _write(tmp_path / preds_name, preds)
+    rc, out, err = _cli(capsys, "--predictions", preds, "--references", refs, "--metrics", *metrics)
+    assert rc == 0, err
+    return out
 
 
 # ---- reference formats ------------------------------------------------------------------------------
@@ -66,10 +67,8 @@ def _exact_preds(answers: dict) -> dict:
 
 
 def test_openvivqa_public_format(tmp_path, capsys):
-    refs = _write(tmp_path / "dev.json", PUBLIC)
-    preds = _write(tmp_path / "p.json", {q: a["answer"] for q, a in PUBLIC["annotations"].items()})
-    rc, out, err = _cli(capsys, "--predictions", preds, "--references", refs, "--metrics", "EM", "F1", "CIDEr")
-    assert rc == 0, err
+    preds = {q: a["answer"] for q, a in PUBLIC["annotations"].items()}
+    out = _score(tmp_path, capsys, "dev.json", PUBLIC, preds, "EM", "F1", "CIDEr")
     assert out["inputs"]["references_format"] == "openvivqa-public"
     assert out["num_questions"]["overall"] == 3
     assert out["overall"]["EM"] == 1.0 and out["overall"]["F1"] == 1.0
@@ -85,10 +84,8 @@ def test_openvivqa_list_format_with_qa_types(tmp_path, capsys):
             {"id": 12, "image_id": 1, "question": "ở đâu?", "answers": ["trên bàn"], "QA-type": 0},
         ],
     }
-    refs = _write(tmp_path / "dev.json", data)
-    preds = _write(tmp_path / "p.json", {"10": "cửa tiệm mộc", "11": "màu xanh", "12": "trên bàn"})
-    rc, out, err = _cli(capsys, "--predictions", preds, "--references", refs, "--metrics", "EM")
-    assert rc == 0, err
+    preds = {"10": "cửa tiệm mộc", "11": "màu xanh", "12": "trên bàn"}
+    out = _score(tmp_path, capsys, "dev.json", data, preds, "EM")
     assert out["inputs"]["references_format"] == "openvivqa-list"
     assert out["overall"]["EM"] == pytest.approx(2 / 3)
     assert out["text_qa"]["EM"] == 1.0 and out["non_text_qa"]["EM"] == 0.5
@@ -96,10 +93,8 @@ def test_openvivqa_list_format_with_qa_types(tmp_path, capsys):
 
 
 def test_vivqa_csv_uses_row_index(tmp_path, capsys):
-    refs = _write(tmp_path / "test.csv", VIVQA_CSV)
-    preds = _write(tmp_path / "p.json", {"0": "màu xanh dương", "1": "màu đỏ", "2": "Màu xanh dương."})
-    rc, out, err = _cli(capsys, "--predictions", preds, "--references", refs, "--metrics", "EM")
-    assert rc == 0, err
+    preds = {"0": "màu xanh dương", "1": "màu đỏ", "2": "Màu xanh dương."}
+    out = _score(tmp_path, capsys, "test.csv", VIVQA_CSV, preds, "EM")
     assert out["inputs"]["references_format"] == "vivqa-csv"
     assert out["overall"]["EM"] == pytest.approx(2 / 3)
 
@@ -126,10 +121,7 @@ def test_squad_v11_format(tmp_path, capsys):
             }
         ],
     }
-    refs = _write(tmp_path / "squad.json", data)
-    preds = _write(tmp_path / "p.json", {"s1": "hà nội", "s2": "nước việt"})
-    rc, out, err = _cli(capsys, "--predictions", preds, "--references", refs, "--metrics", "EM", "F1")
-    assert rc == 0, err
+    out = _score(tmp_path, capsys, "squad.json", data, {"s1": "hà nội", "s2": "nước việt"}, "EM", "F1")
     assert out["inputs"]["references_format"] == "squad-v1.1"
     # s2: vs "nước việt nam": P = 1, R = 2/3 -> F1 = 0.8 (max over answers).
     assert out["overall"]["EM"] == 0.5
@@ -148,20 +140,16 @@ def test_textvqa_and_stvqa_formats(tmp_path, capsys, name):
             {"question_id": 34603, "question": "what number?", "image_id": "y", "answers": ["12"]},
         ],
     }
-    refs = _write(tmp_path / "val.json", data)
-    preds = _write(tmp_path / "p.json", [{"question_id": 34602, "answer": "Coca Cola"}, {"question_id": 34603, "answer": "12"}])
-    rc, out, err = _cli(capsys, "--predictions", preds, "--references", refs, "--metrics", "VQA-accuracy", "ANLS")
-    assert rc == 0, err
+    preds = [{"question_id": 34602, "answer": "Coca Cola"}, {"question_id": 34603, "answer": "12"}]
+    out = _score(tmp_path, capsys, "val.json", data, preds, "VQA-accuracy", "ANLS")
     assert out["inputs"]["predictions_format"] == "answer-records"
     assert out["overall"]["VQA-accuracy"] == pytest.approx((0.9 + 1.0) / 2)
     assert out["text_qa"]["VQA-accuracy"] == out["overall"]["VQA-accuracy"]
 
 
 def test_plain_mapping_references_and_codalab_predictions(tmp_path, capsys):
-    refs = _write(tmp_path / "r.json", {"a": ["xe máy", "xe"], "b": ["đỏ"]})
-    preds = _write(tmp_path / "results.json", {"a": "xe", "b": "xanh"})  # Codalab: {question_id: answer}
-    rc, out, err = _cli(capsys, "--predictions", preds, "--references", refs, "--metrics", "EM,ANLS")
-    assert rc == 0, err
+    out = _score(tmp_path, capsys, "r.json", {"a": ["xe máy", "xe"], "b": ["đỏ"]},
+                 {"a": "xe", "b": "xanh"}, "EM,ANLS", preds_name="results.json")  # Codalab: {question_id: answer}
     assert out["inputs"]["references_format"] == "mapping"
     assert out["overall"]["EM"] == 0.5
 
@@ -274,7 +262,7 @@ def test_evaluate_split_equals_cli(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _java_ready(), reason="needs Java and the Meteor 1.5 jar")
+@needs_meteor()
 def test_evaluate_split_equals_cli_with_meteor(tmp_path, capsys):
     recs = _records()[:12]
     metrics = evaluate_split(recs, tmp_path, "dev", metrics=["METEOR-vi", "CIDEr"])

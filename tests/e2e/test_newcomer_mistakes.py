@@ -9,24 +9,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, load_config, subprocess_env
+from conftest import ROOT, load_config, message_lines, run_main_cli, subprocess_env
 
 PY = sys.executable
 
 
-def _main(*args, timeout=600):
-    return subprocess.run([PY, "-m", "openvivqa_jax.main", *map(str, args)], cwd=ROOT, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _lines(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if ln.strip() and not re.match(r"^[IWE]\d{4} ", ln)]
+_main = run_main_cli
+_lines = message_lines
 
 
 def test_unknown_model_name_is_one_line_with_the_names_before_the_dataset(tmp_path):

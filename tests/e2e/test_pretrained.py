@@ -21,7 +21,7 @@ import struct
 import numpy as np
 import pytest
 
-from conftest import load_config, tiny_model_config
+from conftest import build_tiny_tfds, tiny_model_config
 from openvivqa_jax.errors import UserError
 
 # ------------------------------------------------------------------------------------------------ fastText
@@ -380,13 +380,7 @@ def test_bert_errors_are_one_line(tmp_path, case):
 
 @pytest.fixture(scope="module")
 def tiny_tfds(tmp_path_factory):
-    from openvivqa_jax.data import pipeline
-
-    path = str(tmp_path_factory.mktemp("tfds"))
-    cfg = load_config("configs/tiny.py")
-    cfg.data.data_dir = path
-    pipeline.load_builder(cfg.data)
-    return path
+    return build_tiny_tfds(tmp_path_factory)
 
 
 def _one_step(cfg, workdir):

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from conftest import ROOT, subprocess_env
+from conftest import ROOT, run_main_cli
 
 from openvivqa_jax.reading import features as feats
 from openvivqa_jax.reading.spans import best_spans, best_spans_numpy
@@ -280,9 +278,7 @@ def test_reader_config_is_accepted_and_checked():
 # ------------------------------------------------------------------------------------------------ training
 
 
-def _main(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "openvivqa_jax.main", *map(str, args)], cwd=ROOT,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+_main = run_main_cli
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, SHARED, subprocess_env
+from conftest import ROOT, SHARED, read_jsonl, subprocess_env
 
 PY = sys.executable
 
@@ -32,15 +32,10 @@ def data_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tfds"))
 
 
-def _jsonl(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
-
 def _train_losses(workdir):
     """step -> last logged training loss (a resumed run logs a step again after restart)."""
     out = {}
-    for rec in _jsonl(os.path.join(workdir, "metrics.jsonl")):
+    for rec in read_jsonl(os.path.join(workdir, "metrics.jsonl")):
         if rec["kind"] == "train":
             out[rec["step"]] = rec["loss"]
     return out
@@ -126,25 +121,14 @@ _DEVICE_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import jax, numpy as np
     sys.path.insert(0, {root!r}); sys.path.insert(0, os.path.join({root!r}, "tests"))
-    from conftest import load_config
-    from openvivqa_jax import sharding, train
-    from openvivqa_jax.data import pipeline
+    from conftest import load_config, train_steps_on_one_batch
     out = {{}}
     batch = None
     for shape in [(1, 1), (4, 2)]:
         cfg = load_config("configs/tiny.py")
         cfg.data.data_dir = {data_dir!r}
         cfg.mesh.shape = shape
-        exp, state = train.create_experiment(cfg, os.path.join({workdir!r}, str(shape[0])))
-        if batch is None:
-            it = pipeline.train_iterator(exp.data.source("train"), exp.inputs.pre, batch_size=8, seed=0)
-            batch = next(it)
-        step = train.make_train_step(exp.spec)
-        losses = []
-        for _ in range(3):
-            with sharding.mesh_context(exp.spec.mesh):
-                state, m = step(state, pipeline.to_global(batch, exp.spec.batch_sharding))
-            losses.append(float(m["loss"]))
+        _, state, step, batch, losses = train_steps_on_one_batch(cfg, os.path.join({workdir!r}, str(shape[0])), batch)
         specs = {{}}
         for path, leaf in jax.tree_util.tree_leaves_with_path(state.params):
             from openvivqa_jax.sharding import path_str

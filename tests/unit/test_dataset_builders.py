@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
-from PIL import Image
 
+from conftest import build_tfds as build
+from conftest import read_examples, write_jpeg, write_json
 from tfds_builders import readers
 from tfds_builders.st_vqa import Builder as StVqaBuilder
 from tfds_builders.st_vqa import StVqaConfig
@@ -32,42 +32,9 @@ needs_vivqa_sample = pytest.mark.skipif(not VIVQA_SAMPLE.is_dir(), reason=f"{VIV
 NFD = lambda s: unicodedata.normalize("NFD", s)  # noqa: E731
 
 
-def build(cls, manual_dir: Path, data_dir: Path, config=None):
-    builder = cls(config=config, data_dir=str(data_dir), file_format="array_record")
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)))
-    return builder
-
-
-def _s(x) -> str:
-    return x.decode("utf-8") if isinstance(x, bytes) else str(x)
-
-
 def read(builder, split) -> dict[str, dict]:
-    """{question_id: example} with Python strings (TFDS gives bytes; an empty box sequence has shape (0,))."""
-    out = {}
-    for ex in builder.as_data_source()[split]:
-        d = dict(ex)
-        for k in ("question_id", "image_id", "question", "context"):
-            if k in d:
-                d[k] = _s(d[k])
-        d["answers"] = [_s(a) for a in ex["answers"]]
-        if "dictionary" in d:
-            d["dictionary"] = [_s(a) for a in ex["dictionary"]]
-        d["ocr"] = {"text": [_s(t) for t in ex["ocr"]["text"]], "box": np.asarray(ex["ocr"]["box"]).reshape(-1, 4),
-                    "score": np.asarray(ex["ocr"]["score"])}
-        out[d["question_id"]] = d
-    return out
-
-
-def solid_jpeg(path: Path, size=(16, 12), color=(120, 60, 30)) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", size, color).save(path, format="JPEG")
-
-
-def write_json(path: Path, data) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-    return path
+    """{question_id: example} of ``split`` with Python strings (conftest.read_examples)."""
+    return read_examples(builder.as_data_source()[split])
 
 
 # ================================================================================================ ViVQA
@@ -86,9 +53,9 @@ def _vivqa_images(manual: Path, csv_paths: list[Path]) -> dict[int, tuple[int, i
                 sizes[img_id] = (8 + img_id % 13, 8 + img_id % 7)
     for img_id, size in sizes.items():
         if img_id % 2 == 0:
-            solid_jpeg(manual / "train2014" / f"COCO_train2014_{img_id:012d}.jpg", size)
+            write_jpeg(manual / "train2014" / f"COCO_train2014_{img_id:012d}.jpg", size)
         else:
-            solid_jpeg(manual / "val2014" / f"COCO_val2014_{img_id:012d}.jpg", size)
+            write_jpeg(manual / "val2014" / f"COCO_val2014_{img_id:012d}.jpg", size)
     return sizes
 
 
@@ -135,8 +102,8 @@ def test_vivqa_sample_round_trip(vivqa_manual, tmp_path):
 def _small_vivqa(manual: Path, rows: list[str]) -> Path:
     """Writes train.csv with the given raw lines after the header, and images for ids 1 (train) and 2 (val)."""
     manual.mkdir(parents=True, exist_ok=True)
-    solid_jpeg(manual / "val2014" / f"COCO_val2014_{1:012d}.jpg", (10, 10))
-    solid_jpeg(manual / "train2014" / f"COCO_train2014_{2:012d}.jpg", (12, 10))
+    write_jpeg(manual / "val2014" / f"COCO_val2014_{1:012d}.jpg", (10, 10))
+    write_jpeg(manual / "train2014" / f"COCO_train2014_{2:012d}.jpg", (12, 10))
     path = manual / "train.csv"
     path.write_text(",question,answer,img_id,type\n" + "".join(r + "\n" for r in rows), encoding="utf-8")
     return path
@@ -207,9 +174,9 @@ def test_vivqa_missing_column_is_an_error(tmp_path):
 
 
 def _stvqa(manual: Path, task: int = 1) -> None:
-    solid_jpeg(manual / "coco-text" / "COCO_train2014_000000000042.jpg", (20, 10))
-    solid_jpeg(manual / "ic15" / "img_7.jpg", (10, 20))
-    solid_jpeg(manual / "test_images" / "vizwiz" / "v_1.jpg", (12, 12))
+    write_jpeg(manual / "coco-text" / "COCO_train2014_000000000042.jpg", (20, 10))
+    write_jpeg(manual / "ic15" / "img_7.jpg", (10, 20))
+    write_jpeg(manual / "test_images" / "vizwiz" / "v_1.jpg", (12, 12))
     train = {"dataset_name": "ST-VQA", "data": [
         {"file_path": "coco-text/COCO_train2014_000000000042.jpg", "question": "What brand is the Phone?",
          "answers": ["Nokia", "nokia 3310"], "question_id": 1, "set_name": "train"},
@@ -277,9 +244,9 @@ def test_stvqa_bad_input(tmp_path, case):
 
 
 def _textvqa(manual: Path) -> None:
-    solid_jpeg(manual / "train_images" / "abc.jpg", (30, 20))
-    solid_jpeg(manual / "train_images" / "def.jpg", (20, 30))
-    solid_jpeg(manual / "test_images" / "xyz.jpg", (10, 10))
+    write_jpeg(manual / "train_images" / "abc.jpg", (30, 20))
+    write_jpeg(manual / "train_images" / "def.jpg", (20, 30))
+    write_jpeg(manual / "test_images" / "xyz.jpg", (10, 10))
     answers = ["Coca Cola"] * 6 + ["coca-cola"] * 3 + ["Coke"]
     write_json(manual / "TextVQA_0.5.1_train.json", {"dataset_name": "textvqa", "data": [
         {"question_id": 11, "question": "What Brand is this?", "image_id": "abc", "answers": answers,

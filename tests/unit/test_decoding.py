@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from conftest import all_eqns, random_batch, tiny_model_config
+from conftest import all_eqns, assert_cached_decoding_matches, random_batch, tiny_model_config
 from openvivqa_jax import decoding
 from openvivqa_jax.models import MODEL_REGISTRY, build_model
 
@@ -24,14 +24,7 @@ def _model(name, vocab=40, seed=0):
 @pytest.mark.parametrize("name", GENERATORS)
 def test_cached_logits_equal_full_recompute(name):
     cfg, model = _model(name)
-    batch = random_batch(cfg, 40, batch=3)
-    full = np.asarray(model(batch))
-    enc = model.encode(batch)
-    dec = model.prepare_decode(enc)
-    cache = model.init_cache(3, cfg.model.max_answer_len)
-    for t in range(cfg.model.max_answer_len):
-        logits, cache = model.decode_step(dec, jnp.asarray(batch["decoder_in"][:, t]), jnp.int32(t), cache)
-        np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=2e-4, rtol=1e-4)
+    assert_cached_decoding_matches(model, random_batch(cfg, 40, batch=3), cfg.model.max_answer_len)
 
 
 def _exhaustive_best(model, batch1, vocab_size, num_ocr, T, alpha):

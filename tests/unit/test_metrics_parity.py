@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from conftest import needs_meteor  # noqa: E402
 from openvivqa_jax.evaluation import score  # noqa: E402
 from openvivqa_jax.evaluation import anls as anls_lib  # noqa: E402
 from openvivqa_jax.evaluation import meteor as meteor_lib  # noqa: E402
@@ -48,16 +49,7 @@ _WORDS = (
 ).split()
 
 
-def _java_ready() -> bool:
-    try:
-        meteor_lib.find_java()
-        meteor_lib.find_meteor_jar()
-        return True
-    except meteor_lib.MeteorUnavailable:
-        return False
-
-
-needs_java = pytest.mark.skipif(not _java_ready(), reason="needs Java and the Meteor 1.5 jar")
+needs_java = needs_meteor()
 
 
 def _real_strings() -> list[str]:

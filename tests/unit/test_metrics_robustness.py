@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from conftest import needs_meteor  # noqa: E402
 from openvivqa_jax.evaluation import score  # noqa: E402
 from openvivqa_jax.evaluation import meteor as meteor_lib  # noqa: E402
 from openvivqa_jax.evaluation.sanitize import MAX_TOKENS, sanitize_text  # noqa: E402
@@ -29,16 +30,7 @@ NO_METEOR = ["BLEU", "ROUGE-L", "CIDEr", "ANLS", "VQA-accuracy", "EM", "F1", "WM
 ZERO_FOR_EMPTY = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr", "ANLS", "VQA-accuracy", "EM", "F1", "WMDRel"]
 
 
-def _java_ready() -> bool:
-    try:
-        meteor_lib.find_java()
-        meteor_lib.find_meteor_jar()
-        return True
-    except meteor_lib.MeteorUnavailable:
-        return False
-
-
-needs_java = pytest.mark.skipif(not _java_ready(), reason="needs Java and the Meteor 1.5 jar")
+needs_java = needs_meteor()
 
 BASE_PREDS = {
     "q1": "cửa tiệm tên mộc",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from conftest import ROOT, random_batch, tiny_model_config
+from conftest import ROOT, assert_cached_decoding_matches, random_batch, tiny_model_config
 from openvivqa_jax import decoding
 from openvivqa_jax.models import MODEL_REGISTRY, build_model
 from openvivqa_jax.models import m4c as m4c_module
@@ -262,12 +262,7 @@ def test_mlpag_question_in_memory_appends_the_fused_question():
     np.testing.assert_array_equal(np.asarray(e1["memory_mask"]),
                                   np.concatenate([np.asarray(e0["memory_mask"]), batch["question_mask"]], 1))
     assert e1["memory"].shape == (2, m + cfg.model.max_question_len, cfg.model.d_model)
-    full = np.asarray(qmem(batch))
-    dec = qmem.prepare_decode(e1)
-    cache = qmem.init_cache(2, cfg.model.max_answer_len)
-    for t in range(cfg.model.max_answer_len):
-        logits, cache = qmem.decode_step(dec, jnp.asarray(batch["decoder_in"][:, t]), jnp.int32(t), cache)
-        np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=2e-4, rtol=1e-4)
+    assert_cached_decoding_matches(qmem, batch, cfg.model.max_answer_len, enc=e1)
 
 
 def test_mlpag_question_over_image_grounds_the_question_in_memory():
@@ -296,12 +291,7 @@ def test_mlpag_question_over_image_grounds_the_question_in_memory():
     other = dict(batch, image=np.ascontiguousarray(batch["image"][::-1]))  # the two examples' images swapped
     assert np.abs(np.asarray(qoi.encode(other)["memory"])[:, -q:] - mem1[:, -q:]).max() > 1e-3
     np.testing.assert_array_equal(np.asarray(qim.encode(other)["memory"])[:, -q:], mem0[:, -q:])
-    full = np.asarray(qoi(batch))
-    dec = qoi.prepare_decode(e1)
-    cache = qoi.init_cache(2, cfg.model.max_answer_len)
-    for t in range(cfg.model.max_answer_len):
-        logits, cache = qoi.decode_step(dec, jnp.asarray(batch["decoder_in"][:, t]), jnp.int32(t), cache)
-        np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=2e-4, rtol=1e-4)
+    assert_cached_decoding_matches(qoi, batch, cfg.model.max_answer_len, enc=e1)
 
 
 # ----------------------------------------------------------------------------- M4C

@@ -3,6 +3,7 @@ bad input (`tfds build` from the command line: tests/e2e/test_tfds_cli.py)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
 from PIL import Image
 
+from conftest import build_tfds, read_examples, write_jpeg, write_json
 from openvivqa_jax.data import ocr as ocr_lib
 from tfds_builders import readers
 from tfds_builders.openvivqa import Builder, OpenVivqaConfig
@@ -41,38 +42,14 @@ needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"OpenViVQA sample
 
 
 def build(manual_dir: Path, data_dir: Path, config=NO_OCR) -> Builder:
-    builder = Builder(config=config, data_dir=str(data_dir), file_format="array_record")
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)))
-    return builder
+    return build_tfds(Builder, manual_dir, data_dir, config)
 
 
-def _s(x) -> str:
-    return x.decode("utf-8") if isinstance(x, bytes) else str(x)
-
-
-def read(source) -> dict[str, dict]:
-    """Decodes a data source split into {question_id: example} with Python strings."""
-    out = {}
-    for ex in source:
-        d = dict(ex)
-        d["question_id"], d["image_id"], d["question"] = _s(ex["question_id"]), _s(ex["image_id"]), _s(ex["question"])
-        d["answers"] = [_s(a) for a in ex["answers"]]
-        # TFDS decodes an empty Sequence of float32[4] as shape (0,), hence the reshape.
-        d["ocr"] = {"text": [_s(t) for t in ex["ocr"]["text"]], "box": np.asarray(ex["ocr"]["box"]).reshape(-1, 4),
-                    "score": np.asarray(ex["ocr"]["score"])}
-        out[d["question_id"]] = d
-    return out
-
-
-def solid_jpeg(path: Path, size=(40, 30), color=(200, 30, 30)) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", size, color).save(path, format="JPEG")
-
-
-def write_json(path: Path, data) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    return path
+#: Decodes a data source split into {question_id: example} with Python strings.
+read = read_examples
+#: This file's JSON is indented (one key a line).
+write_json = functools.partial(write_json, indent=1)
+RED = (200, 30, 30)
 
 
 def public_form(qas: dict, images: dict) -> dict:
@@ -87,8 +64,8 @@ def small_dataset(root: Path, qas=None, images=None, name="train_data.json") -> 
         "101": {"image_id": 10, "question": "màu gì?", "answer": "màu đỏ"},
         "102": {"image_id": 11, "question": "có mấy người?", "answer": "hai người"},
     }
-    solid_jpeg(root / "images" / "a.jpg", (40, 30))
-    solid_jpeg(root / "images" / "b.jpg", (20, 50), (10, 200, 10))
+    write_jpeg(root / "images" / "a.jpg", (40, 30), RED)
+    write_jpeg(root / "images" / "b.jpg", (20, 50), (10, 200, 10))
     return write_json(root / name, public_form(qas, images))
 
 
@@ -163,8 +140,8 @@ def test_two_unnamed_files_are_an_error(tmp_path):
 
 def test_list_form_with_qa_type_answers_and_ocr_file(tmp_path):
     manual = tmp_path / "m"
-    solid_jpeg(manual / "images" / "x.jpg", (40, 30))
-    solid_jpeg(manual / "images" / "y.jpg", (30, 40))
+    write_jpeg(manual / "images" / "x.jpg", (40, 30), RED)
+    write_jpeg(manual / "images" / "y.jpg", (30, 40), RED)
     nfd_question = unicodedata.normalize("NFD", "Quán này tên gì?")
     write_json(manual / "old_train.json", {
         "images": [{"id": 1, "filename": "x.jpg"}, {"id": 2, "filename": "y.jpg"}],
