@@ -153,11 +153,8 @@ def main(argv=None) -> dict:
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests)")
     p.add_argument("--in_process", action="store_true",
                    help="run every job in this process (no fresh process per job; the CPU test)")
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args, res = common.parse_flags(p, argv, worker)
     if args.worker:
-        res = worker(args)
-        common.emit(res)
         return res
     t0 = time.monotonic()
     models = common.parse_models(args.models, MODELS)

@@ -19,6 +19,7 @@ Every benchmark prints one JSON object on stdout and its progress on stderr.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -40,7 +41,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 __all__ = ["PAPER_MODELS", "load_config", "model_inputs", "shrink_for_smoke", "peak_rss_mb", "matmul_peak",
-           "time_calls", "log", "emit", "machine_info", "run_worker", "parse_models", "bench_state",
+           "time_calls", "log", "emit", "machine_info", "run_worker", "parse_flags", "parse_models", "bench_state",
            "cost_flops", "set_field"]
 
 #: The paper-size generators of docs/design.md §10 (``configs/openvivqa/<name>.py:benchmark``).
@@ -193,6 +194,24 @@ def parse_models(text: str, allowed) -> list[str]:
     if not names or bad:
         raise ValueError(f"--models {text!r}: unknown {bad}; expected a comma-separated subset of {tuple(allowed)}")
     return names
+
+
+def parse_flags(parser: argparse.ArgumentParser, argv: list[str] | None,
+                worker: Callable[[argparse.Namespace], dict]) -> tuple[argparse.Namespace, dict | None]:
+    """Parses ``argv`` with ``parser`` plus the hidden ``--worker`` flag, which tells a process started by
+    :func:`run_worker` what to measure; in such a worker process runs ``worker(args)`` and prints its result
+    (:func:`emit`).
+
+    Returns:
+      ``(args, result)``: ``result`` is the worker's dict in a worker process, None in the parent.
+    """
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not args.worker:
+        return args, None
+    result = worker(args)
+    emit(result)
+    return args, result
 
 
 def run_worker(script: str, args: list[str], timeout: float | None = None) -> dict:

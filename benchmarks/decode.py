@@ -166,12 +166,9 @@ def main(argv=None) -> dict:
                    help="beam search keeps the memory's cross-attention keys/values once per example "
                         "(decoding.beam_search(share_memory=True); float results may differ by ~1e-7)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests)")
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ids_out", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args, res = common.parse_flags(p, argv, worker)
     if args.worker:
-        res = worker(args)
-        common.emit(res)
         return res
     models = common.parse_models(args.models, MODELS)
     result = {"benchmark": "decode", "machine": common.machine_info(), "smoke": args.smoke,

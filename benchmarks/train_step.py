@@ -227,11 +227,8 @@ def main(argv=None) -> dict:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a config field, e.g. --set model.dropout=0.0 (repeatable; VALUE as a Python literal)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests)")
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args, res = common.parse_flags(p, argv, worker)
     if args.worker:
-        res = worker(args)
-        common.emit(res)
         return res
     models = common.parse_models(args.models, MODELS)
     result = {"benchmark": "train_step", "machine": common.machine_info(), "smoke": args.smoke,

@@ -37,24 +37,23 @@ def count_params(model_cfg, vocab_size: int) -> int:
     return int(sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
 
 
+#: Each model's layer stacks as a format string over its ``config.model`` fields (:func:`layer_summary`).
+LAYER_SUMMARIES = {
+    "fst": "LSTM + {num_glimpses}-glimpse stacked attention, decoder {num_decoder_layers}",
+    "qumlag": "LSTM, SA {num_fusion_layers} + SA/GA {num_fusion_layers}, decoder {num_decoder_layers}",
+    "mlpag": "fusion {num_fusion_layers} x (SA, context, spatial), decoder {num_decoder_layers}",
+    "m4c": "text {num_text_layers} + MMT {num_mmt_layers}",
+    "saaa": "LSTM + {num_glimpses}-glimpse attention, MLP",
+    "mcan": "LSTM, SA {num_fusion_layers} + SA/GA {num_fusion_layers}, AttFlat",
+    "lorra": "LSTM, {num_glimpses}-glimpse image + {context_glimpses}-glimpse OCR attention, MLP",
+}
+
+
 def layer_summary(m) -> str:
-    """The model's layer stacks from its config ``m`` (``config.model``), e.g. ``"text 12 + MMT 4"``."""
-    name = m.name
-    if name == "fst":
-        return f"LSTM + {m.num_glimpses}-glimpse stacked attention, decoder {m.num_decoder_layers}"
-    if name == "qumlag":
-        return f"LSTM, SA {m.num_fusion_layers} + SA/GA {m.num_fusion_layers}, decoder {m.num_decoder_layers}"
-    if name == "mlpag":
-        return f"fusion {m.num_fusion_layers} x (SA, context, spatial), decoder {m.num_decoder_layers}"
-    if name == "m4c":
-        return f"text {m.num_text_layers} + MMT {m.num_mmt_layers}"
-    if name == "saaa":
-        return f"LSTM + {m.num_glimpses}-glimpse attention, MLP"
-    if name == "mcan":
-        return f"LSTM, SA {m.num_fusion_layers} + SA/GA {m.num_fusion_layers}, AttFlat"
-    if name == "lorra":
-        return f"LSTM, {m.num_glimpses}-glimpse image + {m.context_glimpses}-glimpse OCR attention, MLP"
-    return "?"
+    """The model's layer stacks from its config ``m`` (``config.model``), e.g. ``"text 12 + MMT 4"``; ``"?"`` for a
+    model without an entry in :data:`LAYER_SUMMARIES`."""
+    template = LAYER_SUMMARIES.get(m.name)
+    return "?" if template is None else template.format_map(m)
 
 
 def _configs(mod):

@@ -47,7 +47,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
-from openvivqa_jax import interrupts, jsonio
+from openvivqa_jax import checkpoints, interrupts, jsonio
 from openvivqa_jax.config_check import ConfigError
 from openvivqa_jax.errors import UserError
 from openvivqa_jax.evaluation.evjvqa import tokenize
@@ -397,16 +397,7 @@ def _abstract_state(meta: dict):
 
 
 def _managers(workdir: str, keep: int):
-    latest = ocp.CheckpointManager(
-        os.path.join(workdir, "checkpoints"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False),
-        item_names=("state",))
-    best = ocp.CheckpointManager(
-        os.path.join(workdir, "best"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True, best_fn=lambda m: m["score"],
-                                             best_mode="max", enable_async_checkpointing=False),
-        item_names=("state",))
-    return latest, best
+    return checkpoints.checkpoint_managers(workdir, keep=keep, latest_items=("state",))
 
 
 def load_encoder(workdir: str) -> RelevanceEncoder:
@@ -661,11 +652,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps:
                 save(step)
             if signals.requested:
-                if latest.latest_step() != step:
-                    save(step)
-                latest.wait_until_finished()
-                best.wait_until_finished()
-                raise interrupts.TrainingInterrupted(signals.requested, step, latest.latest_step())
+                checkpoints.stop_with_checkpoint(signals.requested, step, save, latest, best, warn=False)
     if latest.latest_step() != step and step > start:
         save(step)
     latest.wait_until_finished()

@@ -36,7 +36,8 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx, struct
 
-from openvivqa_jax import assets, config_check, evaluation, inference, interrupts, sharding, tensorboard_writer
+from openvivqa_jax import (assets, checkpoints, config_check, evaluation, inference, interrupts, sharding,
+                           tensorboard_writer)
 from openvivqa_jax.evaluation import copying
 from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.models import build_model, model_class
@@ -434,17 +435,8 @@ def checkpoint_managers(workdir: str, tcfg) -> tuple[ocp.CheckpointManager, ocp.
     """``(latest, best)`` orbax CheckpointManagers of ``<workdir>/checkpoints`` (items ``state`` and
     ``data_iter``, the last ``tcfg.keep_checkpoints``) and ``<workdir>/best`` (item ``state``, the one with the
     highest ``score``)."""
-    latest = ocp.CheckpointManager(
-        os.path.join(workdir, "checkpoints"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=tcfg.keep_checkpoints, create=True,
-                                             enable_async_checkpointing=False),
-        item_names=("state", "data_iter"))
-    best = ocp.CheckpointManager(
-        os.path.join(workdir, "best"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True, best_fn=lambda m: m["score"],
-                                             best_mode="max", enable_async_checkpointing=False),
-        item_names=("state",))
-    return latest, best
+    return checkpoints.checkpoint_managers(workdir, keep=tcfg.keep_checkpoints,
+                                           latest_items=("state", "data_iter"))
 
 
 # ----------------------------------------------------------------------------------------- evaluation
@@ -722,12 +714,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             signal_name = signals.requested if jax.process_count() == 1 else (
                 "SIGTERM" if latest.reached_preemption(step) else None)
             if signal_name:
-                if latest.latest_step() != step:
-                    save(step)
-                latest.wait_until_finished()
-                best.wait_until_finished()
-                logging.warning("%s: stopped after step %d and saved it", signal_name, step)
-                raise interrupts.TrainingInterrupted(signal_name, step, latest.latest_step())
+                checkpoints.stop_with_checkpoint(signal_name, step, save, latest, best)
     latest.wait_until_finished()
     best.wait_until_finished()
     train_pre.counter.log("Training input counts (truncated/skipped)")

@@ -40,7 +40,8 @@ LANGUAGES = ("vi", "en", "ja")
 
 
 def vqa_features(with_image: bool = True, region_feature_dim: int | None = None,
-                 with_kind: bool = False, compact_regions: bool = False) -> tfds.features.FeaturesDict:
+                 with_kind: bool = False, compact_regions: bool = False,
+                 extra: dict | None = None) -> tfds.features.FeaturesDict:
     """Returns the common VQA ``FeaturesDict``.
 
     Args:
@@ -51,6 +52,8 @@ def vqa_features(with_image: bool = True, region_feature_dim: int | None = None,
         compact_regions: store ``objects/features`` as raw bytes (``Encoding.BYTES``) instead of a protobuf float
             list: for 50 x 2048 regions 0.1 ms instead of 27 ms to serialize, about 0 instead of 11 ms to parse,
             and half the bytes. Changes the stored format (a builder that turns it on bumps its version).
+        extra: a builder's own features ``{name: feature}``, added after the common ones (ST-VQA's
+            ``dictionary``, ViVQA's ``question_type``, ViQuAD's passage and spans).
 
     Returns:
         The feature specification.
@@ -79,6 +82,7 @@ def vqa_features(with_image: bool = True, region_feature_dim: int | None = None,
                     encoding=tfds.features.Encoding.BYTES if compact_regions else tfds.features.Encoding.NONE),
                 "boxes": tfds.features.Tensor(shape=(None, 4), dtype=np.float32),
         }
+    feats.update(extra or {})
     return tfds.features.FeaturesDict(feats)
 
 

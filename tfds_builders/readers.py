@@ -37,6 +37,9 @@ __all__ = [
     "ImageFileError",
     "record_error",
     "ReaderConfig",
+    "ReleaseConfig",
+    "ReleaseRecord",
+    "BuildCounts",
     "SkipCounter",
     "ErrorPolicy",
     "JsonObject",
@@ -45,6 +48,7 @@ __all__ = [
     "UnknownFields",
     "split_from_filename",
     "assign_split_files",
+    "release_image_dirs",
     "clean_question",
     "clean_answers",
     "find_file",
@@ -92,6 +96,90 @@ class ReaderConfig(tfds.core.BuilderConfig):
     num_workers: int | None = None
 
 
+@dataclasses.dataclass(eq=False)
+class ReleaseConfig(ReaderConfig):
+    """Builder config fields of the release-format builders (OpenViVQA and EVJVQA: JSON files with an
+    ``images`` table and ``annotations``, :func:`read_release_file`; images in folders, :func:`release_image_dirs`).
+
+    Attributes:
+        ocr_engine: ``auto`` (the OCR file if present, else the builder's fallback), ``file``, ``none`` or an
+            engine (:class:`OcrSource`; each builder's docs list the ones it accepts).
+        ocr_file: OCR JSON file name relative to manual_dir.
+        ocr_lang: Tesseract language(s) for an OCR engine; a builder may set another default.
+        split_files: ``{split: file name or list of names}`` relative to manual_dir; None = by file name.
+        default_split: split of a single annotation file whose name names none.
+        answers_required_splits: splits where a question without answers is an error.
+        images_dir: image folder relative to manual_dir; None = search (:func:`release_image_dirs`).
+    """
+
+    ocr_engine: str = "auto"
+    ocr_file: str = "ocr.json"
+    ocr_lang: str = "vie"
+    split_files: dict | None = None
+    default_split: str = "train"
+    answers_required_splits: tuple = ("train", "dev")
+    images_dir: str | None = None
+
+
+@dataclasses.dataclass
+class ReleaseRecord:
+    """One question parsed from a release annotation file (question and answers normalized); each builder's
+    record adds its own fields after these.
+
+    Attributes:
+        question_id, image_id: ids as in the source file.
+        filename: the image's file name from the file's ``images`` table.
+        question: the normalized question.
+        answers: the normalized answers, source order (``[]`` where the split has none).
+    """
+
+    question_id: str
+    image_id: str
+    filename: str
+    question: str
+    answers: list
+
+    def missing_image(self, path: Any, record: str, image_dirs: Sequence[Path]) -> ImageFileError:
+        """Builds (does not raise) the error for an image file found in none of ``image_dirs``, naming the
+        annotation file ``path`` and the ``record``."""
+        return record_error(path, record, f"image file {self.filename!r} (image_id {self.image_id}) not found in "
+                            f"{[str(d) for d in image_dirs]}", ImageFileError)
+
+
+class BuildCounts:
+    """Mixin for a ``GeneratorBasedBuilder``: the per-split counts a build leaves on the builder for its logs and
+    tests, empty until the split generators fill them.
+
+    Attributes:
+        skip_counts: ``{split: Counter(reason -> skipped records)}`` (:class:`SkipCounter`).
+        unknown_fields: ``{split: {file: Counter(field -> records)}}`` of fields not stored
+            (:class:`UnknownFields`).
+        ocr_stats: counts of the OCR step (:class:`OcrSource`, dropped tokens).
+    """
+
+    def __init__(self, **kwargs):
+        """Same arguments as ``tfds.core.GeneratorBasedBuilder``."""
+        super().__init__(**kwargs)
+        self.skip_counts: dict[str, dict[str, int]] = {}
+        self.unknown_fields: dict[str, dict[str, collections.Counter]] = {}
+        self.ocr_stats: dict[str, int] = {}
+
+    def _skip_policy(self, split: str, name: str) -> tuple[SkipCounter, ErrorPolicy]:
+        """``split``'s :class:`SkipCounter` (its counts kept in ``skip_counts[split]``) and the config's
+        :class:`ErrorPolicy` over it; ``name`` (e.g. ``"vivqa/train"``) is shown in the log lines."""
+        counter = SkipCounter(name)
+        self.skip_counts[split] = counter.counts
+        cfg = self.builder_config
+        return counter, ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
+
+    def _field_counter(self, split: str, name: str) -> UnknownFields:
+        """``split``'s :class:`UnknownFields` (its counts kept in ``unknown_fields[split]``); ``name`` is shown in
+        the log lines."""
+        unknown = UnknownFields(name)
+        self.unknown_fields[split] = unknown.counts
+        return unknown
+
+
 class SkipCounter:
     """Counts skipped records per reason and logs each skip (warning) and a summary (info).
 
@@ -135,6 +223,21 @@ class ErrorPolicy:
         if not skippable:
             raise error
         self.counter.skip(reason, error)
+
+    def first_time(self, seen: dict[str, Any], key: str, where: Any, *, path: Any, record: str,
+                   message: str) -> bool:
+        """Whether the question ``key`` (an id or a row index) is met for the first time; if so it is recorded in ``seen`` (key -> where
+        it was first met) as met at ``where``. A repeat is a ``duplicate_question_id`` error,
+        ``record_error(path, record, message.format(first=seen[key]))``, raised or counted (:meth:`handle`).
+
+        Raises:
+            DatasetInputError: for a repeat, unless ``skip_invalid_records``.
+        """
+        if key in seen:
+            self.handle("duplicate_question_id", record_error(path, record, message.format(first=seen[key])))
+            return False
+        seen[key] = where
+        return True
 
 
 #: A JSON object as :func:`read_json` returns it (:class:`openvivqa_jax.jsonio.JsonObject`): a dict that keeps the
@@ -311,6 +414,30 @@ def read_release_file(path: Path, *, dataset: str, policy: ErrorPolicy, unknown:
     unknown.check(data, top_fields, path=path)
     return (_release_images(path, data["images"], policy, unknown, image_fields),
             _release_annotations(path, data["annotations"], policy))
+
+
+def release_image_dirs(manual_dir: Path, split: str, annotation: Path, *, images_dir: str | None,
+                       split_dirs: Mapping[str, Sequence[str]]) -> list[Path]:
+    """The folders a release-format builder searches, in order, for the images of ``split``'s annotation file.
+
+    Args:
+        manual_dir: the build's manual_dir.
+        split: the split the annotation file belongs to.
+        annotation: the annotation file.
+        images_dir: the config's image folder relative to manual_dir; when given it is the only folder.
+        split_dirs: ``{split: folder names under manual_dir}`` of the release's own image archives (e.g.
+            ``{"train": ("training-images",)}``), searched after the common names.
+
+    Returns:
+        ``images/``, ``<split>/``, ``<split>_images/``, ``<split>-images/``, the split's ``split_dirs``,
+        ``<annotation file stem>/`` and the annotation file's folder.
+    """
+    if images_dir is not None:
+        return [manual_dir / images_dir]
+    dirs = [manual_dir / "images", manual_dir / split, manual_dir / f"{split}_images", manual_dir / f"{split}-images"]
+    dirs += [manual_dir / d for d in split_dirs.get(split, ())]
+    dirs += [annotation.parent / annotation.stem, annotation.parent]
+    return dirs
 
 
 def _release_images(path: Path, images_raw: Any, policy: ErrorPolicy, unknown: UnknownFields,
@@ -534,6 +661,23 @@ class ImageCache:
         if res.error is not None:
             raise record_error(source, record, res.error, ImageFileError)
         return LoadedImage(encoded=res.encoded, pil=None, width=res.width, height=res.height)
+
+    def load_or_skip(self, path: Path | None, policy: ErrorPolicy, *, source: Any, record: str,
+                     not_found: str) -> LoadedImage | None:
+        """The image at ``path`` (:meth:`load`), or None when it is missing (``path`` None; ``not_found`` says
+        where it was looked for) or corrupt and ``policy`` skips such images (counted as
+        ``missing_or_corrupt_image``).
+
+        Raises:
+            ImageFileError: naming ``source``, ``record`` and the image, unless ``skip_missing_images``.
+        """
+        try:
+            if path is None:
+                raise record_error(source, record, not_found, ImageFileError)
+            return self.load(path, source=source, record=record)
+        except ImageFileError as e:
+            policy.handle("missing_or_corrupt_image", e)
+            return None
 
 
 class OcrSource:

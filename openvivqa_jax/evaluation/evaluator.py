@@ -256,6 +256,13 @@ class ScoringContext:
         self.notes.append(text)
         logging.warning("evaluation: %s", text)
 
+    def count(self, name: str, n: int, note: str) -> None:
+        """Reports ``n`` under ``counts[name]``, and when ``n`` is not 0 adds ``note`` (what those ``n`` mean
+        for the scores) to the report's notes."""
+        self.counts[name] = n
+        if n:
+            self.notes.append(note)
+
 
 #: Metric names -> the function computing them from a :class:`ScoringContext`; :func:`score` calls each
 #: function one of whose names is requested, in this order (big_vision's evaluators loop over a registry
@@ -362,12 +369,9 @@ def _vqa_accuracy(ctx: ScoringContext) -> None:
     else:
         acc, fallback = vqa_lib.vqa_accuracy(ctx.hyps, ctx.refs)
     ctx.put_mean("VQA-accuracy", acc)
-    ctx.counts["vqa_exact_match_fallback"] = fallback
-    if fallback:
-        ctx.notes.append(
-            f"VQA-accuracy: {fallback} questions have fewer than {vqa_lib.MIN_ANSWERS} references; "
-            "scored by exact match with any reference instead of the leave-one-out rule"
-        )
+    ctx.count("vqa_exact_match_fallback", fallback,
+              f"VQA-accuracy: {fallback} questions have fewer than {vqa_lib.MIN_ANSWERS} references; "
+              "scored by exact match with any reference instead of the leave-one-out rule")
 
 
 @register_metric("EM", "F1")
@@ -418,12 +422,9 @@ def _wmd_relevance(ctx: ScoringContext) -> None:
         wv = wmd_lib.load_word_vectors(vectors, needed)
     values, unknown, total = wmd_lib.wmd_relevance(ctx.hyps, ctx.refs, wv)
     ctx.put_mean("WMDRel", values)
-    ctx.counts["wmd_unknown_tokens"] = unknown
-    if unknown:
-        ctx.notes.append(
-            f"WMDRel: {unknown} of {total} tokens have no vector in {wv.path}; each counts as its own "
-            "direction (distance 0 to itself, sqrt(2) to other words)"
-        )
+    ctx.count("wmd_unknown_tokens", unknown,
+              f"WMDRel: {unknown} of {total} tokens have no vector in {wv.path}; each counts as its own "
+              "direction (distance 0 to itself, sqrt(2) to other words)")
 
 
 @register_metric("CLinRel", "CMedRel")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -161,6 +161,20 @@ def _texts(enc, answers: Sequence[str], questions: Sequence[str] | None) -> list
     return list(answers)
 
 
+def _encoded_hypotheses(
+    encoders: Mapping[str, Any], hyps: Sequence[str], languages: Sequence[str], questions: Sequence[str] | None,
+) -> Iterator[tuple[Any, list[int], list[str] | None, np.ndarray]]:
+    """Each encoder with the hypotheses of its language: ``(encoder, idx, their questions or None, h)``, ``h``
+    ``(len(idx), dim)`` the unit-length projections of ``hyps[idx]``; an encoder whose language no question has
+    is passed over."""
+    for lang, enc in encoders.items():
+        idx = [i for i, x in enumerate(languages) if x == lang]
+        if not idx:
+            continue
+        q = [questions[i] for i in idx] if questions is not None else None
+        yield enc, idx, q, _unit(enc.encode(_texts(enc, [hyps[i] for i in idx], q)))
+
+
 def clinrel(encoders: Mapping[str, Any], hyps: Sequence[str], refs: Sequence[Sequence[str]],
             languages: Sequence[str], questions: Sequence[str] | None = None) -> np.ndarray:
     """CLinRel per question (module doc): ``(n,)`` float64, the max over references of the cosine of the
@@ -171,12 +185,7 @@ def clinrel(encoders: Mapping[str, Any], hyps: Sequence[str], refs: Sequence[Seq
         ``encoders``); questions ``(n,)`` or None.
     """
     out = np.zeros(len(hyps), np.float64)
-    for lang, enc in encoders.items():
-        idx = [i for i, x in enumerate(languages) if x == lang]
-        if not idx:
-            continue
-        q = [questions[i] for i in idx] if questions is not None else None
-        h = _unit(enc.encode(_texts(enc, [hyps[i] for i in idx], q)))
+    for enc, idx, q, h in _encoded_hypotheses(encoders, hyps, languages, questions):
         flat, owner = [], []
         for k, i in enumerate(idx):
             for r in refs[i]:
@@ -198,12 +207,7 @@ def cmedrel(encoders: Mapping[str, Any], hyps: Sequence[str], image_vectors: np.
     image's feature ``image_vectors`` ``(n, visual_dim)`` (as stored; standardized here by each encoder); 0 for an
     empty hypothesis."""
     out = np.zeros(len(hyps), np.float64)
-    for lang, enc in encoders.items():
-        idx = [i for i, x in enumerate(languages) if x == lang]
-        if not idx:
-            continue
-        q = [questions[i] for i in idx] if questions is not None else None
-        h = _unit(enc.encode(_texts(enc, [hyps[i] for i in idx], q)))
+    for enc, idx, _, h in _encoded_hypotheses(encoders, hyps, languages, questions):
         v = _unit(enc.visual(np.asarray(image_vectors)[idx]))
         out[idx] = (h * v).sum(-1)
     out[[i for i, h in enumerate(hyps) if not str(h).strip()]] = 0.0

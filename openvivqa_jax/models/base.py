@@ -77,6 +77,13 @@ class GeneratorModel(nnx.Module):
     vocab_size: int
     num_ocr: int
 
+    def _set_sizes(self, cfg, vocab_size: int) -> None:
+        """Sets ``vocab_size`` (``V``), ``num_ocr`` (``N``, from ``cfg.num_ocr``) and ``d_model`` (``d``) from the
+        model's config ``cfg`` (``config.model``)."""
+        self.vocab_size = vocab_size
+        self.num_ocr = cfg.num_ocr
+        self.d_model = cfg.d_model
+
     def __call__(self, batch, *, deterministic=True, rngs=None):
         """Teacher-forced logits ``(batch, ans_len, V + N)`` float32."""
         enc = self.encode(batch, deterministic=deterministic, rngs=rngs)

@@ -36,10 +36,13 @@ soft targets); ``num_examples``, the rows counted.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from openvivqa_jax.models.embeddings import vision_encoder
 from openvivqa_jax.models.layers import NEG_INF
 
 __all__ = ["ClassifierModel", "LOSSES", "soft_cross_entropy_loss", "soft_bce_loss", "class_mask"]
@@ -117,15 +120,34 @@ def class_mask(batch_size: int, num_answers: int, ocr_mask: jax.Array | None) ->
 class ClassifierModel(nnx.Module):
     """Base class of the answer classifiers (module docstring for the interface and the losses).
 
-    Subclasses set ``num_answers`` (``K``), ``num_ocr_classes`` (``N`` for LoRRA, else 0) and
-    ``loss_type`` (``"softmax"`` or ``"bce"``, overridable by ``config.model.classifier_loss``), and
-    implement ``__call__(batch, *, deterministic, rngs) -> (batch, K + num_ocr_classes)`` logits.
+    Subclasses call this ``__init__`` first, then make their own modules, and implement
+    ``__call__(batch, *, deterministic, rngs) -> (batch, K + num_ocr_classes)`` logits.
+
+    Args:
+      cfg: ``config.model`` (num_answers ``K``, vision.*, classifier_loss).
+      vocab_size: ``V``.
+      default_loss: ``loss_type`` (``"softmax"`` or ``"bce"``) unless ``cfg.classifier_loss`` names one.
+      num_ocr_classes: ``N`` OCR slots after the ``K`` answers (LoRRA), else 0.
+      rngs: parameter RNGs.
+      dtype: compute dtype.
+
+    Raises:
+      ValueError: for an unknown loss name.
     """
 
     is_generator = False
     num_answers: int
     num_ocr_classes: int = 0
     loss_type: str = "bce"
+
+    def __init__(self, cfg, vocab_size: int, *, default_loss: str, num_ocr_classes: int = 0, rngs: nnx.Rngs,
+                 dtype: Any = jnp.float32):
+        self.vocab_size = vocab_size
+        self.num_answers = cfg.num_answers
+        self.num_ocr_classes = num_ocr_classes
+        self._set_loss(cfg, default_loss)
+        # Made before the subclass's own modules: parameters draw their RNGs in the order modules are made.
+        self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
 
     def _set_loss(self, cfg, default: str) -> None:
         """Sets ``loss_type`` from ``cfg.classifier_loss`` (or ``default``).

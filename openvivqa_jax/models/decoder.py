@@ -24,7 +24,7 @@ from flax import nnx
 
 from openvivqa_jax.models.layers import NEG_INF, DecoderLayer, Dropout, dense, layer_norm
 
-__all__ = ["AnswerDecoder", "causal_mask"]
+__all__ = ["AnswerDecoder", "answer_decoder", "causal_mask"]
 
 
 def causal_mask(length: int) -> jax.Array:
@@ -221,3 +221,25 @@ class AnswerDecoder(nnx.Module):
             new_cache.append(c)
         logits = self.output_logits(self.final_norm(x), ocr_feats, ocr_mask, ocr_keys=ocr_keys)
         return logits[:, 0], new_cache
+
+
+def answer_decoder(cfg, vocab_size: int, *, use_pointer: bool, rngs: nnx.Rngs,
+                   dtype: Any = jnp.float32) -> AnswerDecoder:
+    """The :class:`AnswerDecoder` of a model's config (FST, QuMLAG: vocabulary only; MLPAG: with the pointer).
+
+    Args:
+      cfg: ``config.model`` (num_ocr, d_model, num_decoder_layers, num_heads, ffn_dim, dropout,
+        max_answer_len).
+      vocab_size: ``V``.
+      use_pointer: the dynamic pointer network over the ``N`` OCR slots.
+      rngs: parameter RNGs.
+      dtype: compute dtype.
+
+    Returns:
+      The decoder: ``(batch, ans_len)`` extended ids and a ``(batch, M, d)`` memory -> ``(batch, ans_len, V + N)``
+      logits.
+    """
+    return AnswerDecoder(vocab_size=vocab_size, num_ocr=cfg.num_ocr, d_model=cfg.d_model,
+                         num_layers=cfg.num_decoder_layers, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
+                         dropout=cfg.dropout, max_len=cfg.max_answer_len, use_pointer=use_pointer, rngs=rngs,
+                         dtype=dtype)

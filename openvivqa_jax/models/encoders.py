@@ -7,9 +7,11 @@ Each model file (``fst.py``, ``qumlag.py``, ``mlpag.py``, ``m4c.py``, ``saaa.py`
 
 * :class:`LstmQuestionEncoder`: piece embeddings and an LSTM (SAAA, MCAN, LoRRA, FST, QuMLAG).
 * :class:`StackedAttention`, :func:`stacked_fusion`, :func:`glimpse_vectors`: stacked attention
-  (Kazemi & Elqursh 2017 eq. 2-3; OpenViVQA paper §4.1 eq. 5-6), used by FST, SAAA and LoRRA.
+  (Kazemi & Elqursh 2017 eq. 2-3; OpenViVQA paper §4.1 eq. 5-6), used by FST, SAAA and LoRRA;
+  :func:`lstm_stacked_attention`: the LSTM question encoder and stacked attention of FST and SAAA.
 * :class:`GuidedAttentionStack`, :class:`AttentionReduce`: MCAN's co-attention and "AttFlat"
-  (Yu et al. 2019 §3), used by MCAN, QuMLAG and LoRRA.
+  (Yu et al. 2019 §3), used by MCAN, QuMLAG and LoRRA; :func:`lstm_co_attention`: the LSTM question
+  encoder and co-attention of MCAN and QuMLAG.
 * :func:`vocab_only_ocr`: the empty OCR inputs of a vocabulary-only decoder (FST, QuMLAG).
 
 The attribute names of the modules here are part of the parameter paths of every model that uses them
@@ -27,7 +29,7 @@ from flax import nnx
 from openvivqa_jax.models.layers import NEG_INF, CrossBlock, Dropout, EncoderBlock, dense, layer_norm
 
 __all__ = ["LstmQuestionEncoder", "StackedAttention", "stacked_fusion", "glimpse_vectors", "vocab_only_ocr",
-           "GuidedAttentionStack", "AttentionReduce"]
+           "lstm_stacked_attention", "GuidedAttentionStack", "lstm_co_attention", "AttentionReduce"]
 
 
 class LstmQuestionEncoder(nnx.Module):
@@ -99,6 +101,28 @@ class StackedAttention(nnx.Module):
         return jax.nn.softmax(logits, axis=1)
 
 
+def lstm_stacked_attention(cfg, vocab_size: int, *, rngs: nnx.Rngs,
+                           dtype: Any = jnp.float32) -> tuple[LstmQuestionEncoder, StackedAttention]:
+    """The question encoder and stacked attention of SAAA, as SAAA and FST make them (in this order).
+
+    Args:
+      cfg: ``config.model`` (word_dim, lstm_dim ``d_Q``, d_model (the image features' width), attention_dim,
+        num_glimpses, dropout).
+      vocab_size: ``V``.
+      rngs: parameter RNGs.
+      dtype: compute dtype.
+
+    Returns:
+      ``(question, attention)``: the LSTM whose final state ``(batch, d_Q)`` is the question vector, and the
+      :class:`StackedAttention` of the ``(batch, s, d)`` image features guided by it.
+    """
+    question = LstmQuestionEncoder(vocab_size=vocab_size, word_dim=cfg.word_dim, hidden_dim=cfg.lstm_dim,
+                                   dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+    attention = StackedAttention(image_dim=cfg.d_model, question_dim=cfg.lstm_dim, attention_dim=cfg.attention_dim,
+                                 num_glimpses=cfg.num_glimpses, dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+    return question, attention
+
+
 def stacked_fusion(a: jax.Array, x_i: jax.Array) -> jax.Array:
     """Eq. 6, ``x_f = sum_g a_g ⊗ x_I``: ``a`` ``(batch, s, G)``, ``x_i`` ``(batch, s, d)`` -> ``(batch, s, d)``."""
     return a.sum(-1, keepdims=True).astype(x_i.dtype) * x_i
@@ -150,6 +174,29 @@ class GuidedAttentionStack(nnx.Module):
             x_i = sa(x_i, i_mask, **kw)
             x_i = ga(x_i, x_q, q_mask, **kw)  # question-guided attention: image queries, question keys/values
         return self.image_norm(x_i), self.question_norm(x_q)
+
+
+def lstm_co_attention(cfg, vocab_size: int, *, rngs: nnx.Rngs,
+                      dtype: Any = jnp.float32) -> tuple[LstmQuestionEncoder, GuidedAttentionStack]:
+    """MCAN's question encoder and co-attention, as MCAN and QuMLAG make them (in this order).
+
+    Args:
+      cfg: ``config.model`` (word_dim, d_model (the LSTM's width too), num_heads, ffn_dim, dropout,
+        num_fusion_layers).
+      vocab_size: ``V``.
+      rngs: parameter RNGs.
+      dtype: compute dtype.
+
+    Returns:
+      ``(question, fusion)``: the LSTM over the question (per-token ``(batch, l, d)``) and the
+      :class:`GuidedAttentionStack` of ``num_fusion_layers`` units per stream.
+    """
+    d = cfg.d_model
+    question = LstmQuestionEncoder(vocab_size=vocab_size, word_dim=cfg.word_dim, hidden_dim=d, dropout=cfg.dropout,
+                                   rngs=rngs, dtype=dtype)
+    fusion = GuidedAttentionStack(d_model=d, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim, dropout=cfg.dropout,
+                                  num_layers=cfg.num_fusion_layers, rngs=rngs, dtype=dtype)
+    return question, fusion
 
 
 class AttentionReduce(nnx.Module):

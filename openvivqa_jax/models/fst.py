@@ -42,9 +42,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.base import MemoryDecoderGenerator
-from openvivqa_jax.models.decoder import AnswerDecoder
+from openvivqa_jax.models.decoder import answer_decoder
 from openvivqa_jax.models.embeddings import vision_encoder
-from openvivqa_jax.models.encoders import LstmQuestionEncoder, StackedAttention, stacked_fusion, vocab_only_ocr
+from openvivqa_jax.models.encoders import lstm_stacked_attention, stacked_fusion, vocab_only_ocr
 from openvivqa_jax.models.layers import dense, layer_norm
 
 __all__ = ["FST"]
@@ -65,22 +65,14 @@ class FST(MemoryDecoderGenerator):
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         d = cfg.d_model
-        self.vocab_size = vocab_size
-        self.num_ocr = cfg.num_ocr
-        self.d_model = d
+        self._set_sizes(cfg, vocab_size)
         self.append_question = bool(cfg.append_question)
         self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
-        self.question = LstmQuestionEncoder(vocab_size=vocab_size, word_dim=cfg.word_dim, hidden_dim=cfg.lstm_dim,
-                                            dropout=cfg.dropout, rngs=rngs, dtype=dtype)
-        self.attention = StackedAttention(image_dim=d, question_dim=cfg.lstm_dim, attention_dim=cfg.attention_dim,
-                                          num_glimpses=cfg.num_glimpses, dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+        self.question, self.attention = lstm_stacked_attention(cfg, vocab_size, rngs=rngs, dtype=dtype)
         if self.append_question:
             self.question_proj = dense(cfg.lstm_dim, d, rngs, dtype)
         self.memory_norm = layer_norm(d, rngs, dtype)
-        self.decoder = AnswerDecoder(vocab_size=vocab_size, num_ocr=cfg.num_ocr, d_model=d,
-                                     num_layers=cfg.num_decoder_layers, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
-                                     dropout=cfg.dropout, max_len=cfg.max_answer_len, use_pointer=False, rngs=rngs,
-                                     dtype=dtype)
+        self.decoder = answer_decoder(cfg, vocab_size, use_pointer=False, rngs=rngs, dtype=dtype)
 
     def fuse(self, batch, *, deterministic=True, rngs=None):
         """Eq. 5-6. Returns ``(x_f (batch, s, d), a (batch, s, G), x_i, i_mask, x_q (batch, d_Q))``."""

@@ -68,16 +68,21 @@ def call_block(block, *args, remat: bool = False, deterministic: bool = True, rn
 
 
 class FeedForward(nnx.Module):
-    """Position-wise FFN: ``wo(dropout(relu(wi(x))))``, ``d -> ffn_dim -> d``."""
+    """Position-wise FFN: ``wo(dropout(relu(wi(x))))``, ``d -> ffn_dim -> d``; a subclass may change the
+    activation (:meth:`activation`)."""
 
     def __init__(self, d_model: int, ffn_dim: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         self.wi = dense(d_model, ffn_dim, rngs, dtype)
         self.wo = dense(ffn_dim, d_model, rngs, dtype)
         self.dropout = Dropout(dropout)
 
+    def activation(self, h: jax.Array) -> jax.Array:
+        """The inner activation, ReLU, of ``h`` ``(..., ffn_dim)``."""
+        return jax.nn.relu(h)
+
     def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
         """``x``: ``(..., d)`` -> ``(..., d)``."""
-        h = jax.nn.relu(self.wi(x))
+        h = self.activation(self.wi(x))
         return self.wo(self.dropout(h, deterministic=deterministic, rngs=rngs))
 
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.classifier import ClassifierModel
-from openvivqa_jax.models.embeddings import OcrEmbedding, vision_encoder
+from openvivqa_jax.models.embeddings import OcrEmbedding
 from openvivqa_jax.models.encoders import AttentionReduce, LstmQuestionEncoder, glimpse_vectors
 from openvivqa_jax.models.layers import NEG_INF, Dropout, dense
 
@@ -70,11 +70,7 @@ class LoRRA(ClassifierModel):
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         d = cfg.d_model
-        self.vocab_size = vocab_size
-        self.num_answers = cfg.num_answers
-        self.num_ocr_classes = cfg.num_ocr
-        self._set_loss(cfg, "bce")
-        self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
+        super().__init__(cfg, vocab_size, default_loss="bce", num_ocr_classes=cfg.num_ocr, rngs=rngs, dtype=dtype)
         self.question = LstmQuestionEncoder(vocab_size=vocab_size, word_dim=cfg.word_dim, hidden_dim=cfg.lstm_dim,
                                             dropout=cfg.dropout, rngs=rngs, dtype=dtype)
         self.question_reduce = AttentionReduce(d_model=cfg.lstm_dim, hidden_dim=cfg.lstm_dim,

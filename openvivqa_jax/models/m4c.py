@@ -131,9 +131,7 @@ class M4C(GeneratorModel):
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         d = cfg.d_model
-        self.vocab_size = vocab_size
-        self.num_ocr = cfg.num_ocr
-        self.d_model = d
+        self._set_sizes(cfg, vocab_size)
         self.remat_text, self.remat_mmt = remat_plan(cfg.get("remat_blocks") or cfg.get("remat", False),
                                                      cfg.num_text_layers, cfg.num_mmt_layers)
         blk = dict(d_model=d, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim, dropout=cfg.dropout, rngs=rngs,

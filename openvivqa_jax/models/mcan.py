@@ -28,8 +28,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.classifier import ClassifierModel
-from openvivqa_jax.models.embeddings import vision_encoder
-from openvivqa_jax.models.encoders import AttentionReduce, GuidedAttentionStack, LstmQuestionEncoder
+from openvivqa_jax.models.encoders import AttentionReduce, lstm_co_attention
 from openvivqa_jax.models.layers import dense, layer_norm
 
 __all__ = ["MCAN"]
@@ -47,16 +46,8 @@ class MCAN(ClassifierModel):
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         d = cfg.d_model
-        self.vocab_size = vocab_size
-        self.num_answers = cfg.num_answers
-        self.num_ocr_classes = 0
-        self._set_loss(cfg, "bce")
-        self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
-        self.question = LstmQuestionEncoder(vocab_size=vocab_size, word_dim=cfg.word_dim, hidden_dim=d,
-                                            dropout=cfg.dropout, rngs=rngs, dtype=dtype)
-        self.fusion = GuidedAttentionStack(d_model=d, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
-                                           dropout=cfg.dropout, num_layers=cfg.num_fusion_layers, rngs=rngs,
-                                           dtype=dtype)
+        super().__init__(cfg, vocab_size, default_loss="bce", rngs=rngs, dtype=dtype)
+        self.question, self.fusion = lstm_co_attention(cfg, vocab_size, rngs=rngs, dtype=dtype)
         red = dict(d_model=d, hidden_dim=d, num_glimpses=cfg.num_glimpses, flat_dim=cfg.classifier_dim,
                    dropout=cfg.dropout, rngs=rngs, dtype=dtype)
         self.question_reduce = AttentionReduce(**red)

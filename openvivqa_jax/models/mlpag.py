@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.base import MemoryDecoderGenerator
-from openvivqa_jax.models.decoder import AnswerDecoder
+from openvivqa_jax.models.decoder import answer_decoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, question_word_dim, vision_encoder
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock
 
@@ -103,10 +103,7 @@ class MLPAG(MemoryDecoderGenerator):
             EncoderBlock(d, cfg.num_heads, cfg.ffn_dim, cfg.dropout, rngs=rngs, dtype=dtype) for _ in range(L)])
         self.context_attention = nnx.List([mk() for _ in range(L)])
         self.spatial_attention = nnx.List([mk() for _ in range(L)])
-        self.decoder = AnswerDecoder(vocab_size=vocab_size, num_ocr=cfg.num_ocr, d_model=d,
-                                     num_layers=cfg.num_decoder_layers, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
-                                     dropout=cfg.dropout, max_len=cfg.max_answer_len, use_pointer=True, rngs=rngs,
-                                     dtype=dtype)
+        self.decoder = answer_decoder(cfg, vocab_size, use_pointer=True, rngs=rngs, dtype=dtype)
         if self.question_over_image:  # made last, so the other parameters are those of the model without it
             self.question_image_attention = mk()
 

@@ -23,9 +23,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.base import MemoryDecoderGenerator
-from openvivqa_jax.models.decoder import AnswerDecoder
+from openvivqa_jax.models.decoder import answer_decoder
 from openvivqa_jax.models.embeddings import vision_encoder
-from openvivqa_jax.models.encoders import GuidedAttentionStack, LstmQuestionEncoder, vocab_only_ocr
+from openvivqa_jax.models.encoders import lstm_co_attention, vocab_only_ocr
 
 __all__ = ["QuMLAG"]
 
@@ -44,20 +44,10 @@ class QuMLAG(MemoryDecoderGenerator):
     copies_ocr = False
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
-        d = cfg.d_model
-        self.vocab_size = vocab_size
-        self.num_ocr = cfg.num_ocr
-        self.d_model = d
+        self._set_sizes(cfg, vocab_size)
         self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
-        self.question = LstmQuestionEncoder(vocab_size=vocab_size, word_dim=cfg.word_dim, hidden_dim=d,
-                                            dropout=cfg.dropout, rngs=rngs, dtype=dtype)
-        self.fusion = GuidedAttentionStack(d_model=d, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
-                                           dropout=cfg.dropout, num_layers=cfg.num_fusion_layers, rngs=rngs,
-                                           dtype=dtype)
-        self.decoder = AnswerDecoder(vocab_size=vocab_size, num_ocr=cfg.num_ocr, d_model=d,
-                                     num_layers=cfg.num_decoder_layers, num_heads=cfg.num_heads, ffn_dim=cfg.ffn_dim,
-                                     dropout=cfg.dropout, max_len=cfg.max_answer_len, use_pointer=False, rngs=rngs,
-                                     dtype=dtype)
+        self.question, self.fusion = lstm_co_attention(cfg, vocab_size, rngs=rngs, dtype=dtype)
+        self.decoder = answer_decoder(cfg, vocab_size, use_pointer=False, rngs=rngs, dtype=dtype)
 
     def encode(self, batch, *, deterministic=True, rngs=None):
         """Fusion module. Returns ``{memory (batch, s + l, d), memory_mask (batch, s + l),

@@ -24,8 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.classifier import ClassifierModel
-from openvivqa_jax.models.embeddings import vision_encoder
-from openvivqa_jax.models.encoders import LstmQuestionEncoder, StackedAttention, glimpse_vectors
+from openvivqa_jax.models.encoders import glimpse_vectors, lstm_stacked_attention
 from openvivqa_jax.models.layers import Dropout, dense
 
 __all__ = ["SAAA"]
@@ -42,15 +41,8 @@ class SAAA(ClassifierModel):
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         d = cfg.d_model
-        self.vocab_size = vocab_size
-        self.num_answers = cfg.num_answers
-        self.num_ocr_classes = 0
-        self._set_loss(cfg, "softmax")
-        self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
-        self.question = LstmQuestionEncoder(vocab_size=vocab_size, word_dim=cfg.word_dim, hidden_dim=cfg.lstm_dim,
-                                            dropout=cfg.dropout, rngs=rngs, dtype=dtype)
-        self.attention = StackedAttention(image_dim=d, question_dim=cfg.lstm_dim, attention_dim=cfg.attention_dim,
-                                          num_glimpses=cfg.num_glimpses, dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+        super().__init__(cfg, vocab_size, default_loss="softmax", rngs=rngs, dtype=dtype)
+        self.question, self.attention = lstm_stacked_attention(cfg, vocab_size, rngs=rngs, dtype=dtype)
         self.hidden = dense(cfg.num_glimpses * d + cfg.lstm_dim, cfg.classifier_dim, rngs, dtype)
         self.head = dense(cfg.classifier_dim, cfg.num_answers, rngs, dtype)
         self.dropout = Dropout(cfg.dropout)

@@ -48,7 +48,7 @@ from absl import logging
 from flax import nnx
 
 from openvivqa_jax.errors import UserError
-from openvivqa_jax.models.layers import Dropout, MultiHeadAttention, dense, layer_norm
+from openvivqa_jax.models.layers import Dropout, FeedForward, MultiHeadAttention, layer_norm
 
 __all__ = ["VIT_VARIANTS", "ViT", "ViTBlock", "ViTMlp", "CheckpointError", "vit_settings", "resample_posemb",
            "load_big_vision_npz", "read_npz"]
@@ -153,18 +153,17 @@ def resample_posemb(posemb, old_grid: tuple[int, int], new_grid: tuple[int, int]
     return xp.reshape(grid, (1, new_grid[0] * new_grid[1], width)).astype(posemb.dtype)
 
 
-class ViTMlp(nnx.Module):
-    """big_vision's ``MlpBlock``: ``wo(gelu(wi(x)))``, ``width -> mlp_dim -> width`` (tanh GELU)."""
+class ViTMlp(FeedForward):
+    """big_vision's ``MlpBlock``: ``wo(gelu(wi(x)))``, ``width -> mlp_dim -> width`` (tanh GELU): the zoo's
+    :class:`~openvivqa_jax.models.layers.FeedForward` (same parameters ``wi``, ``wo``) with GELU; ``x``
+    ``(batch, tokens, width)`` -> same shape."""
 
     def __init__(self, width: int, mlp_dim: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
-        self.wi = dense(width, mlp_dim, rngs, dtype)
-        self.wo = dense(mlp_dim, width, rngs, dtype)
-        self.dropout = Dropout(dropout)
+        super().__init__(width, mlp_dim, dropout, rngs=rngs, dtype=dtype)
 
-    def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
-        """``x``: ``(batch, tokens, width)`` -> same shape."""
-        h = jax.nn.gelu(self.wi(x), approximate=True)
-        return self.wo(self.dropout(h, deterministic=deterministic, rngs=rngs))
+    def activation(self, h: jax.Array) -> jax.Array:
+        """Tanh-approximated GELU of ``h`` ``(batch, tokens, mlp_dim)``, as big_vision's ViT."""
+        return jax.nn.gelu(h, approximate=True)
 
 
 class ViTBlock(nnx.Module):

@@ -34,7 +34,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
-from openvivqa_jax import evaluation, inference, interrupts
+from openvivqa_jax import checkpoints, evaluation, inference, interrupts
 from openvivqa_jax.config_check import ConfigError
 from openvivqa_jax.reading import ReadingError
 from openvivqa_jax.reading import features as feats
@@ -379,12 +379,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps:
                 save(step)
             if signals.requested:
-                if latest.latest_step() != step:
-                    save(step)
-                latest.wait_until_finished()
-                best.wait_until_finished()
-                logging.warning("%s: stopped after step %d and saved it", signals.requested, step)
-                raise interrupts.TrainingInterrupted(signals.requested, step, latest.latest_step())
+                checkpoints.stop_with_checkpoint(signals.requested, step, save, latest, best)
     latest.wait_until_finished()
     best.wait_until_finished()
     writer.flush()

@@ -80,45 +80,33 @@ LANGUAGE_ALIASES = {
 ANNOTATION_FIELDS = ("id", "question_id", "image_id", "question", "answer", "answers", "language")
 #: Fields of a list-form ``images`` entry the builder reads.
 IMAGE_FIELDS = ("id", "filename", "file_name")
+#: The release's own image folders per split, searched after the common names
+#: (:func:`tfds_builders.readers.release_image_dirs`).
+SPLIT_IMAGE_DIRS = {"train": ("train-images",), "test": ("public-test-images", "public_test_images")}
 
 
 @dataclasses.dataclass(eq=False)
-class EvjvqaConfig(readers.ReaderConfig):
-    """Config of the EVJVQA builder (module doc).
+class EvjvqaConfig(readers.ReleaseConfig):
+    """Config of the EVJVQA builder (module doc); the fields of :class:`tfds_builders.readers.ReleaseConfig`, and:
 
     Attributes:
         ocr_engine: ``auto`` (ocr.json if present, else none), ``file``, ``tesseract`` or ``none``.
-        ocr_file: OCR JSON file name relative to manual_dir.
-        ocr_lang: Tesseract language(s) for ``tesseract``.
-        split_files: ``{split: file name or list of names}`` relative to manual_dir; None = by file name.
-        default_split: split of a single annotation file whose name names none.
-        answers_required_splits: splits where a question without answers is an error.
-        images_dir: image folder relative to manual_dir; None = search (module doc).
+        ocr_lang: Tesseract language(s) for ``tesseract``; ``vie+eng`` as the questions are Vietnamese or English
+            (add ``jpn`` where its data is installed).
         default_language: language of records without a ``language`` field; None = such a record is an error.
         num_workers: processes for the per-image work of a build without Beam
             (:func:`tfds_builders.image_work.map_images`); None = the CPUs this process may use.
     """
 
-    ocr_engine: str = "auto"
-    ocr_file: str = "ocr.json"
     ocr_lang: str = "vie+eng"
-    split_files: dict | None = None
-    default_split: str = "train"
-    answers_required_splits: tuple = ("train", "dev")
-    images_dir: str | None = None
     default_language: str | None = None
-    num_workers: int | None = None
 
 
 @dataclasses.dataclass
-class Record:
-    """One question parsed from an EVJVQA annotation file (question and answers normalized)."""
+class Record(readers.ReleaseRecord):
+    """One question parsed from an EVJVQA annotation file (question and answers normalized): the fields of
+    :class:`tfds_builders.readers.ReleaseRecord`, its language and the annotation file."""
 
-    question_id: str
-    image_id: str
-    filename: str
-    question: str
-    answers: list
     language: str
     source: Path
 
@@ -187,7 +175,7 @@ def parse_annotation_file(
     return out
 
 
-class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
+class Builder(readers.BuildCounts, beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
     """EVJVQA from its JSON files and image folders (module doc); every question carries its language."""
 
     VERSION = tfds.core.Version("1.0.0")
@@ -214,13 +202,11 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
 """
 
     def __init__(self, **kwargs):
-        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts``, ``unknown_fields``,
-        ``language_counts`` (``{split: {language: questions kept}}``) and ``ocr_stats``."""
+        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds the counts of
+        :class:`tfds_builders.readers.BuildCounts` and ``language_counts`` (``{split: {language: questions
+        kept}}``)."""
         super().__init__(**kwargs)
-        self.skip_counts: dict[str, dict[str, int]] = {}
-        self.unknown_fields: dict[str, dict[str, collections.Counter]] = {}
         self.language_counts: dict[str, dict[str, int]] = {}
-        self.ocr_stats: dict[str, int] = {}
 
     def _info(self) -> tfds.core.DatasetInfo:
         return self.dataset_info_from_configs(
@@ -245,49 +231,31 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
         logging.info("evjvqa/%s: split files %s", cfg.name, {k: [p.name for p in v] for k, v in split_files.items()})
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
-    def _image_dirs(self, split: str, annotation: Path, manual_dir: Path) -> list[Path]:
-        cfg = self.builder_config
-        if cfg.images_dir is not None:
-            return [manual_dir / cfg.images_dir]
-        dirs = [manual_dir / "images", manual_dir / split, manual_dir / f"{split}_images", manual_dir / f"{split}-images"]
-        if split == "train":
-            dirs.append(manual_dir / "train-images")
-        if split == "test":
-            dirs += [manual_dir / "public-test-images", manual_dir / "public_test_images"]
-        dirs += [annotation.parent / annotation.stem, annotation.parent]
-        return dirs
-
     def _generate_examples(self, split: str, files: list[Path], manual_dir: Path):
         """The split's examples: an iterator, or a Beam ``PTransform`` when the build was given Beam options
         (:mod:`tfds_builders.beam_build`). Annotations are parsed here; the per-image work runs per
         :class:`~tfds_builders.beam_build.ImageGroup` (one image file and its questions)."""
         cfg = self.builder_config
         name = f"evjvqa/{split}"
-        counter = readers.SkipCounter(name)
-        self.skip_counts[split] = counter.counts
-        policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
-        unknown = readers.UnknownFields(name)
-        self.unknown_fields[split] = unknown.counts
+        counter, policy = self._skip_policy(split, name)
+        unknown = self._field_counter(split, name)
         languages: collections.Counter[str] = collections.Counter()
         self.language_counts[split] = languages
         required = split in cfg.answers_required_splits
         seen: dict[str, Path] = {}
         planner = beam_build.GroupPlanner()
         for path in files:
-            image_dirs = self._image_dirs(split, path, manual_dir)
+            image_dirs = readers.release_image_dirs(manual_dir, split, path, images_dir=cfg.images_dir,
+                                                    split_dirs=SPLIT_IMAGE_DIRS)
             for rec in parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown,
                                              default_language=cfg.default_language):
                 record = f"question {rec.question_id}"
-                if rec.question_id in seen:
-                    policy.handle("duplicate_question_id", readers.record_error(
-                        path, record, f"duplicate question id (also in {seen[rec.question_id]})"))
+                if not policy.first_time(seen, rec.question_id, path, path=path, record=record,
+                                         message="duplicate question id (also in {first})"):
                     continue
-                seen[rec.question_id] = path
                 image_path = readers.find_file(rec.filename, image_dirs)
                 if image_path is None:
-                    policy.handle("missing_or_corrupt_image", readers.record_error(
-                        path, record, f"image file {rec.filename!r} (image_id {rec.image_id}) not found in "
-                        f"{[str(d) for d in image_dirs]}", readers.ImageFileError))
+                    policy.handle("missing_or_corrupt_image", rec.missing_image(path, record, image_dirs))
                     continue
                 planner.add(image_path, rec.image_id, path, rec.question_id, record, {
                     "image_id": rec.image_id,

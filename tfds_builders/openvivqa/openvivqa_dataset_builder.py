@@ -90,48 +90,33 @@ _CITATION = """\
 
 
 @dataclasses.dataclass(eq=False)
-class OpenVivqaConfig(readers.ReaderConfig):
-    """Config of the OpenViVQA builder (see the module doc).
+class OpenVivqaConfig(readers.ReleaseConfig):
+    """Config of the OpenViVQA builder (see the module doc); the fields of
+    :class:`tfds_builders.readers.ReleaseConfig`, and:
 
     Attributes:
         ocr_engine: ``auto`` (OCR file if present, else ``detector+tesseract``), ``file``,
             ``detector+tesseract`` or ``tesseract`` (:func:`openvivqa_jax.data.ocr.run_ocr`, the engines
             of predict), ``none`` or ``features`` (scene text from the feature files; needs
             ``features_dir``).
-        ocr_file: OCR JSON file name relative to manual_dir.
         ocr_lang: Tesseract language(s). ocr_min_confidence, ocr_psm, ocr_min_side: non-default values run
             single-pass :func:`run_tesseract` with them for engine ``tesseract``.
-        split_files: ``{split: file name or list of names}`` relative to manual_dir; None = by file name.
-        default_split: split of a single annotation file whose name names none.
-        answers_required_splits: splits where a question without answers is an error.
-        images_dir: image folder relative to manual_dir; None = search (module doc).
         features_dir: folder of per-image ``.npy`` feature dicts relative to manual_dir; None = no features.
         region_feature_dim: ``D`` of ``region_features``; required with ``features_dir``.
     """
 
-    ocr_engine: str = "auto"
-    ocr_file: str = "ocr.json"
-    ocr_lang: str = "vie"
     ocr_min_confidence: float = ocr_lib.DEFAULT_MIN_CONFIDENCE
     ocr_psm: int = ocr_lib.DEFAULT_PSM
     ocr_min_side: int = ocr_lib.DEFAULT_MIN_SIDE
-    split_files: dict | None = None
-    default_split: str = "train"
-    answers_required_splits: tuple = ("train", "dev")
-    images_dir: str | None = None
     features_dir: str | None = None
     region_feature_dim: int | None = None
 
 
 @dataclasses.dataclass
-class _Record:
-    """One question parsed from an annotation file."""
+class _Record(readers.ReleaseRecord):
+    """One question parsed from an annotation file: the fields of :class:`tfds_builders.readers.ReleaseRecord`,
+    then its QA-type, the annotation file and its language."""
 
-    question_id: str
-    image_id: str
-    filename: str
-    question: str
-    answers: list
     qa_type: int
     source: Path
     language: str = "vi"
@@ -143,6 +128,9 @@ ANNOTATION_FIELDS = ("id", "question_id", "image_id", "question", "answer", "ans
 IMAGE_FIELDS = ("id", "filename", "file_name")
 #: Top-level keys of an annotation file the builder reads.
 TOP_LEVEL_FIELDS = ("images", "annotations")
+#: The release's own image folders per split, searched after the common names
+#: (:func:`tfds_builders.readers.release_image_dirs`).
+SPLIT_IMAGE_DIRS = {"train": ("training-images",)}
 
 
 def _parse_qa_type(value: Any, *, path: Path, record: str) -> int:
@@ -310,7 +298,7 @@ def load_feature_file(
     return {"features": feats.astype(np.float16), "boxes": rboxes}, ocr_lib.split_copyable(tokens, ocr_stats)
 
 
-class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
+class Builder(readers.BuildCounts, beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
     """OpenViVQA from the public release JSON + image folder (module doc). Splits as found in manual_dir. With Beam
     options (``tfds build ... --beam_pipeline_options=...``) the per-image work (decode, stored bytes, OCR engine)
     runs on Apache Beam (:mod:`tfds_builders.beam_build`); the ``features`` config builds in this process."""
@@ -346,14 +334,6 @@ vlsp2023_train_data.json, vlsp2023_dev_data.json, vlsp2023_test_data.json and th
 Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_dir> --file_format=array_record
 (without --config, `tfds build` builds every config, and `features` needs <manual_dir>/features/).
 """
-
-    def __init__(self, **kwargs):
-        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts``, ``unknown_fields``
-        (``{split: {file: Counter(field -> records)}}``) and ``ocr_stats``."""
-        super().__init__(**kwargs)
-        self.skip_counts: dict[str, dict[str, int]] = {}
-        self.unknown_fields: dict[str, dict[str, collections.Counter]] = {}
-        self.ocr_stats: dict[str, int] = {}
 
     def _info(self) -> tfds.core.DatasetInfo:
         cfg = self.builder_config
@@ -393,16 +373,6 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
         logging.info("openvivqa/%s: split files %s", cfg.name, {k: [p.name for p in v] for k, v in split_files.items()})
         return {split: self._generate_examples(split, files, manual_dir) for split, files in split_files.items()}
 
-    def _image_dirs(self, split: str, annotation: Path, manual_dir: Path) -> list[Path]:
-        cfg = self.builder_config
-        if cfg.images_dir is not None:
-            return [manual_dir / cfg.images_dir]
-        dirs = [manual_dir / "images", manual_dir / split, manual_dir / f"{split}_images", manual_dir / f"{split}-images"]
-        if split == "train":
-            dirs.append(manual_dir / "training-images")
-        dirs += [annotation.parent / annotation.stem, annotation.parent]
-        return dirs
-
     def _beam_applies(self) -> bool:
         """Beam options were given, and the config reads images (the ``features`` config builds in process: its
         feature files need each image's size there)."""
@@ -410,11 +380,8 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
 
     def _generate_local(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
-        counter = readers.SkipCounter(f"openvivqa/{split}")
-        self.skip_counts[split] = counter.counts
-        policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
-        unknown = readers.UnknownFields(f"openvivqa/{split}")
-        self.unknown_fields[split] = unknown.counts
+        counter, policy = self._skip_policy(split, f"openvivqa/{split}")
+        unknown = self._field_counter(split, f"openvivqa/{split}")
         required = split in cfg.answers_required_splits
         seen: dict[str, Path] = {}
         features_dirs = (
@@ -422,23 +389,20 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
         )
         kept = 0
         for path in files:
-            image_dirs = self._image_dirs(split, path, manual_dir)
+            image_dirs = readers.release_image_dirs(manual_dir, split, path, images_dir=cfg.images_dir,
+                                                    split_dirs=SPLIT_IMAGE_DIRS)
             recs = list(parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown))
             # Decode + OCR every image of the file in worker processes first (deterministic order).
             self._images.prepare((readers.find_file(r.filename, image_dirs), r.image_id) for r in recs)
             for rec in recs:
                 record = f"question {rec.question_id}"
-                if rec.question_id in seen:
-                    policy.handle("duplicate_question_id", readers.record_error(
-                        path, record, f"duplicate question id (also in {seen[rec.question_id]})"))
+                if not policy.first_time(seen, rec.question_id, path, path=path, record=record,
+                                         message="duplicate question id (also in {first})"):
                     continue
-                seen[rec.question_id] = path
                 image_path = readers.find_file(rec.filename, image_dirs)
                 try:
                     if image_path is None:
-                        raise readers.record_error(
-                            path, record, f"image file {rec.filename!r} (image_id {rec.image_id}) not found in "
-                            f"{[str(d) for d in image_dirs]}", readers.ImageFileError)
+                        raise rec.missing_image(path, record, image_dirs)
                     image = self._images.load(image_path, source=path, record=record)
                     example = {
                         "image": image.encoded,

@@ -96,7 +96,7 @@ def read_global_dictionary(path: Path) -> list[str]:
     return list(dict.fromkeys(w for w in (normalize_text(x) for x in words) if w))
 
 
-class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
+class Builder(readers.BuildCounts, beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
     """ST-VQA from its JSON release and images (module doc). Splits: train, test. With Beam options (``tfds build
     ... --beam_pipeline_options=...``) the per-image work runs on Apache Beam (:mod:`tfds_builders.beam_build`)."""
 
@@ -123,18 +123,10 @@ Register at https://rrc.cvc.uab.es/?ch=11 (Downloads), download the ST-VQA annot
 Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> --file_format=array_record
 """
 
-    def __init__(self, **kwargs):
-        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts`` / ``ocr_stats``."""
-        super().__init__(**kwargs)
-        self.skip_counts: dict[str, dict[str, int]] = {}
-        self.unknown_fields: dict[str, dict] = {}  # split -> {file: Counter(field -> records)}, not stored
-        self.ocr_stats: dict[str, int] = {}
-
     def _info(self) -> tfds.core.DatasetInfo:
-        feats = dict(common.vqa_features(with_image=True).items())
-        feats["dictionary"] = tfds.features.Sequence(tfds.features.Text())
         return self.dataset_info_from_configs(
-            features=tfds.features.FeaturesDict(feats),
+            features=common.vqa_features(
+                with_image=True, extra={"dictionary": tfds.features.Sequence(tfds.features.Text())}),
             homepage="https://rrc.cvc.uab.es/?ch=11",
             citation=_CITATION,
         )
@@ -171,17 +163,14 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
 
     def _generate_local(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
-        counter = readers.SkipCounter(f"st_vqa/{split}")
-        self.skip_counts[split] = counter.counts
-        policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
+        counter, policy = self._skip_policy(split, f"st_vqa/{split}")
         if cfg.images_dir is not None:
             roots = [manual_dir / cfg.images_dir]
         else:
             roots = [manual_dir, manual_dir / "images", manual_dir / split, manual_dir / f"{split}_images"]
         required = split in cfg.answers_required_splits
         seen: set[str] = set()
-        unknown = readers.UnknownFields(f"st_vqa/{split}")  # set_name, ...: counted and logged once per file
-        self.unknown_fields[split] = unknown.counts
+        unknown = self._field_counter(split, f"st_vqa/{split}")  # set_name, ...: counted and logged once per file
         kept = 0
         for path in files:
             data = readers.read_json(path)
@@ -220,15 +209,10 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
                     policy.handle("invalid_record", e)
                     continue
                 seen.add(qid)
-                try:
-                    image_path = readers.find_file(file_path, roots)
-                    if image_path is None:
-                        raise readers.record_error(
-                            path, record, f"image file {file_path!r} not found under {[str(r) for r in roots]}",
-                            readers.ImageFileError)
-                    image = self._images.load(image_path, source=path, record=record)
-                except readers.ImageFileError as e:
-                    policy.handle("missing_or_corrupt_image", e)
+                image = self._images.load_or_skip(
+                    readers.find_file(file_path, roots), policy, source=path, record=record,
+                    not_found=f"image file {file_path!r} not found under {[str(r) for r in roots]}")
+                if image is None:
                     continue
                 kept += 1
                 yield qid, {

@@ -122,7 +122,7 @@ def read_rosetta(path: Path, stats: dict) -> dict[str, list[dict]]:
     return out
 
 
-class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
+class Builder(readers.BuildCounts, beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
     """TextVQA 0.5.1 with Rosetta OCR tokens (module doc). With Beam options (``tfds build ...
     --beam_pipeline_options=...``) the image decoding runs on Apache Beam (:mod:`tfds_builders.beam_build`)."""
 
@@ -142,13 +142,6 @@ Download from https://textvqa.org/dataset and place:
 
 Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=array_record
 """
-
-    def __init__(self, **kwargs):
-        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts`` / ``ocr_stats``."""
-        super().__init__(**kwargs)
-        self.skip_counts: dict[str, dict[str, int]] = {}
-        self.unknown_fields: dict[str, dict] = {}  # split -> {file: Counter(field -> records)}, not stored
-        self.ocr_stats: dict[str, int] = {}
 
     def _info(self) -> tfds.core.DatasetInfo:
         return self.dataset_info_from_configs(
@@ -172,9 +165,7 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
 
     def _generate_local(self, split: str, path: Path, manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
-        counter = readers.SkipCounter(f"textvqa/{split}")
-        self.skip_counts[split] = counter.counts
-        policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
+        counter, policy = self._skip_policy(split, f"textvqa/{split}")
         ocr_path = manual_dir / cfg.ocr_file.format(split=split)
         if ocr_path.is_file():
             ocr = read_rosetta(ocr_path, self.ocr_stats)
@@ -188,8 +179,7 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
             raise readers.DatasetInputError(f"{path}: expected {{\"data\": [records]}} (TextVQA format)")
         required = split in cfg.answers_required_splits
         seen: set[str] = set()
-        unknown = readers.UnknownFields(f"textvqa/{split}")  # image_classes, flickr URLs, ...: logged once
-        self.unknown_fields[split] = unknown.counts
+        unknown = self._field_counter(split, f"textvqa/{split}")  # image_classes, flickr URLs, ...: logged once
         kept = 0
         for i, item in enumerate(data["data"]):
             record = f"data[{i}]"
@@ -210,15 +200,10 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
                 policy.handle("invalid_record", e)
                 continue
             seen.add(qid)
-            try:
-                image_path = readers.find_file(f"{image_id}.jpg", image_dirs)
-                if image_path is None:
-                    raise readers.record_error(
-                        path, record, f"image file {image_id}.jpg not found in {[str(d) for d in image_dirs]}",
-                        readers.ImageFileError)
-                image = self._images.load(image_path, source=path, record=record)
-            except readers.ImageFileError as e:
-                policy.handle("missing_or_corrupt_image", e)
+            image = self._images.load_or_skip(
+                readers.find_file(f"{image_id}.jpg", image_dirs), policy, source=path, record=record,
+                not_found=f"image file {image_id}.jpg not found in {[str(d) for d in image_dirs]}")
+            if image is None:
                 continue
             tokens = ocr.get(image_id)
             if tokens is None:

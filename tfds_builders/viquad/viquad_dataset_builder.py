@@ -125,7 +125,7 @@ def _where(passage: str, text: str) -> str:
     return "the text does not occur in the passage as written"
 
 
-class Builder(tfds.core.GeneratorBasedBuilder):
+class Builder(readers.BuildCounts, tfds.core.GeneratorBasedBuilder):
     """UIT-ViQuAD (SQuAD v1.1 format), text only (module doc)."""
 
     VERSION = tfds.core.Version("1.2.0")
@@ -156,21 +156,16 @@ Then: tfds build tfds_builders/viquad --manual_dir=<manual_dir> --file_format=ar
         """The download instructions; none for the synthetic config (it reads no file)."""
         return "" if self.builder_config.synthetic else self._INSTRUCTIONS
 
-    def __init__(self, **kwargs):
-        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts``."""
-        super().__init__(**kwargs)
-        self.skip_counts: dict[str, dict[str, int]] = {}
-        self.unknown_fields: dict[str, dict] = {}  # split -> {file: Counter(field -> records)}, not stored
-
     def _info(self) -> tfds.core.DatasetInfo:
-        feats = dict(common.vqa_features(with_image=False).items())
-        feats["context"] = tfds.features.Text()
-        feats["passage"] = tfds.features.Text()
-        feats["answer_texts"] = tfds.features.Sequence(tfds.features.Text())
-        feats["answer_starts"] = tfds.features.Sequence(np.int32)
-        feats["answer_ends"] = tfds.features.Sequence(np.int32)
+        spans = {
+            "context": tfds.features.Text(),
+            "passage": tfds.features.Text(),
+            "answer_texts": tfds.features.Sequence(tfds.features.Text()),
+            "answer_starts": tfds.features.Sequence(np.int32),
+            "answer_ends": tfds.features.Sequence(np.int32),
+        }
         return self.dataset_info_from_configs(
-            features=tfds.features.FeaturesDict(feats),
+            features=common.vqa_features(with_image=False, extra=spans),
             homepage="https://github.com/kietnv/UIT-ViQuAD",
             citation=_CITATION,
         )
@@ -188,13 +183,10 @@ Then: tfds build tfds_builders/viquad --manual_dir=<manual_dir> --file_format=ar
 
     def _generate_examples(self, split: str, files: list, loaded: dict | None = None) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
-        counter = readers.SkipCounter(f"viquad/{split}")
-        self.skip_counts[split] = counter.counts
-        policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
+        counter, policy = self._skip_policy(split, f"viquad/{split}")
         required = split in cfg.answers_required_splits
         seen: set[str] = set()
-        unknown = readers.UnknownFields(f"viquad/{split}")  # e.g. is_impossible: counted and logged once per file
-        self.unknown_fields[split] = unknown.counts
+        unknown = self._field_counter(split, f"viquad/{split}")  # e.g. is_impossible: counted and logged once per file
         kept = 0
         for path in files:
             data = loaded[path] if loaded else readers.read_json(path)

@@ -169,7 +169,7 @@ def parse_csv(path: Path, *, answers_required: bool, policy: readers.ErrorPolicy
     return rows
 
 
-class Builder(beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
+class Builder(readers.BuildCounts, beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
     """ViVQA from its CSVs and the COCO 2014 images (module doc). With Beam options (``tfds build ...
     --beam_pipeline_options=...``) the per-image work runs on Apache Beam (:mod:`tfds_builders.beam_build`)."""
 
@@ -196,17 +196,9 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
 (without --config, `tfds build` also builds the `tesseract` config).
 """
 
-    def __init__(self, **kwargs):
-        """Same arguments as ``tfds.core.GeneratorBasedBuilder``; adds ``skip_counts`` / ``ocr_stats``."""
-        super().__init__(**kwargs)
-        self.skip_counts: dict[str, dict[str, int]] = {}
-        self.ocr_stats: dict[str, int] = {}
-
     def _info(self) -> tfds.core.DatasetInfo:
-        feats = dict(common.vqa_features(with_image=True).items())
-        feats["question_type"] = np.int32
         return self.dataset_info_from_configs(
-            features=tfds.features.FeaturesDict(feats),
+            features=common.vqa_features(with_image=True, extra={"question_type": np.int32}),
             homepage="https://github.com/kh4nh12/ViVQA",
             citation=_CITATION,
         )
@@ -224,9 +216,7 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
 
     def _generate_local(self, split: str, files: list[Path], manual_dir: Path) -> Iterator[tuple[str, dict]]:
         cfg = self.builder_config
-        counter = readers.SkipCounter(f"vivqa/{split}")
-        self.skip_counts[split] = counter.counts
-        policy = readers.ErrorPolicy(counter, cfg.skip_missing_images, cfg.skip_invalid_records)
+        counter, policy = self._skip_policy(split, f"vivqa/{split}")
         image_dirs = [manual_dir / d for d in cfg.image_dirs]
         image_dirs = [d for d in image_dirs if d.is_dir()]
         seen: dict[str, str] = {}
@@ -239,21 +229,16 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
                  str(r.img_id)) for r in rows)
             for row in rows:
                 record = f"line {row.line} (row {row.question_id})"
-                if row.question_id in seen:
-                    policy.handle("duplicate_question_id", readers.record_error(
-                        path, record, f"duplicate row index (also {seen[row.question_id]})"))
+                if not policy.first_time(seen, row.question_id, f"{path.name} line {row.line}", path=path,
+                                         record=record, message="duplicate row index (also {first})"):
                     continue
-                seen[row.question_id] = f"{path.name} line {row.line}"
                 names = coco_filenames(row.img_id)
-                try:
-                    image_path = next((p for p in (readers.find_file(n, image_dirs) for n in names) if p), None)
-                    if image_path is None:
-                        raise readers.record_error(
-                            path, record, f"image {names[0]} / {names[1]} (img_id {row.img_id}) not found in "
-                            f"{[str(manual_dir / d) for d in cfg.image_dirs]}", readers.ImageFileError)
-                    image = self._images.load(image_path, source=path, record=record)
-                except readers.ImageFileError as e:
-                    policy.handle("missing_or_corrupt_image", e)
+                image_path = next((p for p in (readers.find_file(n, image_dirs) for n in names) if p), None)
+                image = self._images.load_or_skip(
+                    image_path, policy, source=path, record=record,
+                    not_found=f"image {names[0]} / {names[1]} (img_id {row.img_id}) not found in "
+                    f"{[str(manual_dir / d) for d in cfg.image_dirs]}")
+                if image is None:
                     continue
                 tokens = self._ocr.get(str(row.img_id), image)
                 kept += 1
