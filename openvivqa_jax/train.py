@@ -572,12 +572,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     """
     finished = finished_step(workdir, cfg.train.num_train_steps)
     if finished is not None:
-        message = (f"{workdir}: this run finished at step {finished} and its final scores are in metrics.jsonl "
-                   f"and eval/; nothing to do. To score it again: --mode evaluate; to train longer: "
-                   f"--config.train.num_train_steps=<more than {finished}>")
-        logging.warning(message)
-        if jax.process_index() == 0:
-            print(message, flush=True)
+        _report_finished(workdir, finished)
         return {}
     warn_warmup(cfg)
     exp, state = create_experiment(cfg, workdir)
@@ -586,89 +581,21 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     # TensorBoard events with scalar values (not tensor summaries); process 0 only.
     writer = tensorboard_writer.create_writer(exp.workdir, just_logging=jax.process_index() > 0)
     latest, best = checkpoint_managers(exp.workdir, t)
-
-    global_batch = t.batch_size
-    local_batch = global_batch // jax.process_count()
-    train_src = exp.data.source(cfg.data.train_split)
-    # Training inputs get their own counters, so the truncation rates logged at the end are the training
-    # batches' (evaluation encodes other splits).
-    train_pre = copy.copy(exp.inputs.pre)
-    train_pre.counter = pipeline.SkipCounter()
-    train_name = f"{exp.data.builder.name}/{cfg.data.train_split}"
-    subset = None
-    weights = config_check.parse_kind_weights(cfg.data.get("train_kind_weights", ""))
-    if cfg.data.get("train_kinds") or weights:
-        recs = exp.data.records(cfg.data.train_split)
-    if cfg.data.get("train_kinds"):
-        subset = pipeline.kind_subset(recs, tuple(cfg.data.train_kinds), train_name)
-        logging.info("data.train_kinds %s: training on %d of the %d questions of %s (%d left out)",
-                     list(cfg.data.train_kinds), len(subset), len(recs), train_name, len(recs) - len(subset))
-        kept = set(subset)
-        recs = [r for r in recs if r.index in kept]
-    if weights:
-        subset = pipeline.kind_weighted_indices(recs, weights, train_name)
-        kind_of = {r.index: r.kind for r in recs}
-        share = collections.Counter(kind_of[i] for i in subset)
-        logging.info("data.train_kind_weights %s: an epoch is %d questions of %s (%d unweighted); share per kind: %s",
-                     weights, len(subset), train_name, len(recs),
-                     ", ".join(f"{k} {100 * v / len(subset):.1f}%" for k, v in share.most_common()))
-    ready = exp.data.model_ready(cfg.data.train_split, train_pre, exp.workdir)
-    if ready is not None:  # the same batches and iterator state, gathered from the one-time records
-        it = model_ready.train_iterator(ready, batch_size=local_batch, seed=cfg.seed, source_name=train_name,
-                                        num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch, indices=subset)
-    else:
-        it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
-                                     source_name=train_name, num_threads=cfg.data.num_threads,
-                                     prefetch=cfg.data.prefetch, indices=subset)
-    start = 0
-    best_score, bad_evals = -np.inf, 0
-    if latest.latest_step() is not None:
-        def restore(step):
-            inference.check_checkpoint_fits(os.path.join(str(latest.directory), str(step), "state"),
-                                            spec.abstract_state.params, os.path.join(exp.workdir, "config.json"))
-            return latest.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(spec.abstract_state), data_iter=ocp.args.JsonRestore()))
-
-        step, restored = inference.restore_newest(str(latest.directory), sorted(latest.all_steps(), reverse=True),
-                                                  restore, on_bad=lambda s: _set_aside(latest, s))
-        latest.reload()  # the steps set aside are no longer the manager's: later saves of those steps proceed
-        state = restored["state"]
-        it.set_state(restored["data_iter"]["iterator"])
-        best_score = restored["data_iter"].get("best_score", -np.inf)
-        bad_evals = restored["data_iter"].get("bad_evals", 0)
-        start = int(step)
-        logging.info("Resumed from step %d (%s)", start, latest.directory)
-    else:
-        logging.info("No checkpoint in %s: training starts at step 0", latest.directory)
+    it, train_pre = _train_inputs(exp)
+    state, start, best_score, bad_evals = _resume(exp, latest, state, it)
     # Written once the checkpoint (if any) is known to fit, so a resume with other model settings keeps the
     # run's own config.json.
     if jax.process_index() == 0:
         with open(os.path.join(exp.workdir, "config.json"), "w", encoding="utf-8") as f:
             f.write(cfg.to_json_best_effort(indent=2))
     step_fn = make_train_step(spec)
-    hooks = []
-    if jax.process_index() == 0 and t.get("profile"):
-        from clu import periodic_actions  # imports TensorFlow (clu.metric_writers): only when profiling
-
-        hooks.append(periodic_actions.Profile(logdir=exp.workdir, num_profile_steps=5))
+    hooks = _profile_hooks(exp)
 
     def save(step: int) -> None:
         latest.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data_iter=ocp.args.JsonSave({"iterator": it.get_state(), "best_score": float(best_score),
                                          "bad_evals": int(bad_evals)})))
-
-    def eval_dev(step: int) -> float:
-        # eval.select_decoding: how the periodic dev scores that choose the best checkpoint are decoded
-        # ("" = eval.decoding); the final dev and test scores always use eval.decoding.
-        select = cfg.eval.get("select_decoding") or None
-        metrics, _ = evaluate(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split, write=True,
-                              tag="dev", **({"method": select} if select else {}))
-        overall = metrics["overall"]
-        writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items() if v is not None})
-        exp.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})
-        logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items() if v is not None})
-        return float(overall.get(t.best_metric) or 0.0)
 
     acc = MeanAccumulator()
     t0 = time.time()
@@ -686,27 +613,11 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                 h(step)
             acc.add(m)
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
-                vals = acc.pop_means()
-                steps_per_sec = t.log_every_steps / max(1e-9, time.time() - t0)
-                writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()},
-                                            "steps_per_sec": steps_per_sec})
-                exp.jsonl.write(step, "train", vals)
-                logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
-                             vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
-                             vals["learning_rate"], steps_per_sec)
-                t0 = time.time()
+                t0 = _log_train_means(exp, writer, step, acc, t0)
             if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
-                score = eval_dev(step)
-                best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
-                          metrics={"score": score})
-                if score > best_score:
-                    best_score, bad_evals = score, 0
-                else:
-                    bad_evals += 1
-                if t.patience and bad_evals >= t.patience:
-                    logging.info("Early stop at step %d: no dev %s improvement in %d evaluations", step,
-                                 t.best_metric, bad_evals)
-                    stopped_early = True
+                score = _eval_dev(exp, state, step, writer)
+                best_score, bad_evals, stopped_early = _record_dev_score(exp, best, state, step, score, best_score,
+                                                                         bad_evals)
             if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps or stopped_early:
                 save(step)
             if stopped_early:
@@ -717,6 +628,157 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                 checkpoints.stop_with_checkpoint(signal_name, step, save, latest, best)
     latest.wait_until_finished()
     best.wait_until_finished()
+    _log_input_counts(exp, train_pre, step)
+    results = final_evaluation(exp, step, state, writer=writer)
+    writer.flush()
+    writer.close()
+    return results
+
+
+def _report_finished(workdir: str, finished: int) -> None:
+    """Says (a WARNING line, and on stdout from process 0) that the run in ``workdir`` finished at step
+    ``finished``, and how to score it again or train it longer."""
+    message = (f"{workdir}: this run finished at step {finished} and its final scores are in metrics.jsonl "
+               f"and eval/; nothing to do. To score it again: --mode evaluate; to train longer: "
+               f"--config.train.num_train_steps=<more than {finished}>")
+    logging.warning(message)
+    if jax.process_index() == 0:
+        print(message, flush=True)
+
+
+def _train_subset(exp: Experiment, train_name: str) -> list[int] | None:
+    """The indices of the training questions an epoch draws from: those of the kinds in ``data.train_kinds``,
+    drawn per ``data.train_kind_weights`` (each logged in one line); None: all questions, each once."""
+    cfg = exp.cfg
+    subset = None
+    weights = config_check.parse_kind_weights(cfg.data.get("train_kind_weights", ""))
+    if cfg.data.get("train_kinds") or weights:
+        recs = exp.data.records(cfg.data.train_split)
+    if cfg.data.get("train_kinds"):
+        subset = pipeline.kind_subset(recs, tuple(cfg.data.train_kinds), train_name)
+        logging.info("data.train_kinds %s: training on %d of the %d questions of %s (%d left out)",
+                     list(cfg.data.train_kinds), len(subset), len(recs), train_name, len(recs) - len(subset))
+        kept = set(subset)
+        recs = [r for r in recs if r.index in kept]
+    if weights:
+        subset = pipeline.kind_weighted_indices(recs, weights, train_name)
+        kind_of = {r.index: r.kind for r in recs}
+        share = collections.Counter(kind_of[i] for i in subset)
+        logging.info("data.train_kind_weights %s: an epoch is %d questions of %s (%d unweighted); share per kind: %s",
+                     weights, len(subset), train_name, len(recs),
+                     ", ".join(f"{k} {100 * v / len(subset):.1f}%" for k, v in share.most_common()))
+    return subset
+
+
+def _train_inputs(exp: Experiment):
+    """``(iterator, train_pre)``: the training batches of this process (from the model-ready records when the
+    workdir has them, else encoded per example) and the preprocessor that encodes them, with counters of its own
+    so that the truncation rates logged at the end are the training batches' (evaluation encodes other splits)."""
+    cfg = exp.cfg
+    local_batch = cfg.train.batch_size // jax.process_count()
+    train_src = exp.data.source(cfg.data.train_split)
+    train_pre = copy.copy(exp.inputs.pre)
+    train_pre.counter = pipeline.SkipCounter()
+    train_name = f"{exp.data.builder.name}/{cfg.data.train_split}"
+    subset = _train_subset(exp, train_name)
+    ready = exp.data.model_ready(cfg.data.train_split, train_pre, exp.workdir)
+    if ready is not None:  # the same batches and iterator state, gathered from the one-time records
+        it = model_ready.train_iterator(ready, batch_size=local_batch, seed=cfg.seed, source_name=train_name,
+                                        num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch, indices=subset)
+    else:
+        it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
+                                     source_name=train_name, num_threads=cfg.data.num_threads,
+                                     prefetch=cfg.data.prefetch, indices=subset)
+    return it, train_pre
+
+
+def _resume(exp: Experiment, latest: ocp.CheckpointManager, state: TrainState, it):
+    """``(state, start_step, best_score, bad_evals)`` from the newest checkpoint of ``latest`` that restores
+    (those that do not are set aside, :func:`_set_aside`), with ``it`` moved to where that checkpoint's
+    iterator was; ``(state, 0, -inf, 0)`` when there is none."""
+    spec = exp.spec
+    if latest.latest_step() is None:
+        logging.info("No checkpoint in %s: training starts at step 0", latest.directory)
+        return state, 0, -np.inf, 0
+
+    def restore(step):
+        inference.check_checkpoint_fits(os.path.join(str(latest.directory), str(step), "state"),
+                                        spec.abstract_state.params, os.path.join(exp.workdir, "config.json"))
+        return latest.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(spec.abstract_state), data_iter=ocp.args.JsonRestore()))
+
+    step, restored = inference.restore_newest(str(latest.directory), sorted(latest.all_steps(), reverse=True),
+                                              restore, on_bad=lambda s: _set_aside(latest, s))
+    latest.reload()  # the steps set aside are no longer the manager's: later saves of those steps proceed
+    it.set_state(restored["data_iter"]["iterator"])
+    start = int(step)
+    logging.info("Resumed from step %d (%s)", start, latest.directory)
+    return (restored["state"], start, restored["data_iter"].get("best_score", -np.inf),
+            restored["data_iter"].get("bad_evals", 0))
+
+
+def _profile_hooks(exp: Experiment) -> list:
+    """The per-step hooks: a profiler trace of 5 steps into the workdir when ``train.profile`` (process 0)."""
+    hooks = []
+    if jax.process_index() == 0 and exp.cfg.train.get("profile"):
+        from clu import periodic_actions  # imports TensorFlow (clu.metric_writers): only when profiling
+
+        hooks.append(periodic_actions.Profile(logdir=exp.workdir, num_profile_steps=5))
+    return hooks
+
+
+def _log_train_means(exp: Experiment, writer, step: int, acc: MeanAccumulator, t0: float) -> float:
+    """Writes the training means accumulated since the last log (and steps per second since ``t0``) to
+    TensorBoard, ``metrics.jsonl`` and one log line; returns the time the next interval starts."""
+    t = exp.cfg.train
+    vals = acc.pop_means()
+    steps_per_sec = t.log_every_steps / max(1e-9, time.time() - t0)
+    writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()}, "steps_per_sec": steps_per_sec})
+    exp.jsonl.write(step, "train", vals)
+    logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
+                 vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
+                 vals["learning_rate"], steps_per_sec)
+    return time.time()
+
+
+def _eval_dev(exp: Experiment, state: TrainState, step: int, writer) -> float:
+    """Scores the dev split with ``state``'s parameters (writes ``eval/dev_*``, TensorBoard, ``metrics.jsonl``
+    and one log line); returns the ``train.best_metric`` score (0 when missing)."""
+    cfg = exp.cfg
+    # eval.select_decoding: how the periodic dev scores that choose the best checkpoint are decoded
+    # ("" = eval.decoding); the final dev and test scores always use eval.decoding.
+    select = cfg.eval.get("select_decoding") or None
+    metrics, _ = evaluate(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split, write=True,
+                          tag="dev", **({"method": select} if select else {}))
+    overall = metrics["overall"]
+    writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items() if v is not None})
+    exp.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})
+    logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items() if v is not None})
+    return float(overall.get(cfg.train.best_metric) or 0.0)
+
+
+def _record_dev_score(exp: Experiment, best: ocp.CheckpointManager, state: TrainState, step: int, score: float,
+                      best_score: float, bad_evals: int) -> tuple[float, int, bool]:
+    """Saves ``state`` to ``best`` with its dev ``score`` and counts evaluations without improvement; returns
+    ``(best_score, bad_evals, stop)``, ``stop`` True (with a log line) when ``train.patience`` of them ran out."""
+    t = exp.cfg.train
+    best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), metrics={"score": score})
+    if score > best_score:
+        best_score, bad_evals = score, 0
+    else:
+        bad_evals += 1
+    stop = False
+    if t.patience and bad_evals >= t.patience:
+        logging.info("Early stop at step %d: no dev %s improvement in %d evaluations", step, t.best_metric,
+                     bad_evals)
+        stop = True
+    return best_score, bad_evals, stop
+
+
+def _log_input_counts(exp: Experiment, train_pre, step: int) -> None:
+    """Logs the training and evaluation inputs truncated or skipped, the training truncation rates (also to
+    ``metrics.jsonl`` at ``step``), and a WARNING for each rate too high (:func:`warn_cut_inputs`)."""
+    cfg = exp.cfg
     train_pre.counter.log("Training input counts (truncated/skipped)")
     exp.inputs.counter.log("Evaluation input counts (truncated/skipped)")
     rates = train_pre.counter.truncation_rates()
@@ -728,10 +790,6 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
         exp.jsonl.write(step, "train_inputs", {f"train/{k}": v for k, v in rates.items()})
     warn_cut_inputs("training", rates, cfg.model)
     warn_cut_inputs("evaluation", exp.inputs.counter.truncation_rates(), cfg.model)
-    results = final_evaluation(exp, step, state, writer=writer)
-    writer.flush()
-    writer.close()
-    return results
 
 
 #: Share of questions or answers cut at ``model.max_question_len`` / ``max_answer_len`` above which the run

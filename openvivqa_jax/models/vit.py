@@ -310,6 +310,31 @@ def load_big_vision_npz(vit: ViT, path: str | os.PathLike, *, strict_unused: boo
 
     put(vit.embedding.kernel, "embedding/kernel")
     put(vit.embedding.bias, "embedding/bias")
+    pe_key, pe, cls_from_pe, resampled = _position_embedding(vit, flat, path, prefix, take)
+    put(vit.pos_embedding, pe_key, pe)
+    if vit.cls is not None:
+        if "cls" not in flat:
+            raise CheckpointError(f"{path}: this ViT has a cls token (model.vision.cls_token) but the checkpoint "
+                                  "has no 'cls'")
+        cls = take("cls").astype(np.float32)
+        if cls_from_pe is not None:
+            cls = cls + cls_from_pe
+        put(vit.cls, "cls", cls)
+    _put_blocks(vit, put)
+    ignored = _unused_keys(vit, flat, used, path, prefix, strict_unused)
+    logging.info("ViT %s: loaded %d arrays (prefix %r)", path, len(used), prefix)
+    return {"prefix": prefix, "loaded": len(used), "ignored": ignored, "posemb_resampled": resampled}
+
+
+def _position_embedding(vit: ViT, flat: dict[str, np.ndarray], path: str, prefix: str, take):
+    """The checkpoint's position embedding on ``vit``'s grid: ``(key, pe, cls_from_pe, resampled)`` with ``pe``
+    float32 ``(1, gh * gw, width)`` (resampled from the stored grid when it differs, then ``resampled`` True) and
+    ``cls_from_pe`` ``(1, 1, width)``, the ``cls`` entry an old-format grid stores first (None otherwise).
+    ``take(key)`` reads a checkpoint array and marks it used.
+
+    Raises:
+      CheckpointError: no position embedding, a grid that is not square, or another width than ``vit``'s.
+    """
     # Position embedding: new location, or the older ones fix_old_checkpoints moves.
     pe_key = next((k for k in ("pos_embedding", "Transformer/pos_embedding", "Transformer/posembed_input/pos_embedding")
                    if k in flat), None)
@@ -335,15 +360,12 @@ def load_big_vision_npz(vit: ViT, path: str | os.PathLike, *, strict_unused: boo
     if resampled:
         logging.info("ViT %s: position embedding grid %dx%d resampled to %s", path, g, g, vit.posemb_grid)
         pe = resample_posemb(pe, (g, g), vit.posemb_grid)
-    put(vit.pos_embedding, pe_key, pe)
-    if vit.cls is not None:
-        if "cls" not in flat:
-            raise CheckpointError(f"{path}: this ViT has a cls token (model.vision.cls_token) but the checkpoint "
-                                  "has no 'cls'")
-        cls = take("cls").astype(np.float32)
-        if cls_from_pe is not None:
-            cls = cls + cls_from_pe
-        put(vit.cls, "cls", cls)
+    return pe_key, pe, cls_from_pe, resampled
+
+
+def _put_blocks(vit: ViT, put) -> None:
+    """Fills ``vit``'s encoder blocks and final LayerNorm with ``put(variable, key, heads=...)``, which reads the
+    checkpoint array ``key`` into ``variable``."""
     for i, blk in enumerate(vit.blocks):
         b = f"Transformer/encoderblock_{i}/"
         put(blk.norm1.scale, b + "LayerNorm_0/scale")
@@ -361,6 +383,16 @@ def load_big_vision_npz(vit: ViT, path: str | os.PathLike, *, strict_unused: boo
         put(blk.mlp.wo.bias, b + "MlpBlock_0/Dense_1/bias")
     put(vit.encoder_norm.scale, "Transformer/encoder_norm/scale")
     put(vit.encoder_norm.bias, "Transformer/encoder_norm/bias")
+
+
+def _unused_keys(vit: ViT, flat: dict[str, np.ndarray], used: set[str], path: str, prefix: str,
+                 strict_unused: bool) -> list[str]:
+    """The sorted checkpoint keys not in ``used``, logged (and a cls token the module does not take warned of).
+
+    Raises:
+      CheckpointError: the checkpoint has more encoder blocks than ``vit``, or (``strict_unused``) keys other
+        than the always-ignored heads are unused.
+    """
     extra_blocks = sorted({k.split("/")[1] for k in flat if k.startswith("Transformer/encoderblock_")
                            and int(k.split("/")[1].rsplit("_", 1)[1]) >= len(vit.blocks)})
     if extra_blocks:
@@ -377,5 +409,4 @@ def load_big_vision_npz(vit: ViT, path: str | os.PathLike, *, strict_unused: boo
     if ignored:
         logging.info("ViT %s: %d checkpoint keys not used (%s%s)", path, len(ignored), ", ".join(ignored[:4]),
                      ", ..." if len(ignored) > 4 else "")
-    logging.info("ViT %s: loaded %d arrays (prefix %r)", path, len(used), prefix)
-    return {"prefix": prefix, "loaded": len(used), "ignored": ignored, "posemb_resampled": resampled}
+    return ignored

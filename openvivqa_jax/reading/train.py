@@ -287,15 +287,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     workdir = os.path.abspath(os.path.expanduser(workdir))
     os.makedirs(workdir, exist_ok=True)
     builder, tokenizer, train_records = _setup(cfg, workdir)
-    if train_records is None:
-        train_records = read_split(builder, cfg.data.train_split)
-    windows = _windows(cfg, tokenizer, train_records, train=True)
-    logging.info("train windows: %s", windows.counts)
-    if len(windows) == 0:
-        from openvivqa_jax.data.pipeline import DatasetError
-
-        raise DatasetError(f"{builder.name}/{cfg.data.train_split}: no question has its first answer inside a "
-                           f"window of model.max_seq_len={cfg.model.max_seq_len} pieces ({windows.counts})")
+    windows = _train_windows(cfg, builder, tokenizer, train_records)
     dev_records = read_split(builder, cfg.data.eval_split) if cfg.data.eval_split in builder.info.splits else None
 
     model = build_reader(cfg.model, tokenizer.vocab_size, seed=cfg.seed)
@@ -309,25 +301,86 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                  cfg.model.max_seq_len)
     latest, best = checkpoint_managers(workdir, t)
     stream = _Stream(len(windows), int(t.batch_size), int(cfg.seed))
-    best_score = -np.inf
-    start = 0
-    if latest.latest_step() is not None:
-        step = latest.latest_step()
-        inference.check_checkpoint_fits(os.path.join(str(latest.directory), str(step), "state"), params,
-                                        os.path.join(workdir, "config.json"))
-        restored = latest.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(_abstract(state)), data_iter=ocp.args.JsonRestore()))
-        state = restored["state"]
-        stream.set_state(restored["data_iter"]["iterator"])
-        best_score = restored["data_iter"].get("best_score", -np.inf)
-        start = int(step)
-        logging.info("Resumed from step %d (%s)", start, latest.directory)
+    state, start, best_score = _resume(workdir, latest, state, stream)
     with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
         f.write(cfg.to_json_best_effort(indent=2))
     writer = metric_writers.create_default_writer(workdir)
     report = periodic_actions.ReportProgress(num_train_steps=t.num_train_steps, writer=writer,
                                              every_steps=t.log_every_steps)
-    seed = int(cfg.seed)
+    train_step = _make_train_step(graphdef, tx, schedule, int(cfg.seed))
+
+    def save(step: int) -> None:
+        latest.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            data_iter=ocp.args.JsonSave({"iterator": stream.get_state(), "best_score": float(best_score)})))
+
+    acc = MeanAccumulator()
+    t0 = time.time()
+    step = start
+    with interrupts.StopSignals() as signals:
+        for step in range(start + 1, t.num_train_steps + 1):
+            state, m = train_step(state, windows.batch(stream.next()))
+            report(step)
+            acc.add(m)
+            if step % t.log_every_steps == 0 or step == t.num_train_steps:
+                t0 = _log_train_means(cfg, workdir, writer, step, acc, t0)
+            if dev_records is not None and t.eval_every_steps and (
+                    step % t.eval_every_steps == 0 or step == t.num_train_steps):
+                score = _eval_dev(cfg, workdir, writer, graphdef, state.params, tokenizer, dev_records, step)
+                best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), metrics={"score": score})
+                best_score = max(best_score, score)
+            if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps:
+                save(step)
+            if signals.requested:
+                checkpoints.stop_with_checkpoint(signals.requested, step, save, latest, best)
+    latest.wait_until_finished()
+    best.wait_until_finished()
+    writer.flush()
+    return _final(cfg, workdir, builder, tokenizer, graphdef, _abstract(state.params),
+                  fallback=(state.params, int(jax.device_get(state.step))))
+
+
+def _train_windows(cfg, builder, tokenizer: Tokenizer, train_records):
+    """The training windows of the train split (``train_records``, read here when None), their counts logged.
+
+    Raises:
+      DatasetError: no question has its first answer inside a window.
+    """
+    if train_records is None:
+        train_records = read_split(builder, cfg.data.train_split)
+    windows = _windows(cfg, tokenizer, train_records, train=True)
+    logging.info("train windows: %s", windows.counts)
+    if len(windows) == 0:
+        from openvivqa_jax.data.pipeline import DatasetError
+
+        raise DatasetError(f"{builder.name}/{cfg.data.train_split}: no question has its first answer inside a "
+                           f"window of model.max_seq_len={cfg.model.max_seq_len} pieces ({windows.counts})")
+    return windows
+
+
+def _resume(workdir: str, latest: ocp.CheckpointManager, state: TrainState, stream: _Stream):
+    """``(state, start_step, best_score)`` from the latest checkpoint of ``latest``, with ``stream`` moved to
+    where that checkpoint's was; ``(state, 0, -inf)`` when there is none.
+
+    Raises:
+      CheckpointMismatchError: the checkpoint was made with other model sizes.
+    """
+    if latest.latest_step() is None:
+        return state, 0, -np.inf
+    step = latest.latest_step()
+    inference.check_checkpoint_fits(os.path.join(str(latest.directory), str(step), "state"), state.params,
+                                    os.path.join(workdir, "config.json"))
+    restored = latest.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(_abstract(state)), data_iter=ocp.args.JsonRestore()))
+    stream.set_state(restored["data_iter"]["iterator"])
+    start = int(step)
+    logging.info("Resumed from step %d (%s)", start, latest.directory)
+    return restored["state"], start, restored["data_iter"].get("best_score", -np.inf)
+
+
+def _make_train_step(graphdef, tx: optax.GradientTransformation, schedule: optax.Schedule, seed: int):
+    """The jitted training step ``(state, batch) -> (state, metrics)``; dropout keys are
+    ``fold_in(key(seed), step)``, so a resumed run computes what the uninterrupted one would."""
 
     @jax.jit
     def train_step(state: TrainState, batch):
@@ -344,47 +397,31 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
         m = dict(m, grad_norm=optax.tree.norm(grads), learning_rate=schedule(state.step))
         return TrainState(state.step + 1, params, opt_state), m
 
-    def save(step: int) -> None:
-        latest.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
-            data_iter=ocp.args.JsonSave({"iterator": stream.get_state(), "best_score": float(best_score)})))
+    return train_step
 
-    acc = MeanAccumulator()
-    t0 = time.time()
-    step = start
-    with interrupts.StopSignals() as signals:
-        for step in range(start + 1, t.num_train_steps + 1):
-            state, m = train_step(state, windows.batch(stream.next()))
-            report(step)
-            acc.add(m)
-            if step % t.log_every_steps == 0 or step == t.num_train_steps:
-                vals = acc.pop_means()
-                writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
-                _jsonl(workdir, step, "train", vals)
-                logging.info("step %d/%d loss %.4f start acc %.3f end acc %.3f lr %.2e (%.1f steps/s)", step,
-                             t.num_train_steps, vals["loss"], vals["start_accuracy"], vals["end_accuracy"],
-                             vals["learning_rate"], t.log_every_steps / max(1e-9, time.time() - t0))
-                t0 = time.time()
-            if dev_records is not None and t.eval_every_steps and (
-                    step % t.eval_every_steps == 0 or step == t.num_train_steps):
-                metrics, _ = evaluate_split(cfg, workdir, graphdef, state.params, tokenizer, dev_records,
-                                            cfg.data.eval_split, step)
-                overall = {k: v for k, v in metrics["overall"].items() if v is not None}
-                writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items()})
-                _jsonl(workdir, step, "eval", {f"dev/{k}": v for k, v in overall.items()})
-                logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items()})
-                score = float(overall.get(t.best_metric, 0.0))
-                best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), metrics={"score": score})
-                best_score = max(best_score, score)
-            if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps:
-                save(step)
-            if signals.requested:
-                checkpoints.stop_with_checkpoint(signals.requested, step, save, latest, best)
-    latest.wait_until_finished()
-    best.wait_until_finished()
-    writer.flush()
-    return _final(cfg, workdir, builder, tokenizer, graphdef, _abstract(state.params),
-                  fallback=(state.params, int(jax.device_get(state.step))))
+
+def _log_train_means(cfg, workdir: str, writer, step: int, acc: MeanAccumulator, t0: float) -> float:
+    """Writes the training means accumulated since the last log to TensorBoard, ``metrics.jsonl`` and one log
+    line (with steps per second since ``t0``); returns the time the next interval starts."""
+    t = cfg.train
+    vals = acc.pop_means()
+    writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
+    _jsonl(workdir, step, "train", vals)
+    logging.info("step %d/%d loss %.4f start acc %.3f end acc %.3f lr %.2e (%.1f steps/s)", step,
+                 t.num_train_steps, vals["loss"], vals["start_accuracy"], vals["end_accuracy"],
+                 vals["learning_rate"], t.log_every_steps / max(1e-9, time.time() - t0))
+    return time.time()
+
+
+def _eval_dev(cfg, workdir: str, writer, graphdef, params, tokenizer: Tokenizer, dev_records, step: int) -> float:
+    """Scores the dev split with ``params`` (``eval/`` files, TensorBoard, ``metrics.jsonl``, one log line);
+    returns its ``train.best_metric`` (0 when missing)."""
+    metrics, _ = evaluate_split(cfg, workdir, graphdef, params, tokenizer, dev_records, cfg.data.eval_split, step)
+    overall = {k: v for k, v in metrics["overall"].items() if v is not None}
+    writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items()})
+    _jsonl(workdir, step, "eval", {f"dev/{k}": v for k, v in overall.items()})
+    logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items()})
+    return float(overall.get(cfg.train.best_metric, 0.0))
 
 
 def evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
