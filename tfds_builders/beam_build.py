@@ -343,7 +343,7 @@ class _Pending:
     record: str
 
 
-class _DeferredImages:
+class _DeferredImages(readers.LoadOrSkip):
     """A stand-in for :class:`tfds_builders.readers.ImageCache` that decodes nothing: :meth:`load` returns a
     :class:`~tfds_builders.readers.LoadedImage` whose ``encoded`` is a :class:`_Pending` (size 0 x 0)."""
 

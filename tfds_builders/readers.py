@@ -603,7 +603,29 @@ def load_image(path: Path, *, source: Any, record: str) -> LoadedImage:
 _MIN_DECODE_ONLY_POOL = 256
 
 
-class ImageCache:
+class LoadOrSkip:
+    """:meth:`load_or_skip` for an image source with a ``load(path, *, source, record)`` method: the plain
+    :class:`ImageCache` and the Beam build's stand-in that defers decoding."""
+
+    def load_or_skip(self, path: Path | None, policy: ErrorPolicy, *, source: Any, record: str,
+                     not_found: str) -> LoadedImage | None:
+        """The image at ``path`` (:meth:`load`), or None when it is missing (``path`` None; ``not_found`` says
+        where it was looked for) or corrupt and ``policy`` skips such images (counted as
+        ``missing_or_corrupt_image``).
+
+        Raises:
+            ImageFileError: naming ``source``, ``record`` and the image, unless ``skip_missing_images``.
+        """
+        try:
+            if path is None:
+                raise record_error(source, record, not_found, ImageFileError)
+            return self.load(path, source=source, record=record)
+        except ImageFileError as e:
+            policy.handle("missing_or_corrupt_image", e)
+            return None
+
+
+class ImageCache(LoadOrSkip):
     """The images of a split, decoded (and OCRed by an engine) in worker processes up front.
 
     :meth:`prepare` runs :func:`tfds_builders.image_work.map_images` over the split's image files
@@ -661,23 +683,6 @@ class ImageCache:
         if res.error is not None:
             raise record_error(source, record, res.error, ImageFileError)
         return LoadedImage(encoded=res.encoded, pil=None, width=res.width, height=res.height)
-
-    def load_or_skip(self, path: Path | None, policy: ErrorPolicy, *, source: Any, record: str,
-                     not_found: str) -> LoadedImage | None:
-        """The image at ``path`` (:meth:`load`), or None when it is missing (``path`` None; ``not_found`` says
-        where it was looked for) or corrupt and ``policy`` skips such images (counted as
-        ``missing_or_corrupt_image``).
-
-        Raises:
-            ImageFileError: naming ``source``, ``record`` and the image, unless ``skip_missing_images``.
-        """
-        try:
-            if path is None:
-                raise record_error(source, record, not_found, ImageFileError)
-            return self.load(path, source=source, record=record)
-        except ImageFileError as e:
-            policy.handle("missing_or_corrupt_image", e)
-            return None
 
 
 class OcrSource:
