@@ -166,10 +166,18 @@ def test_format_characters(raw, expected):
 
 
 def test_format_character_table_matches_unicode_database():
+    """The table is Unicode 15.0's Cf set whatever the interpreter: equal to the database of Python 3.12 (15.0)
+    and 3.13 (15.1, no new format characters); Python 3.11's database (14.0) lacks only the Egyptian hieroglyph
+    format controls U+13439-U+1343F that 15.0 added, which are unassigned there."""
     from openvivqa_jax.text.normalize import _FORMAT_RE
 
     expected = {c for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"}
-    assert {c for c in range(0x110000) if _FORMAT_RE.match(chr(c))} == expected
+    table = {c for c in range(0x110000) if _FORMAT_RE.match(chr(c))}
+    if unicodedata.unidata_version.split(".")[:1] == ["14"]:
+        assert table - expected == set(range(0x13439, 0x13440)) and expected <= table
+        assert all(unicodedata.category(chr(c)) == "Cn" for c in table - expected)
+    else:
+        assert table == expected
 
 
 def _fault_corpus():
