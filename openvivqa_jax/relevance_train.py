@@ -302,7 +302,7 @@ class _Data:
         skipped = collections.Counter()
         for split in (cfg.data.train_split, cfg.data.eval_split, cfg.data.test_split):
             src = pipeline.load_source(builder, split)
-            recs = pipeline.read_records(src, f"{builder.name}/{split}")
+            recs = pipeline.read_records(src, f"{builder.name}/{split}", keep_objects=True)
             kept = [r for r in recs if r.extra.get("language", lang) == lang]
             skipped[split] = len(recs) - len(kept)
             self.sources[split], self.records[split] = src, kept

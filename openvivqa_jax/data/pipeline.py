@@ -347,17 +347,28 @@ def read_dictionary_file(path: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(w for w in (normalize_text(x) for x in words) if w))
 
 
-def read_records(source, source_name: str = "", counter: SkipCounter | None = None) -> list[Record]:
-    """All records of a (small) split without image bytes or dictionaries, in order: the eval metadata.
+def read_records(source, source_name: str = "", counter: SkipCounter | None = None, *,
+                 keep_objects: bool = False) -> list[Record]:
+    """All records of a split without image bytes, dictionaries or region features, in order: the text, OCR
+    tokens and metadata (tokenizer and answer-list training, eval metadata, template kinds).
 
-    (ST-VQA task-2 examples carry the 30k-word global dictionary each; it is read again per batch
-    by :func:`eval_batches`, never held for the whole split.)
+    What is left out is read again from the source where it is used, never held for the whole split: the
+    ST-VQA task-2 examples' 30k-word global dictionary (:func:`eval_batches`), and the region features
+    (``objects``: 50 x 2048 per question in the OpenViVQA release, about 12 GB for its train split).
+
+    Args:
+      source: random-access data source of one split.
+      source_name: the split named in errors.
+      counter: counts what decoding skips.
+      keep_objects: keep ``objects`` (region features and boxes), one copy per image id shared by its questions.
     """
     out = []
+    objects_of: dict[str, dict | None] = {}
     for i in range(len(source)):
         r = decode_record(source[i], i, source_name, counter)
         r.image_bytes = None
         r.extra.pop("dictionary", None)
+        r.objects = objects_of.setdefault(r.image_id, r.objects) if keep_objects else None
         out.append(r)
     return out
 

@@ -102,6 +102,20 @@ def test_mlpag_trains_on_tiny_regions(tmp_path):
     ex = b.as_data_source("train")[0]
     assert ex["objects"]["features"].shape[1] == gen.REGION_FEATURE_DIM
     assert ex["objects"]["features"].shape[0] == ex["objects"]["boxes"].shape[0] >= 3
+    # The split's records leave the region features out (read again from the source where used), unless asked;
+    # then one copy per image, equal to the example's own.
+    from openvivqa_jax.data import pipeline
+
+    src = pipeline.load_source(b, "train")
+    assert all(r.objects is None for r in pipeline.read_records(src, "train"))
+    kept = pipeline.read_records(src, "train", keep_objects=True)
+    by_image: dict = {}
+    for r in kept:
+        by_image.setdefault(r.image_id, []).append(r)
+    shared = [rs for rs in by_image.values() if len(rs) > 1]
+    assert shared and all(r.objects is rs[0].objects for rs in shared for r in rs)
+    for r in kept[:5]:
+        np.testing.assert_array_equal(r.objects["features"], np.asarray(src[r.index]["objects"]["features"], np.float32))
     wd = tmp_path / "run"
     res = subprocess.run([sys.executable, "-m", "openvivqa_jax.main", "--config", "configs/synthetic/mlpag_regions.py",
                           "--workdir", str(wd), f"--config.data.data_dir={data}",
