@@ -74,7 +74,7 @@ def _quiet_closed_loop_callbacks() -> None:
 
 
 class _UnretrievedReadErrors(std_logging.Filter):
-    """Keeps asyncio's "exception was never retrieved" reports of a step already reported as corrupt off stderr.
+    """Keeps asyncio's "exception was never retrieved" reports of the reads of a corrupt step off stderr.
 
     When one array of a step fails to read, orbax's gather raises the first error and the reads of the other
     arrays finish later with the same kind of error that nobody awaits; when those tasks are collected, asyncio
