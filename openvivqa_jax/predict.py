@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from openvivqa_jax.data.images import DEFAULT_MAX_PIXELS as DEFAULT_MAX_IMAGE_PIXELS
-from openvivqa_jax.data.ocr import (  # the OCR engines and the merge of tesseract passes live in data/ocr.py
+from openvivqa_jax.data.ocr import (  # engines in data/ocr/engines.py, the merge of passes in data/ocr/tokens.py
     DEFAULT_ENGINE as DEFAULT_OCR_ENGINE,
     DEFAULT_OCR_PASSES,
     ENGINES as OCR_ENGINES,

@@ -142,12 +142,12 @@ def test_missing_binary_is_a_clear_error(monkeypatch, rendered):
     import pytesseract
 
     monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", "/nonexistent/tesseract")
-    ocr._installed_languages.cache_clear()
+    ocr.engines._installed_languages.cache_clear()
     try:
         with pytest.raises(ocr.OcrUnavailableError, match="tesseract binary was not found"):
             ocr.run_tesseract(rendered[0])
     finally:
-        ocr._installed_languages.cache_clear()
+        ocr.engines._installed_languages.cache_clear()
 
 
 def _write(tmp_path: Path, data, name="ocr.json") -> Path:

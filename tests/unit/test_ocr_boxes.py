@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from openvivqa_jax.data import ocr as ocr_lib
+from openvivqa_jax.data.ocr import engines as ocr_engines
 
 from test_openvivqa_builder import build, read, small_dataset
 
@@ -74,8 +75,8 @@ def test_default_engine_counts_dropped_fragments(monkeypatch):
 
     from PIL import Image
 
-    monkeypatch.setattr(ocr_lib, "check_tesseract", lambda lang="vie": None)
-    monkeypatch.setattr(ocr_lib, "detect_text_boxes", lambda image, threads=1: np.asarray(
+    monkeypatch.setattr(ocr_engines, "check_tesseract", lambda lang="vie": None)
+    monkeypatch.setattr(ocr_engines, "detect_text_boxes", lambda image, threads=1: np.asarray(
         [[[10, 10], [30, 10], [30, 20], [10, 20]]], np.float32))
     fake = types.SimpleNamespace(Output=types.SimpleNamespace(DICT="dict"),
                                  image_to_data=lambda crop, **kw: {"size": crop.size})
@@ -86,7 +87,7 @@ def test_default_engine_counts_dropped_fragments(monkeypatch):
         yield "hà", 90.0, 0, 0, w, h
         yield "à", 60.0, w // 2, h // 4, w // 2 - 1, h // 2
 
-    monkeypatch.setattr(ocr_lib, "_word_rows", rows)
+    monkeypatch.setattr(ocr_engines, "_word_rows", rows)
     stats: dict[str, int] = {}
     out = ocr_lib.run_detector_tesseract(Image.new("RGB", (100, 100)), filter_tokens=False, stats=stats)
     assert [t["text"] for t in out] == ["hà"] and stats["dropped_fragments"] == 1

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from conftest import build_tfds, read_examples, write_jpeg, write_json
-from openvivqa_jax.data import ocr as ocr_lib
+from openvivqa_jax.data.ocr import engines as ocr_engines
 from tfds_builders import readers
 from tfds_builders.openvivqa import Builder, OpenVivqaConfig
 
@@ -173,7 +173,7 @@ def test_ocr_engine_runs_once_per_image(tmp_path, monkeypatch):
         calls.append(image.size)
         return [{"text": "phở hòa", "box": (0.0, 0.0, 0.5, 0.5), "score": 0.9}]
 
-    monkeypatch.setattr(ocr_lib, "run_ocr_passes", fake)  # the `tesseract` engine, in this process (1 worker)
+    monkeypatch.setattr(ocr_engines, "run_ocr_passes", fake)  # the `tesseract` engine, in this process (1 worker)
     small_dataset(tmp_path / "m")
     for name, size in (("a.jpg", (40, 30)), ("b.jpg", (20, 50))):  # not one colour: such images skip OCR
         pixels = np.zeros((size[1], size[0], 3), np.uint8)
