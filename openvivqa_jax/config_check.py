@@ -167,6 +167,10 @@ def check_config(cfg) -> None:
             continue
         if value not in allowed_values:
             _fail(field, value, "one of " + ", ".join(repr(v) for v in allowed_values))
+    if answering:
+        from openvivqa_jax import evals
+
+        evals.plan(cfg)  # the evaluations after training: kinds, fields and references
     weights = _get(cfg, "data.train_kind_weights")
     if weights is not _MISSING and weights:
         parse_kind_weights(weights)

@@ -24,6 +24,8 @@ reused for every later batch with it (no recompilation).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -33,7 +35,7 @@ from flax import nnx, struct
 from openvivqa_jax.models.base import AnswerGenerator
 from openvivqa_jax.models.layers import NEG_INF
 
-__all__ = ["length_penalty", "greedy_search", "beam_search", "make_decode_fn", "BANNED_IDS", "BeamState",
+__all__ = ["length_penalty", "greedy_search", "beam_search", "make_decode_fn", "DecodeSettings", "METHODS", "BANNED_IDS", "BeamState",
            "flatten_beam_dim", "unflatten_beam_dim", "gather_beams"]
 
 #: Piece ids never generated: pad 0, unk 1, bos 2.
@@ -248,33 +250,97 @@ def beam_search(model: AnswerGenerator, batch: dict, *, max_len: int, beam_size:
     return top_seq[:, 0], top_score[:, 0], top_seq, top_score
 
 
-def make_decode_fn(graphdef: Any, *, max_len: int, beam_size: int = 1, alpha: float = 0.0, method: str = "beam",
-                   share_memory: bool = False):
-    """A jitted ``fn(params, batch) -> (ids (batch, T), score (batch,))``.
+#: Decoding methods: beam and greedy search for answer generators, arg-max over the answer list for classifiers.
+METHODS = ("beam", "greedy", "argmax")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSettings:
+    """How answers are decoded: the key of :func:`make_decode_fn`'s cache and the ``decoding`` record of
+    every metrics file.
+
+    Attributes:
+      method: ``"beam"``, ``"greedy"`` (generators) or ``"argmax"`` (classifiers).
+      max_len: answer steps ``T`` of a generator.
+      beam_size: ``K`` (1 unless ``method == "beam"``).
+      alpha: the length-penalty exponent of :func:`length_penalty`.
+      share_memory: :func:`beam_search` keeps the cross-attention keys/values once per example.
+    """
+
+    method: str = "beam"
+    max_len: int = 1
+    beam_size: int = 1
+    alpha: float = 0.0
+    share_memory: bool = False
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"decoding method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+
+    @classmethod
+    def from_config(cls, cfg, is_generator: bool, *, method: str | None = None, beam_size: int | None = None,
+                    alpha: float | None = None) -> DecodeSettings:
+        """A run's settings: ``cfg.eval``'s ``decoding``, ``beam_size``, ``alpha`` and ``beam_share_memory``
+        (False when a run's saved config predates it) unless given; answers of at most
+        ``cfg.model.max_answer_len`` steps; classifiers always ``argmax``.
+
+        Raises:
+          ValueError: an unknown method or a beam size below 1.
+        """
+        if not is_generator:
+            return cls(method="argmax")
+        e = cfg.eval
+        method = method or e.decoding
+        return cls(method=method, max_len=int(cfg.model.max_answer_len),
+                   beam_size=int(beam_size or e.beam_size) if method == "beam" else 1,
+                   alpha=float(e.alpha if alpha is None else alpha),
+                   share_memory=bool(e.get("beam_share_memory", False)) and method == "beam")
+
+    def describe(self) -> dict:
+        """The ``decoding`` record of a metrics file: ``{"method", "beam_size", "alpha"}`` (``{"method":
+        "argmax"}`` for classifiers)."""
+        if self.method == "argmax":
+            return {"method": "argmax"}
+        return {"method": self.method, "beam_size": self.beam_size, "alpha": self.alpha}
+
+
+def make_decode_fn(graphdef: Any, settings: DecodeSettings | None = None, **fields):
+    """The jitted decoder ``fn(params, batch) -> (ids, scores)`` of a model: the one factory of every
+    decoder (training's evaluations, ``evaluate``, ``predict``, the benchmarks), cached per
+    ``(graphdef, settings)``.
+
+    Generators (``beam`` / ``greedy``): ids ``(batch, max_len)`` over ``V + N``, scores ``(batch,)``
+    (:func:`beam_search`'s best hypothesis or :func:`greedy_search`'s). Classifiers (``argmax``): the model's
+    ``predict`` of its logits, ids ``(batch,)``, and the top logit ``(batch,)``.
 
     Args:
-      graphdef: ``nnx.split(model)[0]``.
-      max_len: steps ``T``.
-      beam_size: ``K``; with ``method="greedy"`` it is ignored.
-      alpha: length-penalty exponent.
-      method: ``"beam"`` or ``"greedy"``.
-      share_memory: :func:`beam_search`'s (beam only; off by default).
+      graphdef: ``nnx.split(model, nnx.Param)[0]`` (hashable).
+      settings: how to decode; None builds :class:`DecodeSettings` from ``fields`` (``max_len``,
+        ``method``, ``beam_size``, ``alpha``, ``share_memory``).
 
     Raises:
-      ValueError: for an unknown method or ``beam_size < 1``.
+      ValueError: an unknown method or ``beam_size < 1``.
     """
-    if method not in ("beam", "greedy"):
-        raise ValueError(f"decoding method must be 'beam' or 'greedy', got {method!r}")
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    return _compiled(graphdef, settings if settings is not None else DecodeSettings(**fields))
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(graphdef: Any, settings: DecodeSettings):
+    """The jitted function of :func:`make_decode_fn` (compiled once per input shapes)."""
+    s = settings
 
     @jax.jit
     def fn(params, batch):
         model = nnx.merge(graphdef, params)
-        if method == "greedy":
-            return greedy_search(model, batch, max_len=max_len)
-        ids, score, _, _ = beam_search(model, batch, max_len=max_len, beam_size=beam_size, alpha=alpha,
-                                       share_memory=share_memory)
+        if s.method == "argmax":
+            logits = model(batch)
+            return model.predict(logits, batch), jnp.max(logits, -1)
+        if s.method == "greedy":
+            return greedy_search(model, batch, max_len=s.max_len)
+        ids, score, _, _ = beam_search(model, batch, max_len=s.max_len, beam_size=s.beam_size, alpha=s.alpha,
+                                       share_memory=s.share_memory)
         return ids, score
 
     return fn

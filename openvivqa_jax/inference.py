@@ -4,8 +4,8 @@
 ``answers.json`` for classifiers, a checkpoint) without initializing the model and without the optimizer
 state: the model is built abstractly (``nnx.eval_shape``) and only ``step`` and ``params`` of the saved
 train state are read (orbax partial restore of the ``state`` item). :func:`restore_params` does the
-reading for the trainer's final evaluation too; :func:`make_decode_fn` is the one place the decoders are
-jitted (beam / greedy search of :mod:`openvivqa_jax.decoding` for generators, arg-max for classifiers).
+reading for the trainer's final evaluation too. The decoders themselves come from
+:func:`openvivqa_jax.decoding.make_decode_fn` (beam / greedy search for generators, arg-max for classifiers).
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from openvivqa_jax.errors import UserError
 from openvivqa_jax.workdir import load_config
 
 __all__ = ["CheckpointMismatchError", "CheckpointCorruptError", "restore_newest", "check_checkpoint_fits",
-           "restore_params", "make_decode_fn", "decode_fn_for",
-           "make_attention_fn", "PhotoQuestion", "Inference",
-           "abstract_params", "check_workdir", "load_config", "load_for_inference"]
+           "restore_params", "make_attention_fn", "PhotoQuestion", "Inference",
+           "abstract_params", "load_config", "load_for_inference"]
 
 
 class CheckpointMismatchError(UserError, ValueError):
@@ -270,43 +269,6 @@ def restore_params(workdir: str, abstract: Any, which: str = "best") -> tuple[An
 
 
 @functools.lru_cache(maxsize=32)
-def make_decode_fn(graphdef, is_generator: bool, max_len: int, method: str = "beam", beam_size: int = 1,
-                   alpha: float = 0.0, share_memory: bool = False):
-    """The jitted decoder ``(params, batch) -> (ids, scores)`` of a model (cached per arguments).
-
-    Generators: :func:`openvivqa_jax.decoding.make_decode_fn` (``method`` greedy / beam over ``max_len``
-    steps; ids ``(batch, max_len)`` over ``V + N``, scores ``(batch,)``). Classifiers: the model's
-    ``predict`` of its logits, ids ``(batch,)`` and the top logit ``(batch,)`` (the other arguments unused).
-
-    Args:
-      graphdef: ``nnx.split(model, nnx.Param)[0]`` (hashable).
-      share_memory: beam search keeps the memory's cross-attention keys/values once per example
-        (:func:`openvivqa_jax.decoding.beam_search`).
-    """
-    if not is_generator:
-        @jax.jit
-        def classify(params, batch):
-            model = nnx.merge(graphdef, params)
-            logits = model(batch)
-            return model.predict(logits, batch), jnp.max(logits, -1)
-
-        return classify
-    return decoding.make_decode_fn(graphdef, max_len=max_len, method=method, beam_size=beam_size, alpha=alpha,
-                                   share_memory=share_memory)
-
-
-def decode_fn_for(cfg, graphdef, is_generator: bool, method: str | None = None, beam_size: int | None = None,
-                  alpha: float | None = None):
-    """:func:`make_decode_fn` for a run's config: None arguments take ``cfg.eval``'s ``decoding``,
-    ``beam_size`` and ``alpha``; ``eval.beam_share_memory`` (False when a run's saved config predates it)
-    sets ``share_memory``; answers are at most ``cfg.model.max_answer_len`` steps."""
-    e = cfg.eval
-    return make_decode_fn(graphdef, is_generator, int(cfg.model.max_answer_len), method or e.decoding,
-                          beam_size or e.beam_size, e.alpha if alpha is None else alpha,
-                          bool(e.get("beam_share_memory", False)))
-
-
-@functools.lru_cache(maxsize=32)
 def make_attention_fn(graphdef, bos_id: int):
     """The jitted ``(params, batch, ids) -> model.answer_attention(batch, ids, bos_id)`` (cached per arguments)."""
     return jax.jit(lambda params, batch, ids: nnx.merge(graphdef, params).answer_attention(batch, ids, bos_id))
@@ -349,10 +311,6 @@ class Inference:
     batch_sharding: Any
     inputs: assets.Inputs
     is_generator: bool
-
-    def decode_fn(self, method: str | None = None, beam_size: int | None = None, alpha: float | None = None):
-        """:func:`decode_fn_for` this run."""
-        return decode_fn_for(self.cfg, self.graphdef, self.is_generator, method, beam_size, alpha)
 
     def photo_features(self, index: int, question_id: str, question: str, image_bytes: bytes, image_key: str,
                        ocr_tokens: list[dict]) -> dict:
@@ -441,7 +399,9 @@ class Inference:
             pad["valid"] = np.bool_(False)
             feats.append(pad)
         batch = pipeline.to_global({k: np.stack([f[k] for f in feats]) for k in feats[0]}, self.batch_sharding)
-        fn = self.decode_fn(method="beam", beam_size=beam_size) if self.is_generator else self.decode_fn()
+        settings = decoding.DecodeSettings.from_config(self.cfg, self.is_generator, method="beam",
+                                                       beam_size=beam_size)
+        fn = decoding.make_decode_fn(self.graphdef, settings)
         with self.mesh:
             ids, scores = fn(self.params, batch)
         return np.asarray(ids), np.asarray(scores), batch

@@ -23,7 +23,6 @@ others with the reason (stderr, and ``<output stem>.skipped.json``).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys

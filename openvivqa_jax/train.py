@@ -36,9 +36,8 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx, struct
 
-from openvivqa_jax import (assets, checkpoints, config_check, evaluation, inference, interrupts, sharding,
-                           tensorboard_writer)
-from openvivqa_jax.evaluation import copying
+from openvivqa_jax import (assets, checkpoints, config_check, decoding, evals, evaluation, inference, interrupts,
+                           sharding, tensorboard_writer)
 from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.models import build_model, model_class
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
@@ -46,7 +45,8 @@ from openvivqa_jax.run_log import JsonlWriter, MeanAccumulator
 
 __all__ = ["TrainState", "make_schedule", "make_optimizer", "frozen_param_regex", "freeze_params", "StateSpec",
            "create_train_state", "make_loss_fn", "make_train_step", "DataSplits", "Experiment", "create_experiment",
-           "checkpoint_managers", "decode_fn", "predict_split", "evaluate", "train_and_evaluate", "final_evaluation"]
+           "checkpoint_managers", "predict_split", "evaluate", "print_table", "write_metrics_file", "train_and_evaluate",
+           "final_evaluation"]
 
 
 
@@ -395,7 +395,7 @@ def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
     data = DataSplits(cfg.data)
     # Every split the run reads is checked now, not after training (the periodic and final evaluations).
     data.check_splits({**({"data.train_split": cfg.data.train_split} if initialize else {}),
-                       "data.eval_split": cfg.data.eval_split, "data.test_split": cfg.data.test_split})
+                       "data.eval_split": cfg.data.eval_split, **evals.split_fields(cfg)})
     train_records = None
     if not assets.exists_on_process_0(os.path.join(workdir, "spm.model")):
         train_records = data.records(cfg.data.train_split)
@@ -440,17 +440,11 @@ def checkpoint_managers(workdir: str, tcfg) -> tuple[ocp.CheckpointManager, ocp.
 
 
 # ----------------------------------------------------------------------------------------- evaluation
-def decode_fn(exp: Experiment, method: str | None = None, beam_size: int | None = None, alpha: float | None = None):
-    """The jitted decoder ``(params, batch) -> (ids, scores)`` of ``exp``
-    (:func:`openvivqa_jax.inference.decode_fn_for`; None arguments take ``cfg.eval``'s)."""
-    return inference.decode_fn_for(exp.cfg, exp.spec.graphdef, exp.spec.is_generator, method, beam_size, alpha)
-
-
 def predict_split(exp: Experiment, params, split: str, mask_ocr: bool = False, max_examples: int = 0,
-                  **decode_kw) -> list[dict]:
-    """Decodes ``split`` with ``params``; returns prediction records ``{question_id, question, prediction,
-    references, qa_type}`` (plus ``language`` and ``kind`` where the dataset has them) in split order
-    (each example exactly once).
+                  settings: decoding.DecodeSettings | None = None) -> list[dict]:
+    """Decodes ``split`` with ``params`` (``settings``: how; None: the run's ``eval`` settings); returns
+    prediction records ``{question_id, question, prediction, references, qa_type}`` (plus ``language`` and
+    ``kind`` where the dataset has them) in split order (each example exactly once).
 
     Raises:
       RuntimeError: a question of the split got no prediction.
@@ -462,7 +456,8 @@ def predict_split(exp: Experiment, params, split: str, mask_ocr: bool = False, m
         recs = recs[:max_examples]
     inp, spec = exp.inputs, exp.spec
     pre = inp.pre_no_ocr if mask_ocr else inp.pre
-    fn = decode_fn(exp, **decode_kw)
+    settings = settings or decoding.DecodeSettings.from_config(exp.cfg, spec.is_generator)
+    fn = decoding.make_decode_fn(spec.graphdef, settings)
     preds: dict[int, str] = {}
     decode_notes: dict[int, dict] = {}  # dropped byte-fallback bytes / unknown pieces, for the metrics notes
     ready = exp.data.model_ready(split, pre, exp.workdir)
@@ -503,9 +498,10 @@ def _local_eval_batch(exp: Experiment) -> int:
 
 
 def evaluate(exp: Experiment, params, step: int | None, split: str, write: bool = True, mask_ocr: bool = False,
-             tag: str | None = None, **decode_kw) -> tuple[dict, list]:
-    """Decodes and scores ``split`` with ``params`` (saved at training ``step``); writes
-    ``eval/<tag>_metrics.json`` and ``_predictions.json`` when ``write`` (process 0).
+             tag: str | None = None, settings: decoding.DecodeSettings | None = None) -> tuple[dict, list]:
+    """Decodes and scores ``split`` with ``params`` (saved at training ``step``; ``settings``: how to decode,
+    None: the run's ``eval`` settings); writes ``eval/<tag>_metrics.json`` and ``_predictions.json`` when
+    ``write`` (process 0).
 
     The metrics carry ``decoding``: how the predictions were made (``method`` greedy/beam/argmax,
     ``beam_size``, ``alpha``, ``ocr_masked``, the parameters' training ``step``), so files rewritten by a
@@ -517,24 +513,17 @@ def evaluate(exp: Experiment, params, step: int | None, split: str, write: bool 
     """
     interrupts.raise_if_received()
     cfg = exp.cfg
+    settings = settings or decoding.DecodeSettings.from_config(cfg, exp.spec.is_generator)
     preds = predict_split(exp, params, split, mask_ocr=mask_ocr, max_examples=cfg.eval.max_eval_examples,
-                          **decode_kw)
+                          settings=settings)
     out_dir = os.path.join(exp.workdir, "eval")
     writes = write and jax.process_index() == 0
     metrics = evaluation.evaluate_split(preds, out_dir if writes else None, tag or split,
                                         metrics=tuple(cfg.eval.metrics),
                                         answer_rules=cfg.eval.get("answer_rules", "vietnamese"))
-    e = cfg.eval
-    if exp.spec.is_generator:
-        method = decode_kw.get("method") or e.decoding
-        how = {"method": method, "beam_size": (decode_kw.get("beam_size") or e.beam_size)
-               if method == "beam" else 1, "alpha": e.alpha if decode_kw.get("alpha") is None
-               else decode_kw["alpha"]}
-    else:
-        how = {"method": "argmax"}
-    metrics["decoding"] = dict(how, ocr_masked=bool(mask_ocr), step=None if step is None else int(step))
+    metrics["decoding"] = dict(settings.describe(), ocr_masked=bool(mask_ocr), step=None if step is None else int(step))
     if writes:
-        _rewrite_metrics(exp, tag or split, metrics)
+        write_metrics_file(exp, tag or split, metrics)
     return metrics, preds
 
 
@@ -556,7 +545,8 @@ def _gather(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def _print_table(title: str, metrics: dict) -> str:
+def print_table(title: str, metrics: dict) -> str:
+    """The text of one metrics table (:func:`openvivqa_jax.evaluation.format_table`) under a ``== title ==`` line."""
     text = evaluation.format_table(metrics)
     return f"\n== {title} ==\n{text}"
 
@@ -747,9 +737,10 @@ def _eval_dev(exp: Experiment, state: TrainState, step: int, writer) -> float:
     cfg = exp.cfg
     # eval.select_decoding: how the periodic dev scores that choose the best checkpoint are decoded
     # ("" = eval.decoding); the final dev and test scores always use eval.decoding.
-    select = cfg.eval.get("select_decoding") or None
+    settings = decoding.DecodeSettings.from_config(cfg, exp.spec.is_generator,
+                                                   method=cfg.eval.get("select_decoding") or None)
     metrics, _ = evaluate(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split, write=True,
-                          tag="dev", **({"method": select} if select else {}))
+                          tag="dev", settings=settings)
     overall = metrics["overall"]
     writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items() if v is not None})
     exp.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})
@@ -849,36 +840,36 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
 
-def _rewrite_metrics(exp: Experiment, tag: str, metrics: dict) -> None:
+def write_metrics_file(exp: Experiment, tag: str, metrics: dict) -> None:
+    """Writes ``metrics`` to ``<workdir>/eval/<tag>_metrics.json`` (process 0; replaces the file)."""
     if jax.process_index() == 0:
         with open(os.path.join(exp.workdir, "eval", f"{tag}_metrics.json"), "w", encoding="utf-8") as f:
             json.dump(metrics, f, ensure_ascii=False, indent=2)
 
 
 def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None = None, writer=None) -> dict:
-    """Scores dev and test with the best checkpoint's parameters (:func:`openvivqa_jax.inference.restore_params`:
-    ``best/``, else the latest of ``checkpoints/``; no optimizer state), prints tables and example answers,
-    and scores the test split again with OCR tokens masked out (``eval.ocr_ablation``).
+    """Runs the evaluations of ``config.evals`` (:mod:`openvivqa_jax.evals`: by default dev, test, test with
+    OCR tokens masked out, the copy rate of unseen shop names and the OCR ratio) with the best checkpoint's
+    parameters (:func:`openvivqa_jax.inference.restore_params`: ``best/``, else the latest of ``checkpoints/``;
+    no optimizer state), and prints their tables and example answers.
 
-    Files, ``metrics.jsonl`` keys and TensorBoard tags name the splits by their role, ``dev``
-    (``data.eval_split``) and ``test`` (``data.test_split``; ``test_no_ocr`` for the ablation), whatever the
-    dataset calls them (``validation``, ``val``, ``train[90%:]``); one split set as both is scored once, as
-    ``test``.
+    Files, ``metrics.jsonl`` keys and TensorBoard tags name the splits by their role (the entry's name:
+    ``dev``, ``test``, ``test_no_ocr``), whatever the dataset calls them (``validation``, ``val``,
+    ``train[90%:]``).
 
     Args:
       exp: the run.
       step: the step logged in ``metrics.jsonl`` (None: the restored parameters' step).
       state: the current train state, evaluated when the workdir holds no checkpoint.
-      writer: a ``clu`` metric writer; gets the test scores (``test/<metric>``, ``test_no_ocr/<metric>``) at
-        ``step``. None: no TensorBoard.
+      writer: a ``clu`` metric writer for the entries with ``tensorboard`` (``test/<metric>``,
+        ``test_no_ocr/<metric>``) at ``step``. None: no TensorBoard.
 
     Returns:
-      ``{role: metrics}`` for the roles scored (``dev``, ``test``, ``test_no_ocr``).
+      ``{role: metrics}`` for the roles scored.
 
     Raises:
       FileNotFoundError: no checkpoint and no ``state``.
     """
-    cfg = exp.cfg
     try:
         params, p_step = inference.restore_params(exp.workdir, exp.spec.abstract_state.params, "best")
     except FileNotFoundError:
@@ -886,49 +877,4 @@ def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None
             raise
         logging.warning("no best checkpoint; evaluating the current parameters")
         params, p_step = state.params, int(jax.device_get(state.step))
-    step = p_step if step is None else step
-    results = {}
-    lines = []
-    roles = {"dev": cfg.data.eval_split, "test": cfg.data.test_split}
-    if roles["dev"] == roles["test"]:
-        del roles["dev"]
-    for tag, split in roles.items():
-        metrics, preds = evaluate(exp, params, p_step, split, tag=tag)
-        results[tag] = metrics
-        lines.append(_print_table(f"{tag}: {split} ({len(preds)} questions)", metrics))
-        copy = copying.shop_name_copy_rate(preds)
-        if copy["rate"] is not None:
-            metrics["shop_name_copy_rate"] = copy
-            lines.append(f"unseen shop names copied (shop-name questions whose answer contains the full name; this "
-                         f"split's names never occur in training): {copy['rate']:.1%} ({copy['num_copied']}/{copy['num_questions']})")
-            exp.jsonl.write(step, "final", {f"{tag}/shop_name_copy_rate": copy["rate"]})
-            _rewrite_metrics(exp, tag, metrics)
-        if tag == "test":
-            lines.append(f"\n== example answers ({split}) ==")
-            for p in preds[: cfg.eval.num_examples_to_print]:
-                lines.append(f"Q: {p['question']}\n   predicted: {p['prediction']}\n   reference: "
-                             f"{' | '.join(p['references'])}")
-        overall = {f"{tag}/{k}": v for k, v in metrics["overall"].items() if v is not None}
-        exp.jsonl.write(step, "final", overall)
-        if writer is not None and tag == "test":
-            writer.write_scalars(step, overall)
-    if cfg.eval.get("ocr_ablation") and "test" in results:
-        metrics, preds = evaluate(exp, params, p_step, roles["test"], mask_ocr=True, tag="test_no_ocr")
-        results["test_no_ocr"] = metrics
-        lines.append(_print_table(f"test: {roles['test']} with OCR tokens masked out", metrics))
-        copy = copying.shop_name_copy_rate(preds)
-        if copy["rate"] is not None:
-            metrics["shop_name_copy_rate"] = copy
-            lines.append(f"shop-name copy rate without OCR: {copy['rate']:.1%}")
-            _rewrite_metrics(exp, "test_no_ocr", metrics)
-        if writer is not None:
-            writer.write_scalars(step, {f"test_no_ocr/{k}": v for k, v in metrics["overall"].items() if v is not None})
-        with_ocr = (results["test"].get("text_qa") or {}).get("CIDEr")
-        without = (metrics.get("text_qa") or {}).get("CIDEr")
-        if with_ocr is not None and without is not None:
-            ratio = with_ocr / without if without > 0 else float("inf")
-            lines.append(f"text-QA CIDEr with OCR {with_ocr:.3f} vs masked {without:.3f}: ratio {ratio:.2f}")
-            exp.jsonl.write(step, "final", {"test/text_qa_cider_ocr_ratio": ratio})
-    if jax.process_index() == 0:
-        print("\n".join(lines), flush=True)
-    return results
+    return evals.run(exp, params, p_step, p_step if step is None else step, writer=writer)

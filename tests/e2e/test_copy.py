@@ -18,7 +18,7 @@ import pytest
 from flax import nnx
 
 from conftest import load_config
-from openvivqa_jax import sharding, train
+from openvivqa_jax import decoding, sharding, train
 from openvivqa_jax.data import pipeline
 
 pytestmark = pytest.mark.slow
@@ -83,7 +83,7 @@ def test_copy_follows_the_ocr_token_not_its_slot(trained):
     copies by content still answers with the name, now pointing at the new slots."""
     exp, params = trained
     inp = exp.inputs
-    fn = train.decode_fn(exp, method="greedy")
+    fn = _greedy(exp)
     checked = followed = 0
     for rec in exp.data.records("train"):
         ans = rec.answers[0]
@@ -115,5 +115,10 @@ def test_no_copy_without_ocr(trained):
     assert total == 0  # no OCR token: no answer word can be a copy target
     exp, params = trained
     b = next(iter(pipeline.eval_batches(exp.data.source("train"), exp.inputs.pre_no_ocr, batch_size=16)))
-    ids, _ = train.decode_fn(exp, method="greedy")(params, b)
+    ids, _ = _greedy(exp)(params, b)
     assert (np.asarray(ids) < exp.inputs.tokenizer.vocab_size).all()
+
+
+def _greedy(exp):
+    """The run's jitted greedy decoder."""
+    return decoding.make_decode_fn(exp.spec.graphdef, decoding.DecodeSettings.from_config(exp.cfg, True, method="greedy"))

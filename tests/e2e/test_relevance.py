@@ -3,14 +3,13 @@ CMedRel (openvivqa_jax/evaluation/relevance.py) in the evaluator and the evaluat
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, load_config
+from conftest import load_config
 
 
 # ------------------------------------------------------------------------------------------- loss, recall

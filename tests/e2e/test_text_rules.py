@@ -4,14 +4,11 @@ references, the pycocoevalcap text mode, METEOR failure notes, decoded strings a
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]

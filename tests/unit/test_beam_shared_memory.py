@@ -31,8 +31,7 @@ def test_shared_memory_beams_equal_repeated_memory(name):
 def test_shared_memory_is_not_the_default_and_is_traced_once_per_example(via):
     """The default path repeats the memory per beam; share_memory keeps (batch, H, head_dim, mem_len) keys.
     ``via="config"``: the run's ``eval.beam_share_memory`` reaches the decoder (evaluation and predict build
-    it with ``inference.decode_fn_for``); the configs' default is off."""
-    from openvivqa_jax import inference
+    it with ``decoding.DecodeSettings.from_config``); the configs' default is off."""
 
     cfg = tiny_model_config("qumlag")
     assert cfg.eval.beam_share_memory is False
@@ -52,8 +51,9 @@ def test_shared_memory_is_not_the_default_and_is_traced_once_per_example(via):
         if via == "decoding":
             return decoding.make_decode_fn(graphdef, max_len=4, beam_size=3, share_memory=share)
         cfg.eval.beam_share_memory = share
-        return inference.decode_fn_for(cfg, graphdef, True)
+        return decoding.make_decode_fn(graphdef, decoding.DecodeSettings.from_config(cfg, True))
 
+    decoding._compiled.cache_clear()  # the decoders are cached: trace them again, under the spy
     MultiHeadAttention.attend_heads = spy
     try:
         for share in (False, True):

@@ -166,7 +166,6 @@ def _draw_scene(spec: dict, size: tuple[int, int]) -> tuple[Image.Image, list]:
 
     ocr: list[tuple[str, tuple[float, ...]]] = []
     case = spec["case"]
-    lw = max(1, round(h / 120))
     for sign in spec["signs"]:
         bx0, by0, bx1, by1 = sign["box"]
         px = (bx0 * w, by0 * h, bx1 * w, by1 * h)

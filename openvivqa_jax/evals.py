@@ -1,0 +1,245 @@
+"""The evaluations after training, as configured in ``config.evals`` (the pattern of big_vision's ``config.evals``).
+
+``config.evals`` is a ``ConfigDict`` of named entries (``ConfigDict(sort_keys=False)`` keeps their order), run
+with the best checkpoint's parameters at the end of training and by ``--mode evaluate``: the decode entries in
+their order, then the reports over them. An entry's name is its role: it names the files
+``eval/<name>_metrics.json`` and ``eval/<name>_predictions.json``, the ``<name>/<metric>`` keys of
+``metrics.jsonl`` and the TensorBoard tags. Every entry has a ``kind`` and may set ``enabled`` (default True;
+``configs/default.py`` ties the OCR ablation's to ``eval.ocr_ablation``). The kinds and their fields:
+
+* ``decode``: decode one split and score it (the metrics of ``eval.metrics``, the decoding of ``eval``).
+
+  - ``split``: a split key of ``config.data`` (``eval_split``, ``test_split``), else a split of the dataset
+    (``"validation"``, ``"train[:5%]"``);
+  - ``mask_ocr`` (False): every OCR token masked out, to measure what the answers owe to scene text;
+  - ``print_examples`` (0): print this many example answers under the table;
+  - ``tensorboard`` (False): also write the overall scores to TensorBoard (the periodic dev scores are written
+    there during training).
+
+  Two decode entries with the same split and masking are scored once, under the later name (a dataset whose
+  dev and test split are one is scored once, as ``test``); the one skipped is logged.
+* ``copy_rate``: on the synthetic set, the share of shop-name questions whose answer copies the whole unseen
+  name (:func:`openvivqa_jax.evaluation.copying.shop_name_copy_rate`), for each decode entry named in ``of``
+  that has such questions; added to that entry's metrics file as ``shop_name_copy_rate`` and to
+  ``metrics.jsonl`` as ``<name>/shop_name_copy_rate``.
+* ``ocr_ratio``: text-QA CIDEr of the decode entry ``with_ocr`` over that of ``without_ocr`` (the OCR
+  ablation), in ``metrics.jsonl`` as ``<with_ocr>/text_qa_cider_ocr_ratio``.
+
+:func:`plan` checks every entry (unknown kinds or fields, references to names that are not decode
+entries) with no dataset or model built; it runs in :func:`openvivqa_jax.config_check.check_config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from absl import logging
+
+__all__ = ["KINDS", "EvalSpec", "plan", "split_fields", "run"]
+
+#: Each kind's fields and their defaults (``kind`` and ``enabled`` are common to all).
+KINDS: dict[str, dict[str, Any]] = {
+    "decode": {"split": "", "mask_ocr": False, "print_examples": 0, "tensorboard": False},
+    "copy_rate": {"of": ()},
+    "ocr_ratio": {"with_ocr": "", "without_ocr": ""},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+    """One checked, enabled entry of ``config.evals`` (the fields of other kinds keep their defaults).
+
+    Attributes:
+      name: the entry's name (its role in file names, ``metrics.jsonl`` and TensorBoard).
+      kind: one of :data:`KINDS`.
+      split: decode: the dataset's split (a ``config.data`` key resolved).
+      split_field: decode: the config field that names the split (``data.test_split``, ``evals.<name>.split``).
+      mask_ocr, print_examples, tensorboard: decode fields (module doc).
+      of: copy_rate: the decode entries whose copy rate is reported.
+      with_ocr, without_ocr: ocr_ratio: the two decode entries compared.
+    """
+
+    name: str
+    kind: str
+    split: str = ""
+    split_field: str = ""
+    mask_ocr: bool = False
+    print_examples: int = 0
+    tensorboard: bool = False
+    of: tuple[str, ...] = ()
+    with_ocr: str = ""
+    without_ocr: str = ""
+
+
+def _error(msg: str):
+    """A :class:`openvivqa_jax.config_check.ConfigError` (imported here: that module imports this one)."""
+    from openvivqa_jax.config_check import ConfigError
+
+    return ConfigError(msg)
+
+
+def _fields(name: str, entry: Any) -> tuple[str, bool, dict]:
+    """``(kind, enabled, fields with defaults)`` of one entry of ``config.evals``.
+
+    Raises:
+      ConfigError: not a dict, an unknown kind or an unknown field.
+    """
+    where = f"config value evals.{name}"
+    if not hasattr(entry, "items"):
+        raise _error(f"{where}={entry!r} must be a dict with a 'kind' (one of {', '.join(KINDS)})")
+    entry = dict(entry.items())
+    kind = entry.pop("kind", None)
+    if kind not in KINDS:
+        raise _error(f"{where}.kind={kind!r} is unknown: must be one of {', '.join(repr(k) for k in KINDS)}")
+    enabled = bool(entry.pop("enabled", True))
+    unknown = sorted(set(entry) - set(KINDS[kind]))
+    if unknown:
+        raise _error(f"{where} has no field {unknown[0]!r} (a {kind!r} entry has: enabled, "
+                     f"{', '.join(KINDS[kind])})")
+    return kind, enabled, {**KINDS[kind], **entry}
+
+
+def _decode_spec(cfg, name: str, fields: dict) -> EvalSpec:
+    """A decode entry with its split resolved against ``config.data``.
+
+    Raises:
+      ConfigError: the split (or the ``config.data`` key it names) is empty.
+    """
+    split = str(fields["split"] or "")
+    if not split:
+        raise _error(f"config value evals.{name}.split is empty: name a split key of config.data (eval_split, "
+                     "test_split) or a split of the dataset")
+    data = cfg.get("data") or {}
+    if split.endswith("_split") and split in data:
+        resolved, field = data.get(split), f"data.{split}"
+        if not resolved:
+            raise _error(f"config value evals.{name}.split={split!r} names config.data.{split}, which is empty")
+    else:
+        resolved, field = split, f"evals.{name}.split"
+    return EvalSpec(name, "decode", split=str(resolved), split_field=field, mask_ocr=bool(fields["mask_ocr"]),
+                    print_examples=int(fields["print_examples"]), tensorboard=bool(fields["tensorboard"]))
+
+
+def plan(cfg) -> list[EvalSpec]:
+    """The enabled entries of ``config.evals``, checked (module doc): the decode entries in their order, then
+    the reports (``copy_rate``, ``ocr_ratio``) in theirs; a config without ``evals`` runs none.
+
+    Raises:
+      ConfigError: an entry that is not a dict, an unknown kind or field, an empty split, or a reference
+        (``of``, ``with_ocr``, ``without_ocr``) that is not the name of a decode entry (a disabled one is
+        allowed: the report then skips it).
+    """
+    evals = cfg.get("evals")
+    if not evals:
+        return []
+    entries = [(name, *_fields(name, entry)) for name, entry in evals.items()]
+    decode_names = [name for name, kind, _, _ in entries if kind == "decode"]
+    specs: list[EvalSpec] = []
+    reports: list[EvalSpec] = []
+    for name, kind, enabled, fields in entries:
+        if kind == "decode":
+            if enabled:
+                specs.append(_decode_spec(cfg, name, fields))
+            continue
+        if kind == "copy_rate":
+            of = fields["of"]
+            refs = [("of", n) for n in ((of,) if isinstance(of, str) else tuple(of))]
+            spec = EvalSpec(name, kind, of=tuple(n for _, n in refs))
+        else:
+            refs = [("with_ocr", str(fields["with_ocr"])), ("without_ocr", str(fields["without_ocr"]))]
+            spec = EvalSpec(name, kind, with_ocr=refs[0][1], without_ocr=refs[1][1])
+        for field, ref in refs:
+            if ref not in decode_names:
+                raise _error(f"config value evals.{name}.{field}={ref!r} names no decode entry of config.evals "
+                             f"(they are: {', '.join(decode_names) or 'none'})")
+        if enabled:
+            reports.append(spec)
+    specs += reports
+    return specs
+
+
+def split_fields(cfg) -> dict[str, str]:
+    """``{config field: split}`` of the decode entries of :func:`plan` (for the dataset's split check)."""
+    return {s.split_field: s.split for s in plan(cfg) if s.kind == "decode"}
+
+
+def _deduplicated(specs: list[EvalSpec]) -> list[EvalSpec]:
+    """``specs`` without the decode entries that a later entry scores again (same split and masking)."""
+    out = []
+    for i, s in enumerate(specs):
+        later = [t for t in specs[i + 1:] if t.kind == "decode" and s.kind == "decode"
+                 and (t.split, t.mask_ocr) == (s.split, s.mask_ocr)]
+        if later:
+            logging.info("evals.%s: split %s is scored once, as %s", s.name, s.split, later[-1].name)
+            continue
+        out.append(s)
+    return out
+
+
+def run(exp, params, params_step: int, step: int, writer=None) -> dict[str, dict]:
+    """Runs the planned evaluations of ``exp.cfg`` with ``params`` (saved at ``params_step``); logs them in
+    ``metrics.jsonl`` at ``step`` and prints the tables (process 0).
+
+    Args:
+      exp: the run (:class:`openvivqa_jax.train.Experiment`).
+      params: the parameters to score.
+      params_step: the training step ``params`` were saved at (in each metrics file's ``decoding``).
+      step: the step of the ``final`` records of ``metrics.jsonl`` and of the TensorBoard scalars.
+      writer: a ``clu`` metric writer for the entries with ``tensorboard``; None: no TensorBoard.
+
+    Returns:
+      ``{name: metrics}`` of the decode entries scored.
+    """
+    import jax
+
+    from openvivqa_jax import train
+    from openvivqa_jax.evaluation import copying
+
+    results: dict[str, dict] = {}
+    preds_of: dict[str, list] = {}
+    lines: list[str] = []
+    for spec in _deduplicated(plan(exp.cfg)):
+        if spec.kind == "decode":
+            metrics, preds = train.evaluate(exp, params, params_step, spec.split, mask_ocr=spec.mask_ocr,
+                                            tag=spec.name)
+            results[spec.name], preds_of[spec.name] = metrics, preds
+            masked = " with OCR tokens masked out" if spec.mask_ocr else ""
+            lines.append(train.print_table(f"{spec.name}: {spec.split}{masked} ({len(preds)} questions)", metrics))
+            if spec.print_examples:
+                lines.append(f"\n== example answers ({spec.split}) ==")
+                for p in preds[: spec.print_examples]:
+                    lines.append(f"Q: {p['question']}\n   predicted: {p['prediction']}\n   reference: "
+                                 f"{' | '.join(p['references'])}")
+            overall = {f"{spec.name}/{k}": v for k, v in metrics["overall"].items() if v is not None}
+            exp.jsonl.write(step, "final", overall)
+            if writer is not None and spec.tensorboard:
+                writer.write_scalars(step, overall)
+        elif spec.kind == "copy_rate":
+            for name in spec.of:
+                if name not in preds_of:
+                    continue
+                copy = copying.shop_name_copy_rate(preds_of[name])
+                if copy["rate"] is None:
+                    continue  # no shop-name questions (not the synthetic set)
+                results[name]["shop_name_copy_rate"] = copy
+                lines.append(f"{name}: unseen shop names copied (shop-name questions whose answer contains the full "
+                             f"name; these names never occur in training): {copy['rate']:.1%} "
+                             f"({copy['num_copied']}/{copy['num_questions']})")
+                exp.jsonl.write(step, "final", {f"{name}/shop_name_copy_rate": copy["rate"]})
+                train.write_metrics_file(exp, name, results[name])
+        elif spec.kind == "ocr_ratio":
+            if spec.with_ocr not in results or spec.without_ocr not in results:
+                logging.info("evals.%s: %s or %s was not scored; no ratio", spec.name, spec.with_ocr,
+                             spec.without_ocr)
+                continue
+            with_ocr = (results[spec.with_ocr].get("text_qa") or {}).get("CIDEr")
+            without = (results[spec.without_ocr].get("text_qa") or {}).get("CIDEr")
+            if with_ocr is not None and without is not None:
+                ratio = with_ocr / without if without > 0 else float("inf")
+                lines.append(f"text-QA CIDEr {spec.with_ocr} {with_ocr:.3f} vs {spec.without_ocr} {without:.3f}: "
+                             f"ratio {ratio:.2f}")
+                exp.jsonl.write(step, "final", {f"{spec.with_ocr}/text_qa_cider_ocr_ratio": ratio})
+    if jax.process_index() == 0:
+        print("\n".join(lines), flush=True)
+    return results
