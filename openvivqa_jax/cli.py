@@ -94,8 +94,8 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
     Args:
       body: the command's work; returns its exit code (None: 0).
       verbose: the command's ``--verbose``: keeps the start-up notices, logging and warnings.
-      import_tensorflow: unless ``verbose``, import TensorFlow first with its C++ start-up notices filtered out
-        (:func:`openvivqa_jax.quiet.import_tensorflow_quietly`); for commands that import it anyway.
+      import_tensorflow: unless ``verbose``, the first import of TensorFlow, if anything makes one, has its C++
+        start-up notices filtered out (:func:`openvivqa_jax.quiet.quiet_tensorflow_imports`).
       log_level: unless ``verbose``, the absl logging verbosity during the call (e.g. ``logging.ERROR``).
       quiet_warnings: unless ``verbose``, ignore Python warnings during the call.
       sigterm: also turn SIGTERM into an interruption (False with several JAX processes, where SIGTERM is
@@ -128,9 +128,9 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
                 logging.set_verbosity(log_level)
         try:
             if import_tensorflow and not verbose:
-                from openvivqa_jax.quiet import import_tensorflow_quietly
+                from openvivqa_jax.quiet import quiet_tensorflow_imports
 
-                import_tensorflow_quietly()
+                quiet_tensorflow_imports()
             code = body()
             return 0 if code is None else int(code)
         except interrupts.TrainingInterrupted as e:

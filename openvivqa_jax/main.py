@@ -184,9 +184,9 @@ def _main(argv) -> None:
 
     check_config(cfg)  # before TensorFlow, JAX and the data modules are imported: a bad value fails at once
     if not FLAGS.verbose:
-        from openvivqa_jax.quiet import import_tensorflow_quietly
+        from openvivqa_jax.quiet import quiet_tensorflow_imports
 
-        import_tensorflow_quietly()
+        quiet_tensorflow_imports()  # TensorFlow only if a TFDS build needs it, and without its notices
         logging.get_absl_handler().addFilter(_QuietLibraries())
     _init_distributed(cfg)
     task = cfg.get("task", "vqa")

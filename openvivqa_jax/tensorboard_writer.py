@@ -3,18 +3,26 @@
 ``clu.metric_writers.create_default_writer`` writes through ``tf.summary``, which (TensorFlow 2) stores every
 scalar as a rank-0 *tensor* summary: TensorBoard's UI shows it, but ``EventAccumulator.Scalars`` and other
 readers of scalar events find nothing; and importing ``clu.metric_writers`` imports TensorFlow.
-:class:`ScalarEventWriter` writes ``Summary.Value(simple_value=...)`` events with TensorBoard's own event-file
-writer (``tensorboard.summary.writer``, pure Python). It has the ``write_scalars`` / ``flush`` / ``close``
+:class:`ScalarEventWriter` writes ``Summary.Value(simple_value=...)`` events as TFRecords with TensorBoard's own
+record writer (``tensorboard.summary.writer.record_writer``, pure Python) into a plain file, named and started
+(``file_version`` event) as TensorBoard's ``EventFileWriter`` does. That writer is not used because it reaches
+the file system through ``tensorboard.compat.tf``, which imports TensorFlow whenever it is installed: 5-7 s of
+start-up for a command that computes nothing with it. It has the ``write_scalars`` / ``flush`` / ``close``
 methods of a ``clu`` ``MetricWriter``, the only ones the train loop calls.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import socket
+import time
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["ScalarEventWriter", "NullWriter", "create_writer", "event_files"]
+
+_uids = itertools.count()
 
 
 class NullWriter:
@@ -42,23 +50,28 @@ class ScalarEventWriter(NullWriter):
         self._writer = None
 
     def _file(self):
+        """The record writer of this writer's event file, created (with its ``file_version`` event) on first use."""
         if self._writer is None:
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+            from tensorboard.compat.proto import event_pb2
+            from tensorboard.summary.writer.record_writer import RecordWriter
 
             os.makedirs(self.logdir, exist_ok=True)
-            self._writer = EventFileWriter(self.logdir)
+            name = "events.out.tfevents.%010d.%s.%s.%s" % (time.time(), socket.gethostname(), os.getpid(),
+                                                           next(_uids))
+            self._writer = RecordWriter(open(os.path.join(self.logdir, name), "wb"))
+            self._writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
         return self._writer
 
     def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
-        """One event at ``step`` with one ``simple_value`` per tag (values cast to float)."""
-        import time
-
+        """One event at ``step`` with one ``simple_value`` per tag (values cast to float), written and flushed at
+        once (a killed run keeps every event it wrote)."""
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
         values = [summary_pb2.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]
         if values:
-            self._file().add_event(event_pb2.Event(wall_time=time.time(), step=int(step),
-                                                   summary=summary_pb2.Summary(value=values)))
+            event = event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=values))
+            self._file().write(event.SerializeToString())
+            self._writer.flush()
 
     def flush(self) -> None:
         """Writes pending events to disk."""

@@ -177,6 +177,33 @@ def test_tensorflow_start_up_notices_are_dropped_and_other_lines_kept(tmp_path):
     assert res.stderr.splitlines() == ["E0000 real C++ error from the library", "after"]
 
 
+def test_tensorflow_is_imported_only_when_asked_and_then_quietly(tmp_path):
+    """``quiet_tensorflow_imports`` imports nothing; the first ``import tensorflow`` afterwards (here of the
+    stand-in package) has its notices dropped and the real error line kept."""
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(_FAKE_TF)
+    code = ("import sys; from openvivqa_jax.quiet import quiet_tensorflow_imports as q; q(); q(); "
+            "print('tensorflow' in sys.modules); import tensorflow; print('tensorflow' in sys.modules); "
+            "print('after', file=sys.stderr)")
+    env = subprocess_env()
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    res = subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "True"]
+    assert res.stderr.splitlines() == ["E0000 real C++ error from the library", "after"]
+
+
+def test_tensorboard_events_are_written_without_tensorflow(tmp_path):
+    """Writing scalars imports no TensorFlow (TensorBoard's own event-file writer would, when it is installed)."""
+    code = ("import sys; from openvivqa_jax.tensorboard_writer import ScalarEventWriter as W; "
+            f"w = W({str(tmp_path)!r}); w.write_scalars(3, {{'train/loss': 1.25}}); w.close(); "
+            "print('tensorflow' in sys.modules)")
+    res = subprocess.run([PY, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and res.stdout.split() == ["False"], res.stderr
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
+
+
 def test_real_tensorflow_import_prints_no_start_up_notice():
     """With the installed TensorFlow: nothing of its start-up notices reaches standard error."""
     pytest.importorskip("tensorflow")
