@@ -35,7 +35,8 @@ from flax import nnx, struct
 from openvivqa_jax.models.base import AnswerGenerator
 from openvivqa_jax.models.layers import NEG_INF
 
-__all__ = ["length_penalty", "greedy_search", "beam_search", "make_decode_fn", "DecodeSettings", "METHODS", "BANNED_IDS", "BeamState",
+__all__ = ["length_penalty", "greedy_search", "beam_search", "make_decode_fn", "DecodeSettings", "METHODS",
+           "BANNED_IDS", "BeamState",
            "flatten_beam_dim", "unflatten_beam_dim", "gather_beams"]
 
 #: Piece ids never generated: pad 0, unk 1, bos 2.

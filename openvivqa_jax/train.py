@@ -45,8 +45,8 @@ from openvivqa_jax.run_log import JsonlWriter, MeanAccumulator
 
 __all__ = ["TrainState", "make_schedule", "make_optimizer", "frozen_param_regex", "freeze_params", "StateSpec",
            "create_train_state", "make_loss_fn", "make_train_step", "DataSplits", "Experiment", "create_experiment",
-           "checkpoint_managers", "predict_split", "evaluate", "print_table", "write_metrics_file", "train_and_evaluate",
-           "final_evaluation"]
+           "checkpoint_managers", "predict_split", "evaluate", "print_table", "write_metrics_file",
+           "train_and_evaluate", "final_evaluation"]
 
 
 
