@@ -145,15 +145,16 @@ def get_config() -> ml_collections.ConfigDict:
 
     # What runs after training (and in --mode evaluate), in this order, with the best checkpoint
     # (openvivqa_jax/evals.py). An entry's name is its role: eval/<name>_metrics.json, metrics.jsonl keys,
-    # TensorBoard tags. 'split' names a key of c.data or a split of the dataset.
+    # TensorBoard tags. 'split' names a key of c.data or a split of the dataset; switch an entry off with
+    # --config.evals.<name>.enabled=False (the OCR ablation follows eval.ocr_ablation).
     c.evals = ml_collections.ConfigDict(sort_keys=False)
-    c.evals.dev = dict(kind="decode", split="eval_split")
+    c.evals.dev = dict(kind="decode", split="eval_split", enabled=True)
     c.evals.test = dict(kind="decode", split="test_split", tensorboard=True,
-                        print_examples=c.eval.get_ref("num_examples_to_print"))
+                        print_examples=c.eval.get_ref("num_examples_to_print"), enabled=True)
     c.evals.test_no_ocr = dict(kind="decode", split="test_split", mask_ocr=True, tensorboard=True,
                                enabled=c.eval.get_ref("ocr_ablation"))
-    c.evals.copy_rate = dict(kind="copy_rate", of=("dev", "test", "test_no_ocr"))
-    c.evals.ocr_ratio = dict(kind="ocr_ratio", with_ocr="test", without_ocr="test_no_ocr")
+    c.evals.copy_rate = dict(kind="copy_rate", of=("dev", "test", "test_no_ocr"), enabled=True)
+    c.evals.ocr_ratio = dict(kind="ocr_ratio", with_ocr="test", without_ocr="test_no_ocr", enabled=True)
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.shape = (-1, 1)  # ('data', 'model'); -1 takes the remaining devices

@@ -87,16 +87,18 @@ def _fields(name: str, entry: Any) -> tuple[str, bool, dict]:
     """
     where = f"config value evals.{name}"
     if not hasattr(entry, "items"):
-        raise _error(f"{where}={entry!r} must be a dict with a 'kind' (one of {', '.join(KINDS)})")
+        raise _error(f"{where}={entry!r} must be a dict with a 'kind' (one of {', '.join(KINDS)}); entries are "
+                     "set in the config file")
     entry = dict(entry.items())
     kind = entry.pop("kind", None)
     if kind not in KINDS:
-        raise _error(f"{where}.kind={kind!r} is unknown: must be one of {', '.join(repr(k) for k in KINDS)}")
+        raise _error(f"{where}.kind={kind!r} is unknown: must be one of {', '.join(repr(k) for k in KINDS)} "
+                     f"(set it with --config.evals.{name}.kind=...)")
     enabled = bool(entry.pop("enabled", True))
     unknown = sorted(set(entry) - set(KINDS[kind]))
     if unknown:
         raise _error(f"{where} has no field {unknown[0]!r} (a {kind!r} entry has: enabled, "
-                     f"{', '.join(KINDS[kind])})")
+                     f"{', '.join(KINDS[kind])}; entries are set in the config file)")
     return kind, enabled, {**KINDS[kind], **entry}
 
 
@@ -109,12 +111,13 @@ def _decode_spec(cfg, name: str, fields: dict) -> EvalSpec:
     split = str(fields["split"] or "")
     if not split:
         raise _error(f"config value evals.{name}.split is empty: name a split key of config.data (eval_split, "
-                     "test_split) or a split of the dataset")
+                     f"test_split) or a split of the dataset (set it with --config.evals.{name}.split=...)")
     data = cfg.get("data") or {}
     if split.endswith("_split") and split in data:
         resolved, field = data.get(split), f"data.{split}"
         if not resolved:
-            raise _error(f"config value evals.{name}.split={split!r} names config.data.{split}, which is empty")
+            raise _error(f"config value evals.{name}.split={split!r} names config.data.{split}, which is empty "
+                         f"(set it with --config.data.{split}=...)")
     else:
         resolved, field = split, f"evals.{name}.split"
     return EvalSpec(name, "decode", split=str(resolved), split_field=field, mask_ocr=bool(fields["mask_ocr"]),
@@ -152,7 +155,8 @@ def plan(cfg) -> list[EvalSpec]:
         for field, ref in refs:
             if ref not in decode_names:
                 raise _error(f"config value evals.{name}.{field}={ref!r} names no decode entry of config.evals "
-                             f"(they are: {', '.join(decode_names) or 'none'})")
+                             f"(they are: {', '.join(decode_names) or 'none'}; set it with "
+                             f"--config.evals.{name}.{field}=...)")
         if enabled:
             reports.append(spec)
     specs += reports
@@ -177,7 +181,7 @@ def _deduplicated(specs: list[EvalSpec]) -> list[EvalSpec]:
     return out
 
 
-def run(exp, params, params_step: int, step: int, writer=None) -> dict[str, dict]:
+def run(exp, params, params_step: int, step: int, writer=None, record_kind: str = "final") -> dict[str, dict]:
     """Runs the planned evaluations of ``exp.cfg`` with ``params`` (saved at ``params_step``); logs them in
     ``metrics.jsonl`` at ``step`` and prints the tables (process 0).
 
@@ -185,8 +189,11 @@ def run(exp, params, params_step: int, step: int, writer=None) -> dict[str, dict
       exp: the run (:class:`openvivqa_jax.train.Experiment`).
       params: the parameters to score.
       params_step: the training step ``params`` were saved at (in each metrics file's ``decoding``).
-      step: the step of the ``final`` records of ``metrics.jsonl`` and of the TensorBoard scalars.
-      writer: a ``clu`` metric writer for the entries with ``tensorboard``; None: no TensorBoard.
+      step: the step of the ``metrics.jsonl`` records and of the TensorBoard scalars.
+      writer: a ``clu`` metric writer for the decode entries with ``tensorboard`` and the reports over them
+        (``<name>/shop_name_copy_rate``, ``<with_ocr>/text_qa_cider_ocr_ratio``); None: no TensorBoard.
+      record_kind: the ``kind`` of the ``metrics.jsonl`` records: ``final`` at the end of training,
+        ``evaluate`` for a later re-scoring (so a file's ``final`` records stay the training's own).
 
     Returns:
       ``{name: metrics}`` of the decode entries scored.
@@ -199,6 +206,13 @@ def run(exp, params, params_step: int, step: int, writer=None) -> dict[str, dict
     results: dict[str, dict] = {}
     preds_of: dict[str, list] = {}
     lines: list[str] = []
+    boarded: set[str] = set()  # decode entries written to TensorBoard
+
+    def record(scalars: dict, tensorboard: bool) -> None:
+        exp.jsonl.write(step, record_kind, scalars)
+        if writer is not None and tensorboard:
+            writer.write_scalars(step, scalars)
+
     for spec in _deduplicated(plan(exp.cfg)):
         if spec.kind == "decode":
             metrics, preds = train.evaluate(exp, params, params_step, spec.split, mask_ocr=spec.mask_ocr,
@@ -211,10 +225,9 @@ def run(exp, params, params_step: int, step: int, writer=None) -> dict[str, dict
                 for p in preds[: spec.print_examples]:
                     lines.append(f"Q: {p['question']}\n   predicted: {p['prediction']}\n   reference: "
                                  f"{' | '.join(p['references'])}")
-            overall = {f"{spec.name}/{k}": v for k, v in metrics["overall"].items() if v is not None}
-            exp.jsonl.write(step, "final", overall)
-            if writer is not None and spec.tensorboard:
-                writer.write_scalars(step, overall)
+            record({f"{spec.name}/{k}": v for k, v in metrics["overall"].items() if v is not None}, spec.tensorboard)
+            if spec.tensorboard:
+                boarded.add(spec.name)
         elif spec.kind == "copy_rate":
             for name in spec.of:
                 if name not in preds_of:
@@ -226,12 +239,12 @@ def run(exp, params, params_step: int, step: int, writer=None) -> dict[str, dict
                 lines.append(f"{name}: unseen shop names copied (shop-name questions whose answer contains the full "
                              f"name; these names never occur in training): {copy['rate']:.1%} "
                              f"({copy['num_copied']}/{copy['num_questions']})")
-                exp.jsonl.write(step, "final", {f"{name}/shop_name_copy_rate": copy["rate"]})
+                record({f"{name}/shop_name_copy_rate": copy["rate"]}, name in boarded)
                 train.write_metrics_file(exp, name, results[name])
         elif spec.kind == "ocr_ratio":
-            if spec.with_ocr not in results or spec.without_ocr not in results:
-                logging.info("evals.%s: %s or %s was not scored; no ratio", spec.name, spec.with_ocr,
-                             spec.without_ocr)
+            missing = [n for n in (spec.with_ocr, spec.without_ocr) if n not in results]
+            if missing:
+                logging.info("evals.%s: no ratio, %s was not scored (switched off)", spec.name, " and ".join(missing))
                 continue
             with_ocr = (results[spec.with_ocr].get("text_qa") or {}).get("CIDEr")
             without = (results[spec.without_ocr].get("text_qa") or {}).get("CIDEr")
@@ -239,7 +252,7 @@ def run(exp, params, params_step: int, step: int, writer=None) -> dict[str, dict
                 ratio = with_ocr / without if without > 0 else float("inf")
                 lines.append(f"text-QA CIDEr {spec.with_ocr} {with_ocr:.3f} vs {spec.without_ocr} {without:.3f}: "
                              f"ratio {ratio:.2f}")
-                exp.jsonl.write(step, "final", {f"{spec.with_ocr}/text_qa_cider_ocr_ratio": ratio})
+                record({f"{spec.with_ocr}/text_qa_cider_ocr_ratio": ratio}, spec.with_ocr in boarded)
     if jax.process_index() == 0:
         print("\n".join(lines), flush=True)
     return results

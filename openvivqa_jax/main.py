@@ -200,7 +200,7 @@ def _main(argv) -> None:
     else:
         # The model is built abstractly and only the parameters of the best checkpoint are restored.
         exp, _ = train.create_experiment(cfg, FLAGS.workdir, initialize=False)
-        train.final_evaluation(exp, step=None)
+        train.final_evaluation(exp, step=None, record_kind="evaluate")
 
 
 def _run_task(task: str, cfg) -> None:

@@ -182,7 +182,7 @@ def format_result(res: dict) -> str:
         else:
             lines.append(f"  {w['word']:<14} generated from the vocabulary"
                          + (" (also an OCR token, not copied)" if w.get("in_ocr") else ""))
-    lines.append(f"ocr: {len(res['ocr'])} tokens" + (": " + " | ".join(t["text"] for t in res["ocr"]) if res["ocr"] else "")
+    lines.append(f"ocr: {len(res['ocr'])} token{'' if len(res['ocr']) == 1 else 's'}" + (": " + " | ".join(t["text"] for t in res["ocr"]) if res["ocr"] else "")
                  + (f" ({res['ocr_truncated']} more beyond model.num_ocr not used)" if res.get("ocr_truncated") else ""))
     if res.get("plot"):
         lines.append(f"picture: {res['plot']}")

@@ -390,12 +390,13 @@ def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
         raise ValueError(f"train.best_metric {cfg.train.best_metric!r} is not among the computed eval.metrics "
                          f"{metric_names}; add it or choose one of them")
     workdir = os.path.abspath(os.path.expanduser(workdir))
-    os.makedirs(workdir, exist_ok=True)
     mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
     data = DataSplits(cfg.data)
-    # Every split the run reads is checked now, not after training (the periodic and final evaluations).
+    # Every split the run reads is checked now, not after training (the periodic and final evaluations), and
+    # before the workdir is made: a wrong split leaves no empty run folder behind.
     data.check_splits({**({"data.train_split": cfg.data.train_split} if initialize else {}),
                        "data.eval_split": cfg.data.eval_split, **evals.split_fields(cfg)})
+    os.makedirs(workdir, exist_ok=True)
     train_records = None
     if not assets.exists_on_process_0(os.path.join(workdir, "spm.model")):
         train_records = data.records(cfg.data.train_split)
@@ -626,14 +627,15 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
 
 
 def _report_finished(workdir: str, finished: int) -> None:
-    """Says (a WARNING line, and on stdout from process 0) that the run in ``workdir`` finished at step
+    """Says (on stdout from process 0, in the log of the others) that the run in ``workdir`` finished at step
     ``finished``, and how to score it again or train it longer."""
     message = (f"{workdir}: this run finished at step {finished} and its final scores are in metrics.jsonl "
                f"and eval/; nothing to do. To score it again: --mode evaluate; to train longer: "
                f"--config.train.num_train_steps=<more than {finished}>")
-    logging.warning(message)
     if jax.process_index() == 0:
         print(message, flush=True)
+    else:
+        logging.info(message)
 
 
 def _train_subset(exp: Experiment, train_name: str) -> list[int] | None:
@@ -847,7 +849,8 @@ def write_metrics_file(exp: Experiment, tag: str, metrics: dict) -> None:
             json.dump(metrics, f, ensure_ascii=False, indent=2)
 
 
-def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None = None, writer=None) -> dict:
+def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None = None, writer=None,
+                     record_kind: str = "final") -> dict:
     """Runs the evaluations of ``config.evals`` (:mod:`openvivqa_jax.evals`: by default dev, test, test with
     OCR tokens masked out, the copy rate of unseen shop names and the OCR ratio) with the best checkpoint's
     parameters (:func:`openvivqa_jax.inference.restore_params`: ``best/``, else the latest of ``checkpoints/``;
@@ -863,6 +866,8 @@ def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None
       state: the current train state, evaluated when the workdir holds no checkpoint.
       writer: a ``clu`` metric writer for the entries with ``tensorboard`` (``test/<metric>``,
         ``test_no_ocr/<metric>``) at ``step``. None: no TensorBoard.
+      record_kind: the ``kind`` of the ``metrics.jsonl`` records (``final``; ``evaluate`` for ``--mode
+        evaluate``, which leaves the training's ``final`` records the only ones).
 
     Returns:
       ``{role: metrics}`` for the roles scored.
@@ -877,4 +882,4 @@ def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None
             raise
         logging.warning("no best checkpoint; evaluating the current parameters")
         params, p_step = state.params, int(jax.device_get(state.step))
-    return evals.run(exp, params, p_step, p_step if step is None else step, writer=writer)
+    return evals.run(exp, params, p_step, p_step if step is None else step, writer=writer, record_kind=record_kind)

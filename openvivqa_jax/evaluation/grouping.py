@@ -134,7 +134,7 @@ def format_field_tables(by_field: Mapping[str, Mapping[str, Mapping[str, Any]]])
     for field, by_value in by_field.items():
         extra = [m for m in ("EVJVQA-F1", "EVJVQA-BLEU") if any(m in r for r in by_value.values())]
         width = max([len(v) for v in by_value] + [len(f"by {field}")])
-        head = f"{'by ' + field:<{width}} {'questions':>9} {'exact match':>17} {'CIDEr':>8}" + "".join(
+        head = f"{'by ' + field:<{width}}  {'questions':>9} {'exact match':>17} {'CIDEr':>8}" + "".join(
             f" {m:>10}" for m in extra)
         lines = [head]
         for value, r in by_value.items():
@@ -143,6 +143,6 @@ def format_field_tables(by_field: Mapping[str, Mapping[str, Mapping[str, Any]]])
             em = f"{r['exact_match']:6.1%} ({hits}/{n})"
             cider = "n/a" if r.get("CIDEr") is None else f"{r['CIDEr']:.3f}"
             cells = "".join(f" {r[m]:10.4f}" if r.get(m) is not None else f" {'n/a':>10}" for m in extra)
-            lines.append(f"{value:<{width}} {n:>9d} {em:>17} {cider:>8}{cells}")
+            lines.append(f"{value:<{width}}  {n:>9d} {em:>17} {cider:>8}{cells}")
         blocks.append("\n".join(lines))
     return "\n".join(blocks)

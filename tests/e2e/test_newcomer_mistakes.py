@@ -190,6 +190,7 @@ def test_rerunning_a_finished_run_does_nothing_and_says_how_to_rescore(tmp_path)
     test_cider = json.loads((wd / "eval" / "test_metrics.json").read_text(encoding="utf-8"))["overall"]["CIDEr"]
     assert [(e.step, e.value) for e in acc.Scalars("test/CIDEr")] == [(4, pytest.approx(test_cider, rel=1e-6))]
     assert "dev/CIDEr" in acc.Tags()["scalars"] and "train/loss" in acc.Tags()["scalars"]
+    assert {"test/shop_name_copy_rate", "test/text_qa_cider_ocr_ratio"} <= set(acc.Tags()["scalars"])
     before = (wd / "metrics.jsonl").read_text(encoding="utf-8")
     # the table of each split is printed once (stdout), not logged again
     assert first.stdout.count("== dev: validation (41 questions) ==") == 1

@@ -111,10 +111,21 @@ def test_workdir_contents_and_predictions(tmp_path, data_dir):
 
     assert decoding("test") == {"method": "beam", "beam_size": 2, "alpha": 0.0, "ocr_masked": False, "step": 10}
     assert decoding("test_no_ocr")["ocr_masked"] is True
+    def records(kind):
+        return [r for r in read_jsonl(str(wd / "metrics.jsonl")) if r["kind"] == kind]
+
+    final = records("final")
+    assert {k for r in final for k in r if "/" in k} >= {"dev/CIDEr", "test/CIDEr", "test_no_ocr/CIDEr"}
     subprocess.run(_main_cmd(wd, data_dir, "--mode=evaluate", "--config.eval.decoding=greedy",
                              "--config.eval.ocr_ablation=False"), cwd=ROOT, env=subprocess_env(), check=True,
                    capture_output=True, text=True)
     assert decoding("test") == {"method": "greedy", "beam_size": 1, "alpha": 0.0, "ocr_masked": False, "step": 10}
+    # The re-scoring is logged as its own records; the training's final records are left as they were.
+    assert records("final") == final
+    rescored = {k: v for r in records("evaluate") for k, v in r.items() if "/" in k}
+    test_cider = json.loads((wd / "eval" / "test_metrics.json").read_text())["overall"]["CIDEr"]
+    assert rescored["test/CIDEr"] == pytest.approx(test_cider) and not any(k.startswith("test_no_ocr/")
+                                                                            for k in rescored)
 
 
 _DEVICE_SCRIPT = textwrap.dedent("""

@@ -23,6 +23,17 @@ def test_default_config_runs_dev_test_ablation_then_the_reports():
     assert evals.split_fields(cfg) == {"data.eval_split": "validation", "data.test_split": "test"}
 
 
+def test_every_default_entry_can_be_switched_off_from_the_command_line():
+    """Each entry holds ``enabled`` (a command-line override can only set a field that exists)."""
+    cfg = load_config("configs/default.py")
+    assert all("enabled" in entry for entry in cfg.evals.values())
+    for name in list(cfg.evals):
+        cfg = load_config("configs/default.py")
+        cfg.evals[name].enabled = False
+        names = [s.name for s in evals.plan(cfg)]
+        assert name not in names and len(names) == 4, (name, names)
+
+
 def test_the_documented_switches_reach_the_entries():
     """``eval.ocr_ablation`` and ``eval.num_examples_to_print`` (set after the config is built, as a command-line
     override does) are the ablation's ``enabled`` and the test entry's ``print_examples``; a ``data`` split key
@@ -69,7 +80,7 @@ def test_bad_entries_are_one_line_config_errors(change, message):
     change(cfg.evals)
     with pytest.raises(ConfigError, match=message) as e:
         check_config(cfg)
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and ("--config." in str(e.value) or "config file" in str(e.value))
 
 
 def test_an_empty_data_key_is_named():
