@@ -204,6 +204,7 @@ def test_tensorboard_events_are_written_without_tensorflow(tmp_path):
     assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
 
 
+@pytest.mark.slow  # 10-30 s on 2 cores: left to the full suite
 def test_real_tensorflow_import_prints_no_start_up_notice():
     """With the installed TensorFlow: nothing of its start-up notices reaches standard error."""
     pytest.importorskip("tensorflow")

@@ -194,6 +194,7 @@ def _allowed(batch_size: int, E: int, ids_per_row) -> np.ndarray:
     return a
 
 
+@pytest.mark.slow  # 10-30 s on 2 cores: left to the full suite
 def test_constrained_search_emits_only_allowed_ids_without_recompiling():
     V = 30
     cfg = tiny_model_config("mlpag")

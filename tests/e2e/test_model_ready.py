@@ -151,6 +151,7 @@ def absl_info():
     absl_logging.set_verbosity(verbosity)
 
 
+@pytest.mark.slow  # 5-10 s on 2 cores: left to the full suite
 def test_corrupt_half_written_and_stale_caches_are_rebuilt(setup, caplog, absl_info):
     from openvivqa_jax import assets
     from openvivqa_jax.data import model_ready, pipeline

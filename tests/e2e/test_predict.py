@@ -195,6 +195,7 @@ def test_word_provenance_matches_decode(tmp_path):
     assert words[0]["piece_ids"] == list(tok.encode("cửa")) and words[7]["piece_ids"] == list(tok.encode("giá"))
 
 
+@pytest.mark.slow  # 10-30 s on 2 cores: left to the full suite
 def test_decoder_attention_path_leaves_logits_unchanged():
     """The optional cross-attention return path gives the same logits; each row is a distribution over the
     unmasked memory (masked slots get zero weight)."""

@@ -105,6 +105,7 @@ def test_passage_pieces_are_the_normalized_passage_pieces(tokenizer):
     assert toks.ids.tolist() == list(tokenizer.encode(normalize_text(text)))
 
 
+@pytest.mark.slow  # 5-10 s on 2 cores: left to the full suite
 def test_reader_masks_the_question_and_takes_any_encoder():
     """Logits off the passage are NEG_INF; an encoder passed in replaces the built one (the seam for BERT)."""
     import jax.numpy as jnp

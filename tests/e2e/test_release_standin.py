@@ -33,6 +33,7 @@ def _tree(root):
     return out
 
 
+@pytest.mark.slow  # 5-10 s on 2 cores: left to the full suite
 def test_standin_form_sizes_and_determinism(tmp_path):
     a = _make(tmp_path / "a", 18, "--features", "--workers", "1")
     _make(tmp_path / "b", 18, "--features", "--workers", "2")

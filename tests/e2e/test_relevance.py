@@ -278,6 +278,7 @@ def test_trained_tiny_model_prefers_the_right_colour_and_resumes(tmp_path, capsy
     assert len(recs) >= 10 and auc > 0.7, auc
 
 
+@pytest.mark.slow  # 5-10 s on 2 cores: left to the full suite
 def test_vit_visual_features_are_the_loaded_checkpoints_pooled_grid(tmp_path):
     """visual.source='vit': the big_vision checkpoint is loaded and its grid averaged over each pool cell."""
     import ml_collections

@@ -76,6 +76,7 @@ def test_wide_beam_finds_exhaustive_best(alpha):
         assert float(score[0]) == pytest.approx(best_score, abs=1e-4)
 
 
+@pytest.mark.slow  # 10-30 s on 2 cores: left to the full suite
 def test_beam_one_equals_greedy():
     cfg, model = _model("mlpag", vocab=30, seed=1)
     batch = random_batch(cfg, 30, batch=4, seed=3)

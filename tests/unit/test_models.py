@@ -562,6 +562,7 @@ def test_classifier_loss_rejects_wrong_score_width():
 
 
 # ----------------------------------------------------------------------------- configs
+@pytest.mark.slow  # 10-30 s on 2 cores: left to the full suite
 def test_paper_configs_and_param_table():
     rows = config_rows(f"{ROOT}/configs/openvivqa")
     names = {r["model"] for r in rows}
@@ -581,6 +582,7 @@ def test_paper_configs_and_param_table():
     assert len(table.splitlines()) == len(rows) + 2
 
 
+@pytest.mark.slow  # 10-30 s on 2 cores: left to the full suite
 def test_m4c_remat_gives_the_same_loss_and_gradients():
     """``model.remat`` recomputes M4C's text and MMT blocks in the backward pass: with dropout on (the
     recomputation must redraw the same masks) the loss and every gradient equal the stored-activation run."""

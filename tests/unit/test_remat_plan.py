@@ -26,6 +26,7 @@ def test_remat_plan_values():
         remat_plan([True], 3, 2)
 
 
+@pytest.mark.slow  # 10-30 s on 2 cores: left to the full suite
 def test_m4c_remat_list_reaches_the_chosen_blocks_and_keeps_loss_and_gradients():
     """remat on text block 0 and MMT block 1 only: call_block sees remat exactly there, and the loss and
     gradients (dropout on) equal the run without remat."""
