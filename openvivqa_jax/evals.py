@@ -21,9 +21,12 @@ their order, then the reports over them. An entry's name is its role: it names t
 * ``copy_rate``: on the synthetic set, the share of shop-name questions whose answer copies the whole unseen
   name (:func:`openvivqa_jax.evaluation.copying.shop_name_copy_rate`), for each decode entry named in ``of``
   that has such questions; added to that entry's metrics file as ``shop_name_copy_rate`` and to
-  ``metrics.jsonl`` as ``<name>/shop_name_copy_rate``.
+  ``metrics.jsonl`` (and TensorBoard, when the decode entry goes there) as ``<name>/shop_name_copy_rate``.
 * ``ocr_ratio``: text-QA CIDEr of the decode entry ``with_ocr`` over that of ``without_ocr`` (the OCR
-  ablation), in ``metrics.jsonl`` as ``<with_ocr>/text_qa_cider_ocr_ratio``.
+  ablation), as ``<with_ocr>/text_qa_cider_ocr_ratio`` in the same places.
+
+The ``metrics.jsonl`` records are of kind ``final`` at the end of training and ``evaluate`` for a later
+``--mode evaluate``.
 
 :func:`plan` checks every entry (unknown kinds or fields, references to names that are not decode
 entries) with no dataset or model built; it runs in :func:`openvivqa_jax.config_check.check_config`.
