@@ -161,17 +161,21 @@ os.write(2, b"E0000 real C++ error from the library\\n")
 '''
 
 
+def _with_fake_tensorflow(tmp_path, code: str) -> subprocess.CompletedProcess:
+    """Runs ``python -c code`` with the stand-in ``tensorflow`` package of ``_FAKE_TF`` first on the path."""
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(_FAKE_TF)
+    env = subprocess_env()
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    return subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
 def test_tensorflow_start_up_notices_are_dropped_and_other_lines_kept(tmp_path):
     """A stand-in ``tensorflow`` package writes two notices and one real error line straight to file
     descriptor 2 (as TensorFlow's C++ logging does, ignoring TF_CPP_MIN_LOG_LEVEL): only the error line
     reaches standard error, once, and a second call does not import again."""
-    (tmp_path / "tensorflow").mkdir()
-    (tmp_path / "tensorflow" / "__init__.py").write_text(_FAKE_TF)
-    code = ("import sys; from openvivqa_jax.quiet import import_tensorflow_quietly as q; "
-            "print(q(), q()); print('after', file=sys.stderr)")
-    env = subprocess_env()
-    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
-    res = subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    res = _with_fake_tensorflow(tmp_path, "import sys; from openvivqa_jax.quiet import import_tensorflow_quietly "
+                                          "as q; print(q(), q()); print('after', file=sys.stderr)")
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["True", "False"]
     assert res.stderr.splitlines() == ["E0000 real C++ error from the library", "after"]
@@ -180,14 +184,9 @@ def test_tensorflow_start_up_notices_are_dropped_and_other_lines_kept(tmp_path):
 def test_tensorflow_is_imported_only_when_asked_and_then_quietly(tmp_path):
     """``quiet_tensorflow_imports`` imports nothing; the first ``import tensorflow`` afterwards (here of the
     stand-in package) has its notices dropped and the real error line kept."""
-    (tmp_path / "tensorflow").mkdir()
-    (tmp_path / "tensorflow" / "__init__.py").write_text(_FAKE_TF)
-    code = ("import sys; from openvivqa_jax.quiet import quiet_tensorflow_imports as q; q(); q(); "
-            "print('tensorflow' in sys.modules); import tensorflow; print('tensorflow' in sys.modules); "
-            "print('after', file=sys.stderr)")
-    env = subprocess_env()
-    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
-    res = subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    res = _with_fake_tensorflow(tmp_path, "import sys; from openvivqa_jax.quiet import quiet_tensorflow_imports as q; "
+                                          "q(); q(); print('tensorflow' in sys.modules); import tensorflow; "
+                                          "print('tensorflow' in sys.modules); print('after', file=sys.stderr)")
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["False", "True"]
     assert res.stderr.splitlines() == ["E0000 real C++ error from the library", "after"]
