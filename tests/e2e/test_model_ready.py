@@ -39,7 +39,7 @@ def _open(setup, root, split="train", **kw):
                                   source_name=split, **kw)
 
 
-def _same(a: dict, b: dict, where=""):
+def assert_same_fields(a: dict, b: dict, where=""):
     assert sorted(a) == sorted(b), where
     for k in a:
         x, y = np.asarray(a[k]), np.asarray(b[k])
@@ -58,7 +58,7 @@ def test_every_field_equals_the_per_example_path(setup):
     for i in range(len(src)):
         rec = pipeline.decode_record(src[i], i, "train")
         for j, ans in enumerate(rec.answers):
-            _same(mr.gather(np.array([i]), np.array([j])),
+            assert_same_fields(mr.gather(np.array([i]), np.array([j])),
                   {k: np.asarray(v)[None] for k, v in pre.features(rec, ans).items()}, f"question {i} answer {j}")
 
 
@@ -87,7 +87,7 @@ def test_pretrained_ocr_vectors_are_stored_once_per_ocr_set_and_equal_the_per_ex
     for i in range(len(src)):
         rec = pipeline.decode_record(src[i], i, "train")
         ref = {k: np.asarray(v)[None] for k, v in pre2.features(rec, rec.answers[0]).items()}
-        _same(mr.gather(np.array([i]), np.array([0])), ref, f"question {i}")
+        assert_same_fields(mr.gather(np.array([i]), np.array([0])), ref, f"question {i}")
         nonzero += int(np.any(ref["ocr_fasttext"] != 0))
     assert nonzero > 0  # the vectors reached the batches
 
@@ -113,17 +113,17 @@ def test_training_stream_and_resume_equal_the_per_example_iterator(setup):
     for s in range(steps):
         if s == 3:
             state = it.get_state()
-        _same(next(it), next(ref), f"batch {s}")
+        assert_same_fields(next(it), next(ref), f"batch {s}")
     resumed = model_ready.train_iterator(mr, batch_size=8, seed=3, num_threads=1)
     resumed.set_state(state)
     ref = pipeline.train_iterator(src, pre, batch_size=8, seed=3, num_threads=1)
     for s in range(3):
         next(ref)
     for s in range(3, 6):
-        _same(next(resumed), next(ref), f"resumed batch {s}")
+        assert_same_fields(next(resumed), next(ref), f"resumed batch {s}")
     # The iterator state is the per-example iterator's: a run resumes across the switch too.
     ref.set_state(it.get_state())
-    _same(next(it), next(ref), "after the state hand-over")
+    assert_same_fields(next(it), next(ref), "after the state hand-over")
 
 
 def test_eval_batches_equal_the_per_example_path(setup):
@@ -137,7 +137,7 @@ def test_eval_batches_equal_the_per_example_path(setup):
     assert len(got) == len(want) == -(-len(src) // 7)
     assert not got[-1]["valid"].all() or len(src) % 7 == 0
     for b, (x, y) in enumerate(zip(got, want)):
-        _same(x, y, f"eval batch {b}")
+        assert_same_fields(x, y, f"eval batch {b}")
 
 
 @pytest.fixture
@@ -270,12 +270,12 @@ def test_region_features_equal_the_per_example_path(tmp_path_factory):
     for i in range(len(src)):
         rec = pipeline.decode_record(src[i], i, "train")
         assert rec.objects is not None
-        _same(mr.gather(np.array([i]), np.array([0])),
+        assert_same_fields(mr.gather(np.array([i]), np.array([0])),
               {k: np.asarray(v)[None] for k, v in pre.features(rec, rec.answers[0]).items()}, f"question {i}")
     ref = pipeline.train_iterator(src, pre, batch_size=8, seed=1, num_threads=1)
     it = model_ready.train_iterator(mr, batch_size=8, seed=1, num_threads=1)
     for s in range(3):
-        _same(next(it), next(ref), f"batch {s}")
+        assert_same_fields(next(it), next(ref), f"batch {s}")
 
 
 @pytest.mark.slow
