@@ -90,21 +90,7 @@ def cider_d(corpus: NgramCorpus, items: np.ndarray | None = None, sigma: float =
         np.bincount(r_row * MAX_N + r_ord, weights=vr * vr, minlength=num_rows * MAX_N)
     ).reshape(num_rows, MAX_N)
 
-    # Clipped dot products: match each reference entry with the hypothesis entry of its item.
-    h_keys = h_item * grams + h_gram
-    h_order_idx = np.argsort(h_keys, kind="stable")
-    sorted_keys = h_keys[h_order_idx]
-    r_keys = r_item * grams + r_gram
-    pos = np.searchsorted(sorted_keys, r_keys)
-    pos_c = np.minimum(pos, max(sorted_keys.size - 1, 0))
-    if sorted_keys.size:
-        found = (pos < sorted_keys.size) & (sorted_keys[pos_c] == r_keys)
-        vh_match = np.where(found, vh[h_order_idx[pos_c]], 0.0)
-    else:
-        found = np.zeros(r_keys.shape, bool)
-        vh_match = np.zeros(r_keys.shape)
-    contrib = np.where(found, np.minimum(vh_match, vr) * vr, 0.0)
-    dot = np.bincount(r_row * MAX_N + r_ord, weights=contrib, minlength=num_rows * MAX_N).reshape(num_rows, MAX_N)
+    dot = _clipped_dots(h_item * grams + h_gram, vh, r_item * grams + r_gram, vr, r_row * MAX_N + r_ord, num_rows)
 
     row_item = row_item_local[rows]  # (rows,) local item of each selected reference
     nh = norm_h[row_item]
@@ -119,3 +105,22 @@ def cider_d(corpus: NgramCorpus, items: np.ndarray | None = None, sigma: float =
     per_item = np.bincount(row_item, weights=val.sum(axis=1), minlength=k)
     n_refs = corpus.refs_per_item[items].astype(np.float64)
     return per_item / MAX_N / n_refs * 10.0
+
+
+def _clipped_dots(h_keys: np.ndarray, vh: np.ndarray, r_keys: np.ndarray, vr: np.ndarray, r_slot: np.ndarray,
+                  num_rows: int) -> np.ndarray:
+    """``(num_rows, MAX_N)`` clipped dot products ``sum_g min(h_g, r_g) * r_g`` of each reference row and order:
+    each reference entry (key ``item * grams + gram``, weight ``vr``, slot ``row * MAX_N + order``) matched with
+    the hypothesis entry of its item and gram (key ``h_keys``, weight ``vh``)."""
+    h_order_idx = np.argsort(h_keys, kind="stable")
+    sorted_keys = h_keys[h_order_idx]
+    pos = np.searchsorted(sorted_keys, r_keys)
+    pos_c = np.minimum(pos, max(sorted_keys.size - 1, 0))
+    if sorted_keys.size:
+        found = (pos < sorted_keys.size) & (sorted_keys[pos_c] == r_keys)
+        vh_match = np.where(found, vh[h_order_idx[pos_c]], 0.0)
+    else:
+        found = np.zeros(r_keys.shape, bool)
+        vh_match = np.zeros(r_keys.shape)
+    contrib = np.where(found, np.minimum(vh_match, vr) * vr, 0.0)
+    return np.bincount(r_slot, weights=contrib, minlength=num_rows * MAX_N).reshape(num_rows, MAX_N)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from openvivqa_jax.evaluation import bleu as bleu_lib
+import openvivqa_jax.evaluation.bleu as bleu_lib
 from openvivqa_jax.evaluation.ngrams import build_ngram_corpus
 
 __all__ = ["CHARACTER_LANGUAGES", "tokenize", "token_f1", "f1_scores", "bleu_mean", "evjvqa_scores"]

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from openvivqa_jax.evaluation import bleu as bleu_lib
-from openvivqa_jax.evaluation import cider as cider_lib
+import openvivqa_jax.evaluation.bleu as bleu_lib
+import openvivqa_jax.evaluation.cider as cider_lib
 from openvivqa_jax.evaluation.formats import QA_TYPE_NON_TEXT, QA_TYPE_TEXT
 from openvivqa_jax.evaluation.ngrams import build_ngram_corpus
 
