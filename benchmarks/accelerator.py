@@ -11,7 +11,7 @@ For each model (the ``benchmark`` variants of ``configs/openvivqa/<name>.py``, b
 * the trainer's own train step (``benchmarks/train_step.py``'s worker: compile, one warm-up step, the median
   of ``--repeats`` steps): ``examples_per_s``, ``flops_per_step`` from XLA's cost analysis of the compiled
   step, and ``mfu = flops_per_step / step_s / peak``;
-* beam-3 decoding (``benchmarks/decode.py``'s worker, :func:`openvivqa_jax.decoding.make_decode_fn`):
+* beam-3 decoding (``benchmarks/decode.py``'s worker, :func:`openvivqa_jax.vqa.decoding.make_decode_fn`):
   ``answers_per_s``;
 * ``peak_device_memory_mb``: the device's ``memory_stats()['peak_bytes_in_use']`` after both (``null`` where
   the backend reports none, e.g. CPU; ``peak_rss_mb`` is the host process's).

@@ -239,9 +239,9 @@ def run_worker(script: str, args: list[str], timeout: float | None = None) -> di
 
 def bench_state(cfg, vocab_size: int, abstract: bool = False):
     """The trainer's train state without a dataset, tokenizer or workdir:
-    :func:`openvivqa_jax.train.create_train_state` of the model built for ``vocab_size`` pieces, on the
+    :func:`openvivqa_jax.vqa.experiment.create_train_state` of the model built for ``vocab_size`` pieces, on the
     config's mesh (``abstract``: a one-device mesh and an ``nnx.eval_shape`` model, nothing initialized, for
-    lowering only). The step is :func:`openvivqa_jax.train.make_train_step` of the returned spec, unchanged.
+    lowering only). The step is :func:`openvivqa_jax.vqa.train.make_train_step` of the returned spec, unchanged.
     (Imported lazily: ``train`` pulls in orbax and the evaluation package, which the decode benchmark does
     not need.)
 
@@ -250,14 +250,14 @@ def bench_state(cfg, vocab_size: int, abstract: bool = False):
       vocab_size: ``V``.
 
     Returns:
-      ``(spec, state)``: the :class:`openvivqa_jax.train.StateSpec` and the sharded initial
-      :class:`openvivqa_jax.train.TrainState` (None when ``abstract``; ``spec.abstract_state`` then).
+      ``(spec, state)``: the :class:`openvivqa_jax.vqa.experiment.StateSpec` and the sharded initial
+      :class:`openvivqa_jax.training.state.TrainState` (None when ``abstract``; ``spec.abstract_state`` then).
     """
     from flax import nnx
 
-    from openvivqa_jax import sharding
+    from openvivqa_jax.training import sharding
     from openvivqa_jax.models import build_model
-    from openvivqa_jax.train import create_train_state
+    from openvivqa_jax.vqa.experiment import create_train_state
 
     mesh = sharding.create_mesh((1, 1) if abstract else cfg.mesh.shape, cfg.mesh.axes)
     build = lambda: build_model(cfg.model, vocab_size, seed=cfg.seed)  # noqa: E731

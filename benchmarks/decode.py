@@ -11,7 +11,7 @@ regions x 1024 with boxes, question 20, answer 20 steps, 50 OCR tokens with det 
 (:func:`benchmarks.common.model_inputs`). For each model, each in a fresh process (peak RSS per
 measurement):
 
-* ``greedy`` and ``beam``: :func:`openvivqa_jax.decoding.make_decode_fn` (one jitted ``lax.while_loop``,
+* ``greedy`` and ``beam``: :func:`openvivqa_jax.vqa.decoding.make_decode_fn` (one jitted ``lax.while_loop``,
   KV cache, cross-attention keys/values and M4C's prefix computed once; with ``--share_memory`` the beams
   of an example read one copy of the memory's keys/values instead of one each); compile time
   (``fn.lower(...).compile()``), then the median of ``--repeats`` calls after one warm-up call.
@@ -70,7 +70,7 @@ def reference_greedy(model, batch: dict, *, max_len: int, bos_id: int = 2, eos_i
 
     Step ``t`` calls ``model(batch with decoder_in = [BOS, y_1 .. y_t])`` (the teacher-forced forward of
     the whole model, ``(batch, t + 1, V + N)`` logits), bans PAD/UNK/BOS, takes the argmax of the last
-    position on the host; finished answers feed PAD, as :func:`openvivqa_jax.decoding.greedy_search`.
+    position on the host; finished answers feed PAD, as :func:`openvivqa_jax.vqa.decoding.greedy_search`.
 
     Returns:
       ``(ids (batch, max_len) int32 with PAD after EOS, number of steps run)``.
@@ -118,7 +118,7 @@ def worker(args) -> dict:
             common.log(f"[{name}] reference repeat {r}: {secs[-1]:.2f} s")
         res["steps"] = steps
     else:
-        from openvivqa_jax import decoding
+        from openvivqa_jax.vqa import decoding
 
         graphdef, params = nnx.split(model, nnx.Param)
         del model

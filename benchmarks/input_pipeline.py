@@ -87,15 +87,15 @@ def pipeline_config(name: str, smoke: bool, data_dir: str | None, batch: int | N
 
 def worker(args) -> dict:
     """One pipeline config in this process."""
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets, pipeline
     from openvivqa_jax.models import model_class
-    from openvivqa_jax.assets import load_tokenizer
+    from openvivqa_jax.vqa.assets import load_tokenizer
 
     name = args.worker
     cfg = pipeline_config(name, args.smoke, args.data_dir, args.batch)
     b = int(cfg.train.batch_size)
     t0 = time.perf_counter()
-    builder = pipeline.load_builder(cfg.data)
+    builder = datasets.load_builder(cfg.data)
     src = pipeline.load_source(builder, cfg.data.train_split)
     source_name = f"{builder.name}/{cfg.data.train_split}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,11 +159,11 @@ def standin_worker(args) -> dict:
 
     import jax
 
-    from openvivqa_jax import sharding
-    from openvivqa_jax.assets import load_tokenizer
+    from openvivqa_jax.training import sharding
+    from openvivqa_jax.vqa.assets import load_tokenizer
     from openvivqa_jax.config_files import load_config
-    from openvivqa_jax.data import model_ready, pipeline
-    from openvivqa_jax.train import make_train_step
+    from openvivqa_jax.data import datasets, model_ready, pipeline
+    from openvivqa_jax.vqa.train import make_train_step
 
     variant = args.worker.split(":", 1)[1]
     cfg = load_config(os.path.join(common.ROOT, "configs", "openvivqa", "mlpag.py"), variant)
@@ -177,7 +177,7 @@ def standin_worker(args) -> dict:
             cfg.tokenizer.vocab_size = 400
     b = int(cfg.train.batch_size)
     t0 = time.perf_counter()
-    builder = pipeline.load_builder(cfg.data)
+    builder = datasets.load_builder(cfg.data)
     res = {"variant": variant, "config": f"configs/openvivqa/mlpag.py:{variant}", "batch": b,
            "image_size": list(cfg.data.image_size), "num_ocr": cfg.model.num_ocr,
            "tfds_build_or_open_s": round(time.perf_counter() - t0, 2),

@@ -86,7 +86,7 @@ def probe(out_dir: Path) -> dict:
     encoders."""
     import ml_collections
 
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets, pipeline
     from openvivqa_jax.evaluation import evaluator
     from openvivqa_jax.evaluation import relevance as rel
 
@@ -95,7 +95,7 @@ def probe(out_dir: Path) -> dict:
     enc = rel.load_models(",".join(f"{k}={v}" for k, v in W.items()))
     cfg = ml_collections.ConfigDict(dict(builder="evjvqa", builder_config="default", data_dir=str(out_dir / "tfds"),
                                          manual_dir=str(man), builder_kwargs={}))
-    recs = pipeline.read_records(pipeline.load_source(pipeline.load_builder(cfg), "test"), "test")
+    recs = pipeline.read_records(pipeline.load_source(datasets.load_builder(cfg), "test"), "test")
     names = {"en": list(COLORS), "vi": [v[0] for v in COLORS.values()], "ja": [v[1] for v in COLORS.values()]}
     out: dict = {}
     for L in ("vi", "en", "ja"):

@@ -61,7 +61,7 @@ def main(argv=None) -> dict:
     """Prints (and returns) CMedRel's AUC per kind of wrong answer and CLinRel's correlation with CIDEr."""
     import ml_collections
 
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets, pipeline
     from openvivqa_jax.evaluation import relevance as rel
     from tfds_builders.synthetic_openvivqa import generator as gen
 
@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
     feats = e.image_features()
     cfg = ml_collections.ConfigDict(dict(builder="synthetic_openvivqa", builder_config=args.builder_config,
                                          data_dir=args.data_dir, manual_dir=None, builder_kwargs={}))
-    b = pipeline.load_builder(cfg)
+    b = datasets.load_builder(cfg)
     recs = pipeline.read_records(pipeline.load_source(b, args.split), args.split)
     names_by_image: dict[str, list[str]] = {}
     for r in recs:

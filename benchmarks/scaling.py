@@ -8,7 +8,7 @@ Usage::
 
 Part 1, measured (``scaling``): for each device count K a fresh process runs with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=K`` and times the trainer's own step
-(:func:`openvivqa_jax.train.make_train_step` over :func:`benchmarks.common.bench_state`: forward, loss,
+(:func:`openvivqa_jax.vqa.train.make_train_step` over :func:`benchmarks.common.bench_state`: forward, loss,
 gradients, Adam, donated state) at ``configs/default.py``'s shapes (global batch 32, mesh ``(-1, 1)``, i.e. the
 batch split K ways along ``data``) on random inputs (:func:`benchmarks.common.model_inputs`). Reported: the
 compile time and the median of ``--repeats`` steps after one warm-up step. The K fake devices are threads of
@@ -45,7 +45,7 @@ import common  # noqa: E402
 
 import jax  # noqa: E402
 
-from openvivqa_jax import sharding  # noqa: E402
+from openvivqa_jax.training import sharding  # noqa: E402
 
 #: Dense bfloat16 peak per chip (FLOP/s) and the bandwidth one chip can send into a ring all-reduce
 #: (bytes/s), from the vendors' data sheets.
@@ -71,7 +71,7 @@ def _measure(k: int, repeats: int, smoke: bool) -> dict:
     cfg.mesh.shape = (-1, 1)
     vocab = cfg.tokenizer.vocab_size
     from openvivqa_jax.data.pipeline import to_global
-    from openvivqa_jax.train import make_train_step
+    from openvivqa_jax.vqa.train import make_train_step
     spec, state = common.bench_state(cfg, vocab)
     batch = to_global(common.model_inputs(cfg, vocab, batch=cfg.train.batch_size), spec.batch_sharding)
     step = make_train_step(spec)
@@ -101,7 +101,7 @@ def _flops(name: str, smoke: bool) -> dict:
         cfg = common.shrink_for_smoke(cfg)
     batch_size = cfg.train.batch_size
     vocab = cfg.tokenizer.vocab_size
-    from openvivqa_jax.train import make_train_step
+    from openvivqa_jax.vqa.train import make_train_step
 
     spec, _ = common.bench_state(cfg, vocab, abstract=True)
     inputs = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=spec.batch_sharding)

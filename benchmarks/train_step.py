@@ -8,7 +8,7 @@ Usage::
 Models: ``default`` (``configs/default.py``, the synthetic-data MLPAG, batch 32) or the ``benchmark`` variants
 of ``configs/openvivqa/<name>.py`` (docs/design.md §10 shapes, batch 64, vocabulary 4,000), randomly initialized, on
 random inputs (:func:`benchmarks.common.model_inputs`). Each model runs in a fresh process. The step is the
-trainer's own (:func:`openvivqa_jax.train.make_train_step`: forward, loss, gradients, optimizer update,
+trainer's own (:func:`openvivqa_jax.vqa.train.make_train_step`: forward, loss, gradients, optimizer update,
 donated state, dropout on) over the state of :func:`benchmarks.common.bench_state`.
 
 Reported per model:
@@ -46,7 +46,7 @@ import common  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from openvivqa_jax import sharding  # noqa: E402
+from openvivqa_jax.training import sharding  # noqa: E402
 
 MODELS = ("default",) + common.PAPER_MODELS
 #: Number of most expensive instructions listed in ``profile.top_ops``.
@@ -176,7 +176,7 @@ def worker(args) -> dict:
     vocab = int(cfg.tokenizer.vocab_size)
     t0 = time.perf_counter()
     from openvivqa_jax.data.pipeline import to_global
-    from openvivqa_jax.train import make_train_step
+    from openvivqa_jax.vqa.train import make_train_step
     spec, state = common.bench_state(cfg, vocab)
     batch = to_global(common.model_inputs(cfg, vocab, b), spec.batch_sharding)
     res = {"model": name, "batch": b, "vocab_size": vocab, "dtype": cfg.model.dtype, "num_params": spec.num_params,

@@ -84,7 +84,7 @@ python3 -m pip install -q -e . && python3 -c 'import jax; print(jax.process_coun
 # Builds (or reuses) the TFDS dataset of a config; single process, no jax.distributed.
 PREPARE_PY='import sys; from absl import flags; from ml_collections import config_flags; '\
 'config_flags.DEFINE_config_file("config", None, "experiment config"); flags.FLAGS(sys.argv); '\
-'from openvivqa_jax.data import pipeline; b = pipeline.load_builder(flags.FLAGS.config.data); '\
+'from openvivqa_jax.data import datasets; b = datasets.load_builder(flags.FLAGS.config.data); '\
 'print(b.info.full_name, {k: v.num_examples for k, v in b.info.splits.items()})'
 
 do_prepare() {

@@ -43,11 +43,16 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+import ml_collections
 from absl import logging
 
 from openvivqa_jax.analysis import guideline, kappa, stats
+from openvivqa_jax.analysis.figures import write_figures
 from openvivqa_jax.analysis.records import (AnalysisInputError, EmptySplitError, QA, order_splits,
                                             read_reference_file, read_tfds)
+from openvivqa_jax.cli import run_main
+from openvivqa_jax.config_files import load_config
+from openvivqa_jax.data.ocr import load_ocr_file
 from openvivqa_jax.errors import UserError
 
 __all__ = ["build_parser", "analyze", "format_summary", "run"]
@@ -83,11 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _data_config(args: argparse.Namespace):
-    import ml_collections
-
     if args.config:
-        from openvivqa_jax.config_files import load_config
-
         path, _, arg = args.config.partition(":")
         try:
             cfg = load_config(path, *([arg] if arg else []))
@@ -106,15 +107,13 @@ def _data_config(args: argparse.Namespace):
 def _read_inputs(inputs: Sequence[str], ocr_file: str | None) -> tuple[dict[str, list[QA]], dict]:
     ocr = None
     if ocr_file:
-        from openvivqa_jax.data.ocr import load_ocr_file
-
         ocr = load_ocr_file(ocr_file)
     files: dict[str, str] = {}
     for item in inputs:
         if "=" in item and not os.path.exists(item):
             split, path = item.split("=", 1)
         else:
-            from tfds_builders.readers import split_from_filename
+            from tfds_builders.readers import split_from_filename  # heavy: imports TensorFlow Datasets
 
             path = item
             split = split_from_filename(path) or os.path.splitext(os.path.basename(path))[0]
@@ -257,8 +256,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         parser.error("give a dataset (--builder, --config or --input) and/or --agreement")
     if args.ocr_file and not args.input:
         parser.error("--ocr_file goes with --input (a TFDS dataset carries its OCR tokens)")
-    from openvivqa_jax.cli import run_main
-
     # An empty split exits 1, every other unusable input 2 (documented); TFDS imports TensorFlow.
     return run_main(lambda: _run(args), verbose=args.verbose, import_tensorflow=True, log_level=logging.ERROR,
                     sigterm=False, with_class=False, exit_codes={EmptySplitError: 1, UserError: 2, FileNotFoundError: 2},
@@ -270,7 +267,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.builder or args.config:
         splits = [s.strip() for s in args.splits.split(",") if s.strip()] if args.splits else None
         if not args.verbose:
-            import tensorflow_datasets as tfds
+            import tensorflow_datasets as tfds  # heavy: only for a TFDS dataset
 
             tfds.display_progress_bar(False)
         data, source = read_tfds(_data_config(args), splits, prepare=args.prepare)
@@ -287,8 +284,6 @@ def _run(args: argparse.Namespace) -> int:
     os.makedirs(args.out, exist_ok=True)
     written = []
     if data is not None and not args.no_figures:
-        from openvivqa_jax.analysis.figures import write_figures
-
         title = args.title or source.get("builder") or ", ".join(os.path.basename(p) for p in source["files"].values())
         written = write_figures(result["splits"], args.out, title)
         result["figures"] = [os.path.basename(p) for p in written]

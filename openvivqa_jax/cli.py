@@ -7,7 +7,7 @@
   of another exception, as Apache Beam re-raises worker errors) into one line on stderr,
   ``error: <ErrorClass>: <message>`` (or ``error: <message>`` for the commands whose documented lines carry no
   class name), and returns the error's exit code; the traceback is logged at debug level (``--verbosity=1``);
-* handles Ctrl-C (SIGINT) and, where asked, SIGTERM (:mod:`openvivqa_jax.interrupts`): one ``interrupted ...``
+* handles Ctrl-C (SIGINT) and, where asked, SIGTERM (:mod:`openvivqa_jax.training.interrupts`): one ``interrupted ...``
   line and 130 / 143;
 * sets up the quiet start-up (:mod:`openvivqa_jax.quiet`): ``TF_CPP_MIN_LOG_LEVEL=2``, TensorFlow imported with
   its C++ notices filtered out, absl logging at a chosen level, Python warnings off, for the call only.
@@ -26,7 +26,11 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable
 
+from absl import app, logging
+
 from openvivqa_jax.errors import UserError
+from openvivqa_jax.quiet import quiet_tensorflow_imports
+from openvivqa_jax.training import interrupts
 
 __all__ = ["run_main", "error_line", "find_user_error", "print_error", "install_tfds_cli_handler", "exit_now"]
 
@@ -111,15 +115,11 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
 
     Returns:
       The exit code: the body's; the error's (:attr:`UserError.exit_code`, or ``exit_codes``);
-      :attr:`~openvivqa_jax.interrupts.TrainingInterrupted.exit_code`; 130 / 143 after a signal.
+      :attr:`~openvivqa_jax.training.interrupts.TrainingInterrupted.exit_code`; 130 / 143 after a signal.
     """
-    from absl import logging
-
-    from openvivqa_jax import interrupts
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow can be imported
     verbosity = logging.get_verbosity()
-    handlers = interrupts.install(sigterm=sigterm)  # a Ctrl-C is never lost (openvivqa_jax.interrupts)
+    handlers = interrupts.install(sigterm=sigterm)  # a Ctrl-C is never lost (openvivqa_jax.training.interrupts)
     with warnings.catch_warnings():
         if not verbose:
             if quiet_warnings:
@@ -128,8 +128,6 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
                 logging.set_verbosity(log_level)
         try:
             if import_tensorflow and not verbose:
-                from openvivqa_jax.quiet import quiet_tensorflow_imports
-
                 quiet_tensorflow_imports()
             code = body()
             return 0 if code is None else int(code)
@@ -175,21 +173,13 @@ def install_tfds_cli_handler() -> bool:
     """
     if "tensorflow_datasets.scripts.cli.main" not in sys.modules:
         return False
-    from absl import app
-
     if any(isinstance(h, _TfdsCliHandler) for h in app.EXCEPTION_HANDLERS):
         return True
     app.install_exception_handler(_TfdsCliHandler())
     return True
 
 
-try:
-    from absl.app import ExceptionHandler as _AbslExceptionHandler
-except ImportError:  # pragma: no cover - absl-py always has it (>= 0.1)
-    _AbslExceptionHandler = object
-
-
-class _TfdsCliHandler(_AbslExceptionHandler):
+class _TfdsCliHandler(app.ExceptionHandler):
     """absl exception handler of the ``tfds`` command line (:func:`install_tfds_cli_handler`)."""
 
     def wants(self, exc) -> bool:
@@ -204,8 +194,6 @@ class _TfdsCliHandler(_AbslExceptionHandler):
 def exit_now(code: int) -> None:
     """Flushes stdout, stderr and absl's log, then ends the process with ``code`` at once."""
     try:
-        from absl import logging
-
         logging.flush()
     except Exception:  # noqa: BLE001 - exiting anyway
         pass

@@ -12,20 +12,17 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from openvivqa_jax.errors import ConfigError
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
 from openvivqa_jax.models import DTYPES, MODEL_REGISTRY
 from openvivqa_jax.text.tokenizer import MODEL_TYPES
-from openvivqa_jax.errors import UserError
+from openvivqa_jax.vqa import config as vqa_config
 
 __all__ = ["ConfigError", "check_config", "parse_kind_weights", "MIN_VOCAB_SIZE", "CHOICES"]
 
 #: The smallest ``tokenizer.vocab_size``: the 256 byte-fallback pieces and the 4 specials (pad, unk, bos, eos)
 #: of :mod:`openvivqa_jax.text.tokenizer`, plus one learned piece.
 MIN_VOCAB_SIZE = 261
-
-
-class ConfigError(UserError, ValueError):
-    """A config value out of range; the message (one line) names the field, the value and what is allowed."""
 
 
 def _int(v: Any) -> bool:
@@ -168,9 +165,7 @@ def check_config(cfg) -> None:
         if value not in allowed_values:
             _fail(field, value, "one of " + ", ".join(repr(v) for v in allowed_values))
     if answering:
-        from openvivqa_jax import evals
-
-        evals.plan(cfg)  # the evaluations after training: kinds, fields and references
+        vqa_config.plan(cfg)  # the evaluations after training: kinds, fields and references
     weights = _get(cfg, "data.train_kind_weights")
     if weights is not _MISSING and weights:
         parse_kind_weights(weights)

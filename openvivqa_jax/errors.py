@@ -7,7 +7,7 @@ error's :attr:`UserError.exit_code`. Anything else is a bug of the program and k
 
 from __future__ import annotations
 
-__all__ = ["UserError", "USAGE_EXIT_CODE", "INPUT_EXIT_CODE"]
+__all__ = ["UserError", "ConfigError", "USAGE_EXIT_CODE", "INPUT_EXIT_CODE"]
 
 #: Exit status of a usage error (a misspelt flag or config field, a config file that does not load), as
 #: argparse uses.
@@ -25,3 +25,11 @@ class UserError(Exception):
 
     #: The process exit status an entry point uses for this error.
     exit_code: int = INPUT_EXIT_CODE
+
+
+class ConfigError(UserError, ValueError):
+    """A config value out of range; the message (one line) names the field, the value and what is allowed.
+
+    Raised by the config checks (:mod:`openvivqa_jax.config_check`, the tasks' ``config`` modules) before
+    anything is built.
+    """

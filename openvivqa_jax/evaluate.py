@@ -64,6 +64,7 @@ from openvivqa_jax import jsonio
 from openvivqa_jax.evaluation import evaluator
 from openvivqa_jax.evaluation.formats import InputError, load_predictions, load_references
 from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S, meteor_progress
+from openvivqa_jax.evaluation.relevance import RelevanceInputs, image_ids_from_file
 from openvivqa_jax.evaluation.evaluator import TEXT_MODES
 from openvivqa_jax.evaluation.sanitize import MAX_TOKENS
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
@@ -145,8 +146,6 @@ def _relevance_inputs(args: argparse.Namespace, refs):
     """CLinRel/CMedRel inputs: the models, the features file, image ids from the predictions and references files."""
     if not args.relevance_model:
         return None
-    from openvivqa_jax.evaluation.relevance import RelevanceInputs, image_ids_from_file
-
     ids = {**image_ids_from_file(args.predictions), **image_ids_from_file(args.references)}
     return RelevanceInputs(models=args.relevance_model, image_features=args.image_features, image_ids=ids,
                            questions=dict(refs.questions))

@@ -15,7 +15,7 @@ config file that does not load (exit status 2); a config value out of range
 line, then the builder's download instructions), a missing OCR engine or a bad ViT checkpoint (exit status 1).
 Ctrl-C or SIGTERM during training saves a checkpoint of the current step and prints ``interrupted at step N;
 last checkpoint step M; rerun the same command to resume`` (exit status 130 / 143;
-:mod:`openvivqa_jax.interrupts`). On CPU, JAX's ``Unable to initialize backend 'tpu'`` notices and
+:mod:`openvivqa_jax.training.interrupts`). On CPU, JAX's ``Unable to initialize backend 'tpu'`` notices and
 TensorFlow's C++ start-up notices (oneDNN) are kept out of the log unless ``--verbose`` is given.
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import glob
+import importlib
 import logging as std_logging
 import os
 import sys
@@ -33,8 +34,12 @@ if "--verbose" not in sys.argv:  # before TensorFlow can be imported: its C++ st
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from openvivqa_jax import cli  # noqa: E402
 from openvivqa_jax.cli import print_error  # noqa: E402
-from openvivqa_jax.errors import USAGE_EXIT_CODE  # noqa: E402
+from openvivqa_jax.config_check import check_config  # noqa: E402
+from openvivqa_jax.errors import USAGE_EXIT_CODE, ConfigError  # noqa: E402
+from openvivqa_jax.quiet import quiet_tensorflow_imports  # noqa: E402
+from openvivqa_jax.training import interrupts  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
@@ -47,10 +52,11 @@ flags.mark_flags_as_required(["config", "workdir"])
 #: Exit status of usage errors (bad flags, config file or field), as argparse uses.
 USAGE_ERROR = USAGE_EXIT_CODE
 
-#: The trainers of the tasks beside answer generation, by the config's ``task`` field (absent: ``"vqa"``,
-#: :mod:`openvivqa_jax.train`). Each module has ``train_and_evaluate(cfg, workdir)`` and
-#: ``evaluate(cfg, workdir)``, for ``--mode train`` and ``--mode evaluate``.
-TASKS: dict[str, str] = {"reading": "openvivqa_jax.reading.train", "relevance": "openvivqa_jax.relevance_train"}
+#: The task packages by the config's ``task`` field (absent: ``"vqa"``, answer generation). Each is laid out
+#: alike: ``<package>.train.train_and_evaluate(cfg, workdir)`` for ``--mode train`` and
+#: ``<package>.evals.evaluate(cfg, workdir)`` for ``--mode evaluate``.
+TASKS: dict[str, str] = {"vqa": "openvivqa_jax.vqa", "reading": "openvivqa_jax.reading",
+                         "relevance": "openvivqa_jax.relevance"}
 
 
 class _QuietLibraries(std_logging.Filter):
@@ -133,7 +139,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def _init_distributed(cfg) -> None:
-    import jax
+    import jax  # heavy: imported once the flags and the config are known good
 
     d = cfg.get("distributed")
     if not d or not d.get("initialize"):
@@ -158,13 +164,11 @@ def main(argv) -> int:
     name or split, a bad dataset file or row, a dataset built in the wrong format, a missing manual download
     folder, a missing OCR engine, a bad ViT checkpoint) ends the run with ``error: <ErrorClass>: <message>``
     on stderr and exit status 1; the traceback is logged at ``--verbosity=1``. SIGINT / SIGTERM end it with
-    one ``interrupted ...`` line and status 130 / 143 (:mod:`openvivqa_jax.interrupts`; during training a
-    checkpoint of the current step is saved first).
+    one ``interrupted ...`` line and status 130 / 143 (:mod:`openvivqa_jax.training.interrupts`; during training
+    a checkpoint of the current step is saved first).
     """
-    from openvivqa_jax import cli, interrupts
-
     single = not (FLAGS.config.get("distributed") and FLAGS.config.distributed.get("initialize"))
-    # Several processes: SIGTERM is JAX's preemption notice (openvivqa_jax.interrupts).
+    # Several processes: SIGTERM is JAX's preemption notice (openvivqa_jax.training.interrupts).
     def body():
         _main(argv)
         interrupts.raise_if_received()  # a signal whose exception was dropped in the last phase
@@ -180,44 +184,28 @@ def _main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     cfg = FLAGS.config
-    from openvivqa_jax.config_check import check_config
-
     check_config(cfg)  # before TensorFlow, JAX and the data modules are imported: a bad value fails at once
     if not FLAGS.verbose:
-        from openvivqa_jax.quiet import quiet_tensorflow_imports
-
         quiet_tensorflow_imports()  # TensorFlow only if a TFDS build needs it, and without its notices
         logging.get_absl_handler().addFilter(_QuietLibraries())
     _init_distributed(cfg)
-    task = cfg.get("task", "vqa")
-    if task != "vqa":
-        _run_task(task, cfg)
-        return
-    from openvivqa_jax import train
-
-    if FLAGS.mode == "train":
-        train.train_and_evaluate(cfg, FLAGS.workdir)
-    else:
-        # The model is built abstractly and only the parameters of the best checkpoint are restored.
-        exp, _ = train.create_experiment(cfg, FLAGS.workdir, initialize=False)
-        train.final_evaluation(exp, step=None, record_kind="evaluate")
+    _run_task(cfg.get("task", "vqa"), cfg)
 
 
 def _run_task(task: str, cfg) -> None:
-    """Runs a task of :data:`TASKS` in the selected mode.
+    """Runs a task of :data:`TASKS` in the selected mode; its modules (JAX, the data pipeline) are imported now,
+    after the config was checked.
 
     Raises:
       ConfigError: ``task`` names no task.
     """
-    import importlib
-
-    from openvivqa_jax.config_check import ConfigError
-
     if task not in TASKS:
         raise ConfigError(f"config value task={task!r} names no task: must be one of "
-                          f"{', '.join(repr(t) for t in ['vqa', *sorted(TASKS)])} (set it with --config.task=...)")
-    module = importlib.import_module(TASKS[task])
-    (module.train_and_evaluate if FLAGS.mode == "train" else module.evaluate)(cfg, FLAGS.workdir)
+                          f"{', '.join(repr(t) for t in TASKS)} (set it with --config.task=...)")
+    if FLAGS.mode == "train":
+        importlib.import_module(f"{TASKS[task]}.train").train_and_evaluate(cfg, FLAGS.workdir)
+    else:
+        importlib.import_module(f"{TASKS[task]}.evals").evaluate(cfg, FLAGS.workdir)
 
 
 def run() -> None:

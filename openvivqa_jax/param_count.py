@@ -25,6 +25,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from openvivqa_jax.cli import run_main
 from openvivqa_jax.config_files import config_module
 from openvivqa_jax.models import build_model
 
@@ -107,8 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config_dir", default="configs/openvivqa", help="folder of paper-size configs")
     args = parser.parse_args(argv)
-    from openvivqa_jax.cli import run_main
-
     return run_main(lambda: print(format_table(config_rows(args.config_dir))), sigterm=False, with_class=False,
                     handled=(FileNotFoundError,), exit_codes={FileNotFoundError: 2})
 

@@ -4,7 +4,7 @@ Command line::
 
     python -m openvivqa_jax.plot --workdir runs/default [--output runs/default/training_curves.png]
 
-reads ``<workdir>/metrics.jsonl`` (one JSON object per line, written by :mod:`openvivqa_jax.train`:
+reads ``<workdir>/metrics.jsonl`` (one JSON object per line, written by :mod:`openvivqa_jax.vqa.train`:
 ``{"step", "kind": "train" | "eval" | "final", ...}``) and draws, against the training step,
 
 * the training loss (``kind == "train"``, key ``loss``) and, on a second axis, the token accuracy;
@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from openvivqa_jax.cli import run_main
 from openvivqa_jax.errors import UserError
 
-__all__ = ["MetricsFileError", "read_metrics", "plot_training_curves", "plot_prediction", "heat_from_boxes",
-           "attention_heat", "build_parser", "run"]
+__all__ = ["MetricsFileError", "read_metrics", "plot_training_curves", "plot_prediction", "build_parser", "run"]
 
 #: Dev metrics drawn on the CIDEr axis (scale 0-10) instead of the [0, 1] axis.
 _WIDE_SCALE = ("CIDEr",)
@@ -168,69 +168,6 @@ def plot_training_curves(metrics_path: str, output: str, title: str | None = Non
     return {"output": output, "train_steps": n_train, "eval_steps": n_eval, "series": drawn}
 
 
-def heat_from_boxes(boxes: np.ndarray, weights: np.ndarray, height: int, width: int) -> np.ndarray:
-    """Rasterizes attention weights over boxes (grid cells or regions) into a map.
-
-    Args:
-      boxes: ``(S, 4)`` xyxy in [0, 1] (image-relative).
-      weights: ``(S,)`` non-negative attention weights.
-      height, width: raster size in cells.
-
-    Returns:
-      ``(height, width)`` float64: each raster cell holds the sum of the weights of the boxes covering its
-      centre (for a grid whose cells tile the image at this resolution, exactly the cell weights).
-    """
-    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-    weights = np.asarray(weights, np.float64).reshape(-1)
-    ys = (np.arange(height) + 0.5) / height
-    xs = (np.arange(width) + 0.5) / width
-    heat = np.zeros((height, width), np.float64)
-    for (x0, y0, x1, y1), w in zip(boxes, weights):
-        if w == 0:
-            continue
-        ry = (ys >= y0) & (ys < y1)
-        rx = (xs >= x0) & (xs < x1)
-        heat[np.ix_(ry, rx)] += w
-    return heat
-
-
-def attention_heat(step_weights: np.ndarray, boxes: np.ndarray, mask: np.ndarray, layout: tuple[int, int],
-                   num_ocr: int) -> tuple[np.ndarray | None, str]:
-    """The heat map of one answer's cross-attention over the image, and a note saying what it shows.
-
-    The weights of the image's memory positions (``layout``, from the model's ``decoder_memory_layout``)
-    are averaged over the answer steps, masked, normalized to sum 1 and rasterized with
-    :func:`heat_from_boxes` (on the cells' own grid when the boxes tile one, else 96 x 128).
-
-    Args:
-      step_weights: ``(steps, memory)`` the decoder's cross-attention at the answer's steps (mean over layers
-        and heads), e.g. ``answer_attention(...)["weights"][i, :n]``.
-      boxes: ``(S, 4)`` the image cells' xyxy boxes in ``[0, 1]``; mask: ``(S,)`` the valid cells.
-      layout: ``(start, stop)`` of the ``S`` cells in the memory.
-      num_ocr: ``N`` (MLPAG's eq. 9 sum fusion puts OCR token ``j`` on cell ``j``, which the note says).
-
-    Returns:
-      ``(heat (gh, gw) float64 or None, note)``; None with "no attention on the image" when the image's
-      positions get no weight.
-    """
-    S = boxes.shape[0]
-    lo, hi = layout
-    vis = step_weights[:, lo:hi].mean(0) * mask
-    share = float(vis.sum())
-    if share <= 0:
-        return None, "no attention on the image"
-    xs, ys = np.unique(np.round(boxes[:, 0], 6)), np.unique(np.round(boxes[:, 1], 6))
-    gh, gw = (len(ys), len(xs)) if len(xs) * len(ys) == S else (96, 128)
-    heat = heat_from_boxes(boxes, vis / share, gh, gw)
-    note = (f"heat map: answer-decoder cross-attention over {S} image cells, mean over layers, heads and "
-            f"{len(step_weights)} answer steps")
-    if (lo, hi) != (0, step_weights.shape[-1]):
-        note += f"; {share:.0%} of it is on image positions"
-    else:
-        note += " (MLPAG eq. 9: memory slot j = image cell j + OCR token j)" if num_ocr and lo == 0 else ""
-    return heat, note
-
-
 def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: str,
                     words: Sequence[Mapping[str, Any]], ocr_tokens: Sequence[Mapping[str, Any]],
                     heat: np.ndarray | None = None, heat_note: str = "", title: str = "") -> str:
@@ -327,8 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0 success, 2 unusable input)."""
     args = build_parser().parse_args(argv)
-    from openvivqa_jax.cli import run_main
-
     return run_main(lambda: _run(args), sigterm=False, with_class=False, exit_codes={UserError: 2})
 
 

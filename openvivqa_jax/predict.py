@@ -11,10 +11,10 @@ Batch (:func:`openvivqa_jax.evaluation.formats.read_questions_file`), writing th
     python -m openvivqa_jax.predict --workdir runs/mlpag --questions test.json --image_dir images/ \\
         --output runs/mlpag/submission.json [--plot_dir runs/mlpag/pictures/] [--skip_bad] [--ocr ...] [--beam N]
 
-The run is restored by :func:`openvivqa_jax.inference.load_for_inference` (parameters only; the dataset is
+The run is restored by :func:`openvivqa_jax.vqa.inference.load_for_inference` (parameters only; the dataset is
 never opened); OCR by the builders' engines (:func:`openvivqa_jax.data.ocr.run_ocr`) or a FILE
 (:func:`openvivqa_jax.data.ocr.read_ocr_table`); answers, word provenance and the attention heat map by
-:meth:`openvivqa_jax.inference.Inference.answer_photos`; the picture by :func:`openvivqa_jax.plot.plot_prediction`.
+:meth:`openvivqa_jax.vqa.inference.Inference.answer_photos`; the picture by :func:`openvivqa_jax.plot.plot_prediction`.
 Bad input ends with exit code 2 and one ``error:`` line on stderr naming the file or question; nothing is
 skipped silently. In batch mode ``--skip_bad`` answers every question whose image can be used and lists the
 others with the reason (stderr, and ``<output stem>.skipped.json``).
@@ -30,7 +30,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from absl import logging
 
+from openvivqa_jax.cli import run_main
+from openvivqa_jax.data import images
+from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.data.images import DEFAULT_MAX_PIXELS as DEFAULT_MAX_IMAGE_PIXELS
 from openvivqa_jax.data.ocr import (  # engines in data/ocr/engines.py, the merge of passes in data/ocr/tokens.py
     DEFAULT_ENGINE as DEFAULT_OCR_ENGINE,
@@ -38,9 +42,15 @@ from openvivqa_jax.data.ocr import (  # engines in data/ocr/engines.py, the merg
     ENGINES as OCR_ENGINES,
     merge_ocr_passes,
     plausible_token,
+    read_ocr_table,
     run_ocr_passes,
 )
 from openvivqa_jax.errors import UserError
+from openvivqa_jax.evaluation import formats
+from openvivqa_jax.plot import plot_prediction
+from openvivqa_jax.training import interrupts
+from openvivqa_jax.vqa.report import format_result, json_result, write_submission
+from openvivqa_jax.vqa.workdir import check_workdir, load_config
 
 __all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
            "plausible_token", "run_ocr_passes", "merge_ocr_passes", "load_image", "load_run",
@@ -68,9 +78,8 @@ def _input(fn, *args, prefix: str = ""):
 def _input_errors() -> tuple[type, ...]:
     """The input-error classes of the modules imported so far (no module is imported for them)."""
     kinds = [("openvivqa_jax.evaluation.formats", "InputError"), ("openvivqa_jax.data.ocr", "OcrFileError"),
-             ("openvivqa_jax.data.pipeline", "DatasetError"), ("openvivqa_jax.inference", "CheckpointMismatchError")]
-    from openvivqa_jax.errors import UserError
-
+             ("openvivqa_jax.data.pipeline", "DatasetError"),
+             ("openvivqa_jax.training.checkpoints", "CheckpointMismatchError")]
     return (FileNotFoundError, UserError, *(getattr(sys.modules[m], n) for m, n in kinds if m in sys.modules))
 
 
@@ -83,8 +92,6 @@ def load_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS, question: str | 
       PredictError: missing file, a folder, a 0-byte file, not an image, over ``max_pixels``, below the
         minimum size, or a corrupt / truncated image (one line naming the path).
     """
-    from openvivqa_jax.data import images
-
     try:
         return images.decode_image(path, question=question, max_pixels=max_pixels).pil
     except images.ImageDecodeError as e:
@@ -93,14 +100,12 @@ def load_image(path: str, max_pixels: int = DEFAULT_MAX_PIXELS, question: str | 
 
 def load_run(workdir: str, beam: int | None = None):
     """``(run, beam)``: the run of ``workdir`` restored for answering photos on one device
-    (:func:`openvivqa_jax.inference.load_for_inference`) and the beam size (None: ``eval.beam_size``).
+    (:func:`openvivqa_jax.vqa.inference.load_for_inference`) and the beam size (None: ``eval.beam_size``).
 
     Raises:
       PredictError: an unusable workdir, a beam below 1, or a model whose vision input is pre-extracted region
         features (a photo cannot feed it).
     """
-    from openvivqa_jax.workdir import check_workdir, load_config
-
     workdir = os.path.abspath(os.path.expanduser(workdir))
     _input(check_workdir, workdir)  # before JAX is imported: bad input fails fast
     cfg = _input(load_config, workdir)
@@ -112,7 +117,7 @@ def load_run(workdir: str, beam: int | None = None):
         raise PredictError(f"--beam must be >= 1, got {beam}")
     with cfg.unlocked():
         cfg.mesh.shape = (1, 1)  # one example at a time, on one device
-    from openvivqa_jax import inference
+    from openvivqa_jax.vqa import inference  # heavy: JAX, imported once the input is known good
 
     return _input(inference.load_for_inference, workdir, cfg, prefix=f"workdir {workdir}: "), int(
         beam or cfg.eval.beam_size)
@@ -121,8 +126,6 @@ def load_run(workdir: str, beam: int | None = None):
 def _ocr_tokens(image, mode: str, image_keys: Sequence[str], ocr_cfg: dict, stats: dict) -> list[dict]:
     """OCR tokens of ``image`` by ``mode``: an engine of :data:`OCR_ENGINES`
     (:func:`openvivqa_jax.data.ocr.run_ocr`), or the OCR file's entry for the image."""
-    from openvivqa_jax.data import ocr as ocr_lib
-
     if mode in OCR_ENGINES:
         try:
             return ocr_lib.run_ocr(image, mode, stats=stats, passes=ocr_cfg["passes"], filter_tokens=ocr_cfg["filter"])
@@ -164,42 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fmt_box(b) -> str:
-    return "(" + ", ".join(f"{float(v):.3f}" for v in b) + ")"
-
-
-def format_result(res: dict) -> str:
-    """Human-readable lines for one result: question, answer, per-word provenance, OCR tokens."""
-    lines = [f"question: {res['question']}", f"answer: {res['answer']}", "provenance:"]
-    if not res["words"]:
-        lines.append("  (empty answer)")
-    for w in res["words"]:
-        if w["source"] == "ocr":
-            lines.append(f"  {w['word']:<14} copied from OCR token {w['ocr_index']} {w['ocr_text']!r} "
-                         f"box {_fmt_box(w['box'])} (confidence {w['score']:.2f})")
-        elif w["source"] == "answer_class":
-            lines.append(f"  {w['word']:<14} answer class {w['class_id']}")
-        else:
-            lines.append(f"  {w['word']:<14} generated from the vocabulary"
-                         + (" (also an OCR token, not copied)" if w.get("in_ocr") else ""))
-    lines.append(f"ocr: {len(res['ocr'])} token{'' if len(res['ocr']) == 1 else 's'}" + (": " + " | ".join(t["text"] for t in res["ocr"]) if res["ocr"] else "")
-                 + (f" ({res['ocr_truncated']} more beyond model.num_ocr not used)" if res.get("ocr_truncated") else ""))
-    if res.get("plot"):
-        lines.append(f"picture: {res['plot']}")
-    return "\n".join(lines)
-
-
-def _json_result(res: dict) -> dict:
-    out = {k: v for k, v in res.items() if k not in ("heat", "heat_note", "ids")}
-    out["ocr"] = [{"text": t["text"], "box": [round(float(v), 4) for v in t["box"]], "score": round(float(t.get("score", 1.0)), 4)}
-                  for t in res["ocr"]]
-    return out
-
-
 def _ocr_settings(args) -> dict:
     """``--ocr`` / ``--ocr_passes``: the OCR table of a file (loaded and validated) and the tesseract passes."""
-    from openvivqa_jax.data.ocr import read_ocr_table
-
     ocr_table = None
     if args.ocr not in OCR_ENGINES:
         ocr_table = _input(read_ocr_table, args.ocr, bool(args.skip_bad), prefix="OCR file ")
@@ -213,8 +182,6 @@ def _ocr_settings(args) -> dict:
 def _run(args) -> int:
     """Reads the questions and checks every image, then loads the run, answers and reports (the stages below);
     returns the exit code."""
-    from openvivqa_jax import interrupts
-
     single = args.image is not None or args.question is not None
     records, question_skips = _read_records(args, single)
     ocr_cfg = _ocr_settings(args)
@@ -235,7 +202,7 @@ def _run(args) -> int:
     interrupts.raise_if_received()
     output = skipped_path = None
     if not single:
-        output, skipped_path = _write_submission(args, results, skipped)
+        output, skipped_path = write_submission(args.output, results, skipped)
     _print_results(args, results, single, output)
     if skipped:
         print(f"skipped {len(skipped)} questions whose question or image could not be used (listed in "
@@ -243,8 +210,6 @@ def _run(args) -> int:
         for qid, why in skipped.items():
             print(f"  question {qid!r}: {why}", file=sys.stderr)
     if stats:
-        from absl import logging
-
         logging.info("OCR counters: %s", stats)
     return 0
 
@@ -258,8 +223,6 @@ def _read_records(args, single: bool) -> tuple[list[dict], dict[str, str] | None
       PredictError: the options do not say one mode, or a question (or, without ``--skip_bad``, any question of
         the file) is unusable.
     """
-    from openvivqa_jax.evaluation import formats
-
     if single and args.questions:
         raise PredictError("give either --image and --question, or --questions (batch), not both")
     if not single and not args.questions:
@@ -313,9 +276,9 @@ def _load_images(args, records: list[dict], single: bool,
 
 
 def _photo_questions(args, records: list[dict], images: dict[str, Any], ocr_cfg: dict, stats: dict) -> list:
-    """One :class:`openvivqa_jax.inference.PhotoQuestion` per record, with its image's OCR tokens (found once per
-    image; the engines' counters added to ``stats``)."""
-    from openvivqa_jax.inference import PhotoQuestion
+    """One :class:`openvivqa_jax.vqa.inference.PhotoQuestion` per record, with its image's OCR tokens (found once
+    per image; the engines' counters added to ``stats``)."""
+    from openvivqa_jax.vqa.inference import PhotoQuestion  # heavy (JAX), already imported by load_run
 
     ocr_cache: dict[str, list[dict]] = {}
     items = []
@@ -331,8 +294,6 @@ def _photo_questions(args, records: list[dict], images: dict[str, Any], ocr_cfg:
 def _plot_results(args, run, beam: int, results: list[dict], items: list, single: bool) -> None:
     """Writes each result's picture (``--plot``, or ``<question_id>.png`` under ``--plot_dir``) and records its
     path in the result's ``plot``."""
-    from openvivqa_jax.plot import plot_prediction
-
     for res, it in zip(results, items):
         out = args.plot if single else os.path.join(args.plot_dir, f"{_safe_name(res['question_id'])}.png")
         res["plot"] = plot_prediction(np.asarray(it.image), out, question=res["question"], answer=res["answer"],
@@ -342,26 +303,11 @@ def _plot_results(args, run, beam: int, results: list[dict], items: list, single
                                             f"step {run.step}, beam {beam}")
 
 
-def _write_submission(args, results: list[dict], skipped: dict[str, str]) -> tuple[str, str | None]:
-    """Batch mode: writes the submission ``{question_id: answer}`` and, when questions were skipped,
-    ``<output stem>.skipped.json``; returns both paths (the second None when nothing was skipped)."""
-    output = args.output or "submission.json"
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w", encoding="utf-8") as f:
-        json.dump({r["question_id"]: r["answer"] for r in results}, f, ensure_ascii=False, indent=1)
-    skipped_path = None
-    if skipped:
-        skipped_path = os.path.splitext(output)[0] + ".skipped.json"
-        with open(skipped_path, "w", encoding="utf-8") as f:
-            json.dump(skipped, f, ensure_ascii=False, indent=1)
-    return output, skipped_path
-
-
 def _print_results(args, results: list[dict], single: bool, output: str | None) -> None:
     """The results on stdout: JSON (``--json``: one object in single mode, a list in batch mode) or text blocks
     (:func:`format_result`, then the submission's path in batch mode)."""
     if args.json:
-        payload = [_json_result(r) for r in results]
+        payload = [json_result(r) for r in results]
         json.dump(payload[0] if single else payload, sys.stdout, ensure_ascii=False, indent=1)
         sys.stdout.write("\n")
     else:
@@ -381,10 +327,6 @@ def _safe_name(s: str) -> str:
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0 success, 2 unusable input)."""
     args = build_parser().parse_args(argv)
-    from absl import logging
-
-    from openvivqa_jax.cli import run_main
-
     # Predicting imports no TensorFlow (no TFDS, no clu), so there are no start-up notices to filter
     # (openvivqa_jax/quiet.py) and no import to pay for. SIGTERM keeps its default.
     return run_main(lambda: _run(args), verbose=args.verbose, log_level=logging.ERROR, quiet_warnings=True,

@@ -250,12 +250,12 @@ def read_examples(source) -> dict[str, dict]:
 def build_tiny_tfds(tmp_path_factory) -> str:
     """A new TFDS data dir (from ``tmp_path_factory``) with the tiny synthetic set of configs/tiny.py built in it,
     so that later subprocesses and tests find it built (no build race). Returns the folder."""
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets
 
     path = str(tmp_path_factory.mktemp("tfds"))
     cfg = load_config("configs/tiny.py")
     cfg.data.data_dir = path
-    pipeline.load_builder(cfg.data)
+    datasets.load_builder(cfg.data)
     return path
 
 
@@ -311,10 +311,11 @@ def train_steps_on_one_batch(cfg, workdir, batch=None, steps: int = 3):
     """Creates ``cfg``'s experiment in ``workdir`` and runs ``steps`` train steps on one batch (``batch``, else
     the first train batch of 8 at seed 0), each under the experiment's mesh: for comparing meshes and
     shardings on the same data. Returns ``(exp, state, step, batch, losses)``."""
-    from openvivqa_jax import sharding, train
     from openvivqa_jax.data import pipeline
+    from openvivqa_jax.training import sharding
+    from openvivqa_jax.vqa import experiment, train
 
-    exp, state = train.create_experiment(cfg, workdir)
+    exp, state = experiment.create_experiment(cfg, workdir)
     if batch is None:
         batch = next(pipeline.train_iterator(exp.data.source("train"), exp.inputs.pre, batch_size=8, seed=0))
     step = train.make_train_step(exp.spec)

@@ -2,7 +2,7 @@
 
 Sources:
 
-* a built TFDS dataset, opened exactly as training opens it (:func:`openvivqa_jax.data.pipeline.load_builder`
+* a built TFDS dataset, opened exactly as training opens it (:func:`openvivqa_jax.data.datasets.load_builder`
   and :func:`~openvivqa_jax.data.pipeline.load_source`, records decoded by
   :func:`~openvivqa_jax.data.pipeline.read_records`): :func:`read_tfds`;
 * a reference file in any layout :func:`openvivqa_jax.evaluation.formats.load_references` reads (OpenViVQA
@@ -99,7 +99,7 @@ def read_tfds(data_cfg: Any, splits: Sequence[str] | None = None,
     """Reads the splits of a built TFDS dataset through the training data source.
 
     Args:
-      data_cfg: the ``config.data`` fields :func:`openvivqa_jax.data.pipeline.load_builder` reads
+      data_cfg: the ``config.data`` fields :func:`openvivqa_jax.data.datasets.load_builder` reads
         (``builder``, ``builder_config``, ``data_dir``, ``manual_dir``, ``builder_kwargs``).
       splits: split names (default: every split of the dataset).
       prepare: build the dataset when it is not built yet (as training does); otherwise a dataset that is not
@@ -115,9 +115,11 @@ def read_tfds(data_cfg: Any, splits: Sequence[str] | None = None,
       openvivqa_jax.data.pipeline.DatasetError, tfds_builders.readers.DatasetInputError: bad records or source
         files (one-line messages naming the record), passed on.
     """
+    # heavy (JAX, grain, TFDS): only to read a built dataset, not the release files
     from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data.datasets import load_builder
 
-    builder = pipeline.load_builder(data_cfg, prepare=prepare)
+    builder = load_builder(data_cfg, prepare=prepare)
     full = builder.info.full_name
     if not builder.is_prepared():
         name = data_cfg.builder

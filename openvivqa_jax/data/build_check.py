@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from openvivqa_jax import jsonio
 from openvivqa_jax.errors import UserError
 
 __all__ = ["IncompleteBuildError", "StaleDatasetError", "SOURCES_FILE", "TEXT_SUFFIXES", "check_split_files",
@@ -59,7 +60,7 @@ def count_records(path: Path) -> int:
     """
     path = Path(path)
     if _is_array_record(path):
-        from array_record.python.array_record_module import ArrayRecordReader
+        from array_record.python.array_record_module import ArrayRecordReader  # heavy: only for such a file
 
         reader = ArrayRecordReader(str(path))
         try:
@@ -178,8 +179,6 @@ def read_sources(data_dir: str | os.PathLike) -> dict | None:
     p = Path(data_dir, SOURCES_FILE)
     if not p.is_file():
         return None
-    from openvivqa_jax import jsonio
-
     return jsonio.read_json(p)
 
 

@@ -41,6 +41,7 @@ Supported: generator models without a decoding dictionary and with OCR (the OCR 
 from __future__ import annotations
 
 import collections
+import copy
 import concurrent.futures
 import hashlib
 import json
@@ -469,8 +470,6 @@ def _seal_files(tmp: str, files: dict[str, dict]) -> None:
 
 def _text_only(pre: Preprocessor, counter: SkipCounter) -> Preprocessor:
     """A shallow copy of ``pre`` that makes every field but the pixels (decoded in the workers instead)."""
-    import copy
-
     p = copy.copy(pre)
     p.counter = counter
     p._image = lambda image_id, data: None

@@ -49,8 +49,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import importlib
-import json
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,18 +59,21 @@ import numpy as np
 from absl import logging
 from PIL import Image
 
-from openvivqa_jax.data import build_check, images
+from openvivqa_jax import jsonio
+from openvivqa_jax.data import images
 from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
+from openvivqa_jax.errors import UserError
+from openvivqa_jax.models.pretrained import FASTTEXT_HINT, fasttext_path
 from openvivqa_jax.text.answer_vocab import AnswerVocab
+from openvivqa_jax.text.checkpoint_tokenizer import question_tokenizer
 from openvivqa_jax.text.normalize import normalize_text
 from openvivqa_jax.text.tokenizer import Tokenizer
-from openvivqa_jax.errors import UserError
+from openvivqa_jax.text.word_vectors import WordVectorsError, open_word_vectors
 
 __all__ = [
     "DatasetError",
     "Record",
     "SkipCounter",
-    "load_builder",
     "load_source",
     "decode_record",
     "read_dictionary_file",
@@ -146,125 +147,9 @@ def _str(x) -> str:
     return x.decode("utf-8") if isinstance(x, bytes) else str(x)
 
 
-@functools.lru_cache(maxsize=None)
-def _import_builders() -> None:
-    importlib.import_module("tfds_builders")
-
-
-def load_builder(data_cfg, prepare: bool = True):
-    """Returns the TFDS builder named by ``data_cfg`` (building it if needed).
-
-    Args:
-      data_cfg: ``config.data`` with ``builder`` (e.g. ``synthetic_openvivqa``), ``builder_config`` (a
-        config name, or a JSON object of the builder's config class as ``tfds build --config`` takes
-        it; its ``name`` must differ from the registered ones), ``data_dir`` (None:
-        ``~/tensorflow_datasets``), ``manual_dir``, ``builder_kwargs`` and ``rebuild`` (rebuild a prepared
-        dataset whose sources changed, instead of stopping).
-      prepare: run ``download_and_prepare`` (idempotent; no network is used by our builders).
-
-    Raises:
-      DatasetError: if the builder package does not exist, a JSON builder config is malformed, the
-        dataset was prepared in data_dir as tfrecord (`tfds build` without --file_format=array_record), or
-        a builder that needs manually downloaded files finds no manual folder (one line naming the folder
-        and ``--config.data.manual_dir``, then the builder's download instructions).
-      tfds_builders.readers.DatasetInputError: bad source files (names the file and the record),
-        raised by the builder and passed on unchanged.
-      StaleDatasetError: the prepared dataset was built from other manual files or another builder config
-        (:mod:`openvivqa_jax.data.build_check`) and ``data.rebuild`` is not set; with it, the dataset is
-        rebuilt.
-      IncompleteBuildError: a shard file of the prepared dataset is missing or short.
-    """
-    import tensorflow_datasets as tfds
-
-    name = data_cfg.builder
-    try:
-        importlib.import_module(f"tfds_builders.{name}")
-    except ModuleNotFoundError as e:
-        raise DatasetError(f"no dataset builder tfds_builders/{name}: {e}") from e
-    bc = data_cfg.get("builder_config") or ""
-    data_dir = os.path.expanduser(data_cfg.get("data_dir") or "~/tensorflow_datasets")
-    kwargs = dict(data_cfg.get("builder_kwargs") or {})
-    if bc.lstrip().startswith("{"):
-        # A JSON builder config, as `tfds build --config '{"name": ..., ...}'` takes it, e.g.
-        # '{"name": "vivqa_skip", "ocr_engine": "none", "skip_invalid_records": true}'.
-        cls = tfds.builder_cls(name)
-        try:
-            kwargs["config"] = cls.builder_config_cls(**json.loads(bc))
-        except (json.JSONDecodeError, TypeError) as e:
-            raise DatasetError(f"data.builder_config {bc!r} is not a valid {cls.builder_config_cls.__name__} "
-                               f"JSON: {e}") from e
-        full = name
-    else:
-        full = f"{name}/{bc}" if bc else name
-    try:
-        builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
-    except ValueError as e:
-        if "File format is already set" not in str(e):
-            raise
-        # Prepared by `tfds build` without --file_format (its default is tfrecord).
-        raise DatasetError(
-            f"{full} in {data_dir} was built as tfrecord files; this pipeline reads array_record (random access, "
-            f"no TensorFlow at read time). Rebuild it with `tfds build tfds_builders/{name} ... "
-            "--file_format=array_record` (or choose another data.data_dir)") from e
-    if prepare:
-        manual = data_cfg.get("manual_dir")
-        dl = tfds.download.DownloadConfig(manual_dir=os.path.expanduser(manual) if manual else None)
-        folder = os.path.expanduser(manual) if manual else os.path.join(data_dir, "downloads", "manual")
-        how = (getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", "") or "").strip("\n")
-        missing = DatasetError(
-            f"{full} needs its source files in a manual folder, and {folder} does not exist or is empty; "
-            f"put them there or set --config.data.manual_dir=<folder>. Instructions:\n{how}")
-        prepared = os.path.exists(os.path.join(builder.data_dir, "dataset_info.json"))
-        if how and not prepared and not (os.path.isdir(folder) and os.listdir(folder)):
-            raise missing
-        if prepared and _stale(builder, full, folder if how else None, bool(data_cfg.get("rebuild"))):
-            import shutil
-
-            shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
-            builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
-        try:
-            builder.download_and_prepare(download_config=dl)
-        except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
-            if not str(e).startswith("Manual directory"):
-                raise
-            raise missing from None
-        build_check.check_split_files(builder)
-    return builder
-
-
-def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
-    """Whether a prepared dataset must be rebuilt: its recorded sources (:mod:`openvivqa_jax.data.build_check`)
-    differ from the builder config and manual folder given now, and ``data.rebuild`` is set.
-
-    Raises:
-      StaleDatasetError: they differ and ``data.rebuild`` is not set (one line naming what changed and the
-        option that rebuilds).
-    """
-    recorded = build_check.read_sources(builder.data_dir)
-    if recorded is None:
-        logging.warning("%s in %s has no record of the sources it was built from (built by an older version); "
-                        "it is used as it is: set --config.data.rebuild=True to rebuild it from the sources "
-                        "given now", full, builder.data_dir)
-        return False
-    manual = manual_dir if manual_dir and os.path.isdir(manual_dir) else None
-    current = build_check.sources_fingerprint(manual, builder.builder_config)
-    if manual is None:  # no manual folder given now: only the builder config can be compared
-        current["files"] = recorded.get("files", {})
-    changes = build_check.compare_sources(recorded, current)
-    if not changes:
-        return False
-    if rebuild:
-        logging.warning("%s in %s was built from other sources (%s); rebuilding it (data.rebuild)", full,
-                        builder.data_dir, "; ".join(changes))
-        return True
-    raise build_check.StaleDatasetError(
-        f"{full} in {builder.data_dir} was built from other sources than those given now: {'; '.join(changes)}; "
-        "set --config.data.rebuild=True to rebuild it (or choose another data.data_dir)")
-
-
 def load_source(builder, split: str):
     """Random-access data source of ``split`` with images left encoded (decoded by us, cached)."""
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # heavy: imported when a source is opened, not with this module
 
     decoders = {"image": tfds.decode.SkipDecoding()} if "image" in builder.info.features else None
     try:
@@ -327,8 +212,6 @@ def read_dictionary_file(path: str) -> tuple[str, ...]:
       DatasetError: the file is missing or unreadable, invalid JSON, or not a list of strings
         (names the file, and the JSON line or list index).
     """
-    from openvivqa_jax import jsonio
-
     if path.endswith(".json"):
         words = jsonio.read_json(path, what="decoding dictionary", error=DatasetError)
     else:
@@ -386,9 +269,6 @@ def ocr_fasttext_source(cfg):
     extra = dict(cfg.model.get("ocr_extra_features", {}) or {})
     if "ocr_fasttext" not in extra:
         return None
-    from openvivqa_jax.models.pretrained import FASTTEXT_HINT, fasttext_path
-    from openvivqa_jax.text.word_vectors import WordVectorsError, open_word_vectors
-
     path = fasttext_path(cfg.model)
     if not path:
         logging.warning("model.ocr_extra_features names ocr_fasttext but model.fasttext.path is not set: the OCR "
@@ -469,8 +349,6 @@ class Preprocessor:
                              f"generator models; model {m.name!r} is a classifier")
         self._dictionary_mask = functools.lru_cache(maxsize=256)(self._dictionary_mask_uncached)
         self._ocr_fasttext = ocr_fasttext_source(cfg)
-        from openvivqa_jax.text.checkpoint_tokenizer import question_tokenizer
-
         self._question_bert = question_tokenizer(m)
         self._global_words = None
         path = cfg.data.get("global_dictionary_file")

@@ -41,6 +41,7 @@ from typing import Any
 from openvivqa_jax.errors import UserError
 
 from openvivqa_jax import jsonio
+from openvivqa_jax.text.normalize import normalize_text
 
 __all__ = [
     "QA_TYPE_TEXT",
@@ -383,8 +384,6 @@ def clean_question(question: Any, where: str) -> str:
     Raises:
       InputError: not text, or empty after normalization (the message starts with ``where``).
     """
-    from openvivqa_jax.text.normalize import normalize_text
-
     if not isinstance(question, str):
         raise InputError(f"{where}: question is {type(question).__name__}, expected text")
     q = normalize_text(question)

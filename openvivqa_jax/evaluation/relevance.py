@@ -1,7 +1,7 @@
 """CLinRel and CMedRel: annotation-free relevance in a visual feature space
 (``papers/cross_lingual_caption_eval.md``, beside WMDRel of :mod:`.wmd`).
 
-A W2VV++ encoder per language (:mod:`openvivqa_jax.relevance_train`) projects a sentence into a visual feature
+A W2VV++ encoder per language (the ``relevance`` task, :mod:`openvivqa_jax.relevance`) projects a sentence into a visual feature
 space; ``v(s)`` is that projection.
 
 * **CLinRel** ``= cos(v(hypothesis), v(reference))``, each projected by the encoder of its own language (the
@@ -12,14 +12,14 @@ space; ``v(s)`` is that projection.
 
 Inputs (:class:`RelevanceInputs`, ``score(..., relevance=...)``): the encoders (``runs/w2vvpp_vi``, or one per
 language ``vi=runs/a,en=runs/b``), for CMedRel the image of every question (``image_id`` of the records) and the
-image features (a ``.npz`` keyed by image id, :func:`openvivqa_jax.relevance_train.read_feature_file`; by default
+image features (a ``.npz`` keyed by image id, :func:`openvivqa_jax.relevance.features.read_feature_file`; by default
 the ``image_features.npz`` each encoder's workdir got at training). A model trained on ``question_answer`` pairs
 scores ``question + answer`` when the questions are known.
 
 Missing inputs: no encoder given -> both metrics None with a note; no image ids or features -> CMedRel None
 with a note. Wrong inputs raise one-line errors: a model of another language than a question's
-(:class:`~openvivqa_jax.relevance_train.RelevanceModelError`), a features file of another width than the
-model's space or without a question's image (:class:`~openvivqa_jax.relevance_train.FeatureFileError`).
+(:class:`~openvivqa_jax.relevance.RelevanceModelError`), a features file of another width than the
+model's space or without a question's image (:class:`~openvivqa_jax.relevance.FeatureFileError`).
 An empty hypothesis scores 0 on both (counted).
 
 Arrays: projections ``(n, visual_dim)``; per-question scores ``(n,)`` float64.
@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from openvivqa_jax import jsonio
+from openvivqa_jax.relevance import FeatureFileError, RelevanceModelError
+from openvivqa_jax.relevance.features import read_feature_file
 
 __all__ = ["RELEVANCE_METRICS", "RelevanceInputs", "parse_model_spec", "load_models", "image_ids_from_file",
            "clinrel", "cmedrel", "score_relevance"]
@@ -70,8 +72,6 @@ def parse_model_spec(spec: str) -> dict[str | None, str]:
     Raises:
       RelevanceModelError: an empty item, a language named twice, or a plain path beside ``lang=path`` items.
     """
-    from openvivqa_jax.relevance_train import RelevanceModelError
-
     items = [x.strip() for x in str(spec).split(",")]
     if any(not x for x in items):
         raise RelevanceModelError(f"--relevance_model {spec!r}: an empty item (expected PATH or LANG=PATH,...)")
@@ -90,7 +90,7 @@ def parse_model_spec(spec: str) -> dict[str | None, str]:
 
 
 def _encoder(path_or_encoder: Any):
-    from openvivqa_jax.relevance_train import load_encoder
+    from openvivqa_jax.relevance.model import load_encoder  # heavy: JAX, Flax and orbax, for a model to load
 
     if not isinstance(path_or_encoder, (str, os.PathLike)):
         return path_or_encoder
@@ -112,8 +112,6 @@ def load_models(models: Any) -> dict[str, Any]:
     Raises:
       RelevanceModelError: a workdir without a model, or a model named for another language than its own.
     """
-    from openvivqa_jax.relevance_train import RelevanceModelError
-
     spec = parse_model_spec(models) if isinstance(models, str) else dict(models)
     out: dict[str, Any] = {}
     for lang, where in spec.items():
@@ -216,8 +214,6 @@ def cmedrel(encoders: Mapping[str, Any], hyps: Sequence[str], image_vectors: np.
 
 def _languages(ctx, encoders: Mapping[str, Any]) -> list[str]:
     """Each question's encoder language: its ``language``, or the one model's when it has none."""
-    from openvivqa_jax.relevance_train import RelevanceModelError
-
     only = next(iter(encoders)) if len(encoders) == 1 else None
     out = []
     for qid, lang in zip(ctx.ids, ctx.languages):
@@ -245,8 +241,6 @@ def score_relevance(ctx) -> None:
     Raises:
       RelevanceModelError, FeatureFileError: wrong inputs (module doc; one line).
     """
-    from openvivqa_jax.relevance_train import FeatureFileError, read_feature_file
-
     wanted = [m for m in RELEVANCE_METRICS if ctx.wants(m)]
     inputs = ctx.options.get("relevance")
     if inputs is None or not inputs.models:

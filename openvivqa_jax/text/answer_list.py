@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 from absl import logging
 
+from openvivqa_jax import jsonio
+from openvivqa_jax.text.answer_vocab import ocr_words
 from openvivqa_jax.text.normalize import normalize_text
 
 __all__ = ["AnswerList", "FULL_SCORE_COUNT"]
@@ -125,8 +127,6 @@ class AnswerList:
           FileNotFoundError: if ``path`` does not exist.
           ValueError: for malformed content (names the file).
         """
-        from openvivqa_jax import jsonio
-
         if not os.path.exists(path):
             raise FileNotFoundError(path)
         d = jsonio.read_json(path, error=ValueError, repeated_keys="error")
@@ -184,8 +184,6 @@ class AnswerList:
         Args:
           ocr_tokens: the example's OCR tokens in slot order (``{"text", "box", "score"}``).
         """
-        from openvivqa_jax.text.answer_vocab import ocr_words
-
         class_id = int(class_id)
         if class_id < len(self.answers):
             return [{"word": w, "source": "answer_class", "class_id": class_id}

@@ -31,7 +31,7 @@ import re
 import numpy as np
 
 from openvivqa_jax import jsonio
-from openvivqa_jax.models.bert import BertCheckpointError
+from openvivqa_jax.models.bert import BertCheckpointError, read_bert_settings, text_encoder_folder
 
 __all__ = ["CheckpointTokenizer", "load_checkpoint_tokenizer", "question_tokenizer", "PhobertBpe"]
 
@@ -127,7 +127,7 @@ class CheckpointTokenizer:
         if os.path.isfile(tc):
             cfg = jsonio.read_json(tc, error=BertCheckpointError)
         if os.path.isfile(tj):
-            from tokenizers import Tokenizer
+            from tokenizers import Tokenizer  # heavy (Hugging Face tokenizers): only for such a checkpoint
 
             try:
                 self._tok = Tokenizer.from_file(tj)
@@ -146,7 +146,7 @@ class CheckpointTokenizer:
             self.vocab_size = self._tok.vocab_size
             self.pad_id = self._tok.pad_id
         elif os.path.isfile(vocab):
-            from tokenizers import BertWordPieceTokenizer
+            from tokenizers import BertWordPieceTokenizer  # heavy: only for a WordPiece checkpoint
 
             lower = bool(cfg.get("do_lower_case", True))
             strip = cfg.get("strip_accents")
@@ -192,8 +192,6 @@ def load_checkpoint_tokenizer(folder: str, vocab_size: int | None = None) -> Che
 
 @functools.lru_cache(maxsize=4)
 def _cached(folder: str) -> CheckpointTokenizer:
-    from openvivqa_jax.models.bert import read_bert_settings
-
     return load_checkpoint_tokenizer(folder, read_bert_settings(folder).vocab_size)
 
 
@@ -205,7 +203,5 @@ def question_tokenizer(model_cfg) -> CheckpointTokenizer | None:
       BertCheckpointError: see :func:`load_checkpoint_tokenizer` (checked against ``config.json``'s
         ``vocab_size``).
     """
-    from openvivqa_jax.models.bert import text_encoder_folder
-
     folder = text_encoder_folder(model_cfg)
     return None if folder is None else _cached(folder)

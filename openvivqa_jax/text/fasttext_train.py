@@ -18,6 +18,8 @@ import argparse
 import os
 import sys
 
+from openvivqa_jax.config_files import load_config
+
 __all__ = ["train_sentences", "train_fasttext", "main"]
 
 
@@ -45,7 +47,7 @@ def train_fasttext(sentences: list[list[str]], out_path: str, *, dim: int = 300,
     Returns:
       The trained gensim model.
     """
-    from gensim.models import FastText
+    from gensim.models import FastText  # heavy, optional: only to train vectors
     from gensim.models.fasttext import save_facebook_model
 
     model = FastText(vector_size=dim, sg=1, min_count=min_count, min_n=min_n, max_n=max_n, bucket=bucket,
@@ -67,8 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--bucket", type=int, default=200_000)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    from openvivqa_jax.config_files import load_config
-    from openvivqa_jax.train import DataSplits
+    from openvivqa_jax.data.datasets import DataSplits  # heavy (JAX, grain, TFDS): once the arguments parse
 
     cfg = load_config(args.config)
     records = DataSplits(cfg.data).records(cfg.data.train_split)

@@ -83,7 +83,7 @@ class WordVectors:
                                    f"{sorted(FORMATS)} (fastText .bin or .vec text)")
         self.path = path
         self.kind = FORMATS[ending]
-        from gensim.models import KeyedVectors
+        from gensim.models import KeyedVectors  # heavy: only when a vectors file is opened
         from gensim.models.fasttext import load_facebook_vectors
 
         # gensim logs its loading steps at INFO through the root logger; keep its warnings only.

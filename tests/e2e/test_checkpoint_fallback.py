@@ -17,7 +17,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import ROOT, subprocess_env
-from openvivqa_jax import inference
+from openvivqa_jax.training import checkpoints
 
 
 def _truncate_data_files(step_dir: Path) -> list[Path]:
@@ -51,7 +51,7 @@ def _abstract():
 def test_restore_params_falls_back_to_the_newest_step_that_restores(tmp_path, capsys):
     _save_steps(tmp_path / "checkpoints", {2: 2.0, 4: 4.0})
     _truncate_data_files(tmp_path / "checkpoints" / "4")
-    params, step = inference.restore_params(str(tmp_path), _abstract(), "checkpoints")
+    params, step = checkpoints.restore_params(str(tmp_path), _abstract(), "checkpoints")
     assert step == 2 and float(params["w"][0, 0]) == 2.0
     err = capsys.readouterr().err
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
@@ -59,8 +59,8 @@ def test_restore_params_falls_back_to_the_newest_step_that_restores(tmp_path, ca
     assert "restored step 2" in warnings[1]
     assert (tmp_path / "checkpoints" / "4" / "state").is_dir()  # the bad step is kept
     _truncate_data_files(tmp_path / "checkpoints" / "2")
-    with pytest.raises(inference.CheckpointCorruptError) as e:
-        inference.restore_params(str(tmp_path), _abstract(), "checkpoints")
+    with pytest.raises(checkpoints.CheckpointCorruptError) as e:
+        checkpoints.restore_params(str(tmp_path), _abstract(), "checkpoints")
     assert "\n" not in str(e.value) and "restores: step(s) 4, 2 fail" in str(e.value)
 
 
@@ -71,7 +71,7 @@ def test_unretrieved_read_errors_of_a_step_being_restored_stay_off_stderr(tmp_pa
 
     _save_steps(tmp_path / "checkpoints", {2: 2.0, 4: 4.0})
     _truncate_data_files(tmp_path / "checkpoints" / "4")
-    inference.restore_params(str(tmp_path), _abstract(), "checkpoints")
+    checkpoints.restore_params(str(tmp_path), _abstract(), "checkpoints")
     seen: list[str] = []
 
     class Keep(logging.Handler):
@@ -99,7 +99,7 @@ def test_best_falls_back_to_checkpoints(tmp_path, capsys):
     _save_steps(tmp_path / "checkpoints", {3: 3.0, 6: 6.0})
     _save_steps(tmp_path / "best", {5: 5.0})
     _truncate_data_files(tmp_path / "best" / "5")
-    params, step = inference.restore_params(str(tmp_path), _abstract(), "best")
+    params, step = checkpoints.restore_params(str(tmp_path), _abstract(), "best")
     assert step == 6 and float(params["w"][0, 0]) == 6.0
     assert "checkpoint step 5 in" in capsys.readouterr().err
 

@@ -150,7 +150,7 @@ def test_quiet_filter_drops_backend_notices_only():
     assert not f.filter(rec("/x/jax/_src/xla_bridge.py", logging.INFO,
                             "Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so"))
     assert f.filter(rec("/x/jax/_src/xla_bridge.py", logging.WARNING, "Unable to initialize backend 'cuda'"))
-    assert f.filter(rec("/work/openvivqa_jax/train.py", logging.INFO, "step 5/20 loss 3.1"))
+    assert f.filter(rec("/work/openvivqa_jax/vqa/train.py", logging.INFO, "step 5/20 loss 3.1"))
     assert not f.filter(rec("/x/orbax/checkpoint/foo.py", logging.INFO, "saved"))
 
 
@@ -194,7 +194,7 @@ def test_tensorflow_is_imported_only_when_asked_and_then_quietly(tmp_path):
 
 def test_tensorboard_events_are_written_without_tensorflow(tmp_path):
     """Writing scalars imports no TensorFlow (TensorBoard's own event-file writer would, when it is installed)."""
-    code = ("import sys; from openvivqa_jax.tensorboard_writer import ScalarEventWriter as W; "
+    code = ("import sys; from openvivqa_jax.training.tensorboard_writer import ScalarEventWriter as W; "
             f"w = W({str(tmp_path)!r}); w.write_scalars(3, {{'train/loss': 1.25}}); w.close(); "
             "print('tensorflow' in sys.modules)")
     res = subprocess.run([PY, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,

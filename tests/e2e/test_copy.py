@@ -18,7 +18,8 @@ import pytest
 from flax import nnx
 
 from conftest import load_config
-from openvivqa_jax import decoding, sharding, train
+from openvivqa_jax.training import sharding
+from openvivqa_jax.vqa import decoding, experiment, train
 from openvivqa_jax.data import pipeline
 
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ def trained(tmp_path_factory):
     cfg.train.num_train_steps = 250
     cfg.train.warmup_steps = 50
     cfg.train.lr_scale = 0.5
-    exp, state = train.create_experiment(cfg, str(tmp_path_factory.mktemp("copy")))
+    exp, state = experiment.create_experiment(cfg, str(tmp_path_factory.mktemp("copy")))
     it = pipeline.train_iterator(exp.data.source("train"), exp.inputs.pre, batch_size=16, seed=0, num_threads=1)
     step = train.make_train_step(exp.spec)
     for _ in range(cfg.train.num_train_steps):

@@ -19,7 +19,7 @@ import sentencepiece as spm
 from flax import nnx
 
 from conftest import ROOT, load_config, random_batch, subprocess_env, tiny_model_config, write_jpeg, write_json
-from openvivqa_jax import decoding
+from openvivqa_jax.vqa import decoding
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.models import build_model
 from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
@@ -143,7 +143,7 @@ def _config(path: str):
 @pytest.mark.parametrize("path", ["configs/stvqa/m4c.py:task1", "configs/stvqa/m4c.py:task2",
                                   "configs/stvqa/m4c.py:task3", "configs/textvqa/m4c.py"])
 def test_m4c_recipe(path):
-    from openvivqa_jax.train import make_schedule
+    from openvivqa_jax.training.state import make_schedule
 
     c = _config(path)
     t = c.train
@@ -176,7 +176,7 @@ def test_vivqa_configs(path, kind):
 
 
 def test_best_metric_must_be_computed(tmp_path):
-    from openvivqa_jax.train import create_experiment
+    from openvivqa_jax.vqa.experiment import create_experiment
 
     c = load_config("configs/tiny.py")
     c.train.best_metric = "ANLS"

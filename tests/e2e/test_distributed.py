@@ -4,7 +4,7 @@ FSDP shardings, bfloat16 compute with float32 master weights, and gradient accum
 
 The multi-process runs go through ``openvivqa_jax.main._init_distributed`` (``jax.distributed.initialize``
 with a coordinator on ``127.0.0.1:<free port>``; jax 0.12's CPU collectives default to gloo, the config's
-``distributed.cpu_collectives`` sets it explicitly) and ``train.train_and_evaluate``. Every subprocess
+``distributed.cpu_collectives`` sets it explicitly) and ``vqa.train.train_and_evaluate``. Every subprocess
 runs under a deadline and is killed past it, so a hung collective fails the test instead of hanging CI.
 """
 
@@ -23,7 +23,8 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from openvivqa_jax import sharding, train
+from openvivqa_jax.training import sharding
+from openvivqa_jax.vqa import train
 
 from conftest import ROOT, all_eqns, build_tiny_tfds, load_config, read_jsonl, subprocess_env
 
@@ -98,14 +99,15 @@ _RUN_SCRIPT = textwrap.dedent("""
     from openvivqa_jax import main as entry
     entry._init_distributed(cfg)
     import jax
-    from openvivqa_jax import sharding, train
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets, pipeline
+    from openvivqa_jax.training import sharding
+    from openvivqa_jax.vqa import evals, train
     from openvivqa_jax.text.tokenizer import Tokenizer
     train.train_and_evaluate(cfg, args["workdir"])
 
     mesh = sharding.create_mesh(cfg.mesh.shape, cfg.mesh.axes)
     bsh = sharding.batch_sharding(mesh)
-    builder = pipeline.load_builder(cfg.data, prepare=False)
+    builder = datasets.load_builder(cfg.data, prepare=False)
     pre = pipeline.Preprocessor(cfg, Tokenizer(os.path.join(args["workdir"], "spm.model")))
     pc = jax.process_count()
     counts, local_valid = collections.Counter(), 0
@@ -113,7 +115,7 @@ _RUN_SCRIPT = textwrap.dedent("""
     for local in pipeline.eval_batches(src, pre, batch_size=cfg.eval.batch_size // pc):
         local_valid += int(local["valid"].sum())
         g = pipeline.to_global(local, bsh)
-        for i, v in zip(train._gather(g["index"]), train._gather(g["valid"])):
+        for i, v in zip(evals._gather(g["index"]), evals._gather(g["valid"])):
             if v:
                 counts[int(i)] += 1
     it = pipeline.train_iterator(pipeline.load_source(builder, cfg.data.train_split), pre,
@@ -181,12 +183,12 @@ def test_process_shares_form_the_same_global_batches(data_dir):
     order) are exactly the single-process batch, across an epoch boundary (163 examples, 25 x 8 read)."""
     import jax
 
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets, pipeline
     from openvivqa_jax.text.tokenizer import train_sentencepiece, Tokenizer
 
     cfg = load_config("configs/tiny.py")
     cfg.data.data_dir = data_dir
-    src = pipeline.load_source(pipeline.load_builder(cfg.data, prepare=False), "train")
+    src = pipeline.load_source(datasets.load_builder(cfg.data, prepare=False), "train")
     recs = pipeline.read_records(src)
     spm = os.path.join(data_dir, "share_test_spm.model")
     train_sentencepiece([r.question for r in recs] + [a for r in recs for a in r.answers], spm,
@@ -250,13 +252,14 @@ _RESTORE_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, args["root"]); sys.path.insert(0, os.path.join(args["root"], "tests"))
     import jax
     from conftest import load_config
-    from openvivqa_jax import inference, train
+    from openvivqa_jax.training import checkpoints
+    from openvivqa_jax.vqa import evals, experiment
     cfg = load_config("configs/tiny.py")
     cfg.data.data_dir = args["data_dir"]
     cfg.eval.ocr_ablation = False
-    exp, _ = train.create_experiment(cfg, args["workdir"], initialize=False)
-    params, step = inference.restore_params(exp.workdir, exp.spec.abstract_state.params, "best")
-    preds = train.predict_split(exp, params, "test")
+    exp, _ = experiment.create_experiment(cfg, args["workdir"], initialize=False)
+    params, step = checkpoints.restore_params(exp.workdir, exp.spec.abstract_state.params, "best")
+    preds = evals.predict_split(exp, params, "test")
     devices = {str(d) for leaf in jax.tree.leaves(params) for d in leaf.sharding.device_set}
     print(json.dumps(dict(step=step, num_devices=jax.device_count(), mesh=dict(exp.spec.mesh.shape),
                           param_devices=sorted(devices), predictions=[p["prediction"] for p in preds])))
@@ -288,7 +291,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
     args = json.loads(sys.argv[1])
     sys.path.insert(0, args["root"]); sys.path.insert(0, os.path.join(args["root"], "tests"))
     from conftest import load_config, train_steps_on_one_batch
-    from openvivqa_jax.sharding import path_str
+    from openvivqa_jax.training.sharding import path_str
     out, batch = {}, None
     for shape, fsdp in [((1, 1), False), ((4, 2), True)]:
         cfg = load_config("configs/tiny.py")
@@ -337,14 +340,14 @@ def test_fsdp_shards_params_and_optimizer_state_and_matches_one_device(tmp_path,
 # ----------------------------------------------------------------------------- bf16 and accumulation
 def _trainer(data_dir, workdir, **model_train):
     """``configs/tiny.py`` with ``section__name=value`` overrides: the experiment and its (mutable) state."""
-    from openvivqa_jax import train
+    from openvivqa_jax.vqa import experiment
 
     cfg = load_config("configs/tiny.py")
     cfg.data.data_dir = data_dir
     for k, v in model_train.items():
         sec, name = k.split("__")
         cfg[sec][name] = v
-    exp, state = train.create_experiment(cfg, str(workdir))
+    exp, state = experiment.create_experiment(cfg, str(workdir))
     return types.SimpleNamespace(exp=exp, spec=exp.spec, state=state)
 
 
@@ -534,7 +537,7 @@ def test_tpu_pod_script_runs_one_command_on_all_workers(tmp_path):
     with tarfile.open(tarball) as tf:
         names = {n.removeprefix("./") for n in tf.getnames()}
     tracked = subprocess.run(["git", "-C", ROOT, "ls-files"], capture_output=True, text=True).stdout.split()
-    assert {"setup.py", "openvivqa_jax/train.py", "launch/tpu_pod.sh"} <= names
+    assert {"setup.py", "openvivqa_jax/vqa/train.py", "launch/tpu_pod.sh"} <= names
     assert {t for t in tracked if os.path.exists(os.path.join(ROOT, t))} <= names
     top = {n.split("/")[0] for n in names}
     assert not top & {".git", ".venv", "venv", ".ci-venv", "runs", ".pytest_cache"}, top

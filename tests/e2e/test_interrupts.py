@@ -1,4 +1,4 @@
-"""A Ctrl-C is never lost (openvivqa_jax.interrupts): Python drops an exception raised inside a
+"""A Ctrl-C is never lost (openvivqa_jax.training.interrupts): Python drops an exception raised inside a
 garbage-collector callback (JAX runs one on every collection), so the entry point's handler sends the signal
 again once the callback has returned, and keeps a record that the training loop and each later phase check."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from openvivqa_jax import interrupts
+from openvivqa_jax.training import interrupts
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_signal_in_teardown_prints_the_interrupted_line(tmp_path):
 
     code = textwrap.dedent("""
         import os, signal, time
-        from openvivqa_jax import interrupts
+        from openvivqa_jax.training import interrupts
         interrupts.install_teardown(lambda: interrupts.interrupted_message(None, 8))
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)

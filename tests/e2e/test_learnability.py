@@ -83,7 +83,7 @@ def test_binomial_tail():
 
 @pytest.mark.slow
 def test_tiny_region_mlpag_learns_object_colours(tmp_path):
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets, pipeline
     from openvivqa_jax.config_files import load_config
 
     wd, data_dir = tmp_path / "run", tmp_path / "tfds"
@@ -101,7 +101,7 @@ def test_tiny_region_mlpag_learns_object_colours(tmp_path):
 
     cfg = load_config("configs/synthetic/mlpag_regions_tiny.py")
     cfg.data.data_dir, cfg.data.builder_config = str(data_dir), json.dumps(REGION_BUILDER_CONFIG)
-    builder = pipeline.load_builder(cfg.data, prepare=False)
+    builder = datasets.load_builder(cfg.data, prepare=False)
     train = [(r.question, r.answers[0]) for r in pipeline.read_records(pipeline.load_source(builder, "train"))
              if r.kind == "colour"]
     assert len(train) > 1000 and len(held) >= 60, (len(train), len(held))

@@ -18,13 +18,13 @@ from conftest import load_config
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """The tiny synthetic set, its tokenizer and the tiny config's preprocessor."""
-    from openvivqa_jax import assets
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.vqa import assets
+    from openvivqa_jax.data import datasets, pipeline
 
     cfg = load_config("configs/tiny.py")
     cfg.data.data_dir = str(tmp_path_factory.mktemp("tfds"))
     workdir = str(tmp_path_factory.mktemp("work"))
-    builder = pipeline.load_builder(cfg.data)
+    builder = datasets.load_builder(cfg.data)
     src = pipeline.load_source(builder, "train")
     tok = assets.load_tokenizer(cfg, workdir, pipeline.read_records(src, "train"))
     pre = pipeline.Preprocessor(cfg, tok, allow_copy=True)
@@ -153,7 +153,7 @@ def absl_info():
 
 @pytest.mark.slow  # 5-10 s on 2 cores: left to the full suite
 def test_corrupt_half_written_and_stale_caches_are_rebuilt(setup, caplog, absl_info):
-    from openvivqa_jax import assets
+    from openvivqa_jax.vqa import assets
     from openvivqa_jax.data import model_ready, pipeline
 
     cfg, builder, src, pre, root = setup
@@ -253,14 +253,14 @@ def _built(build, source, pre, path):
 
 def test_region_features_equal_the_per_example_path(tmp_path_factory):
     """The region-feature path (float16 in the dataset, float32 in the batches), rows shared per image."""
-    from openvivqa_jax import assets
-    from openvivqa_jax.data import model_ready, pipeline
+    from openvivqa_jax.vqa import assets
+    from openvivqa_jax.data import datasets, model_ready, pipeline
 
     cfg = load_config("configs/synthetic/mlpag_regions.py")
     cfg.data.builder_config = "tiny_regions"
     cfg.tokenizer.vocab_size = 400
     cfg.data.data_dir = str(tmp_path_factory.mktemp("tfds_regions"))
-    builder = pipeline.load_builder(cfg.data)
+    builder = datasets.load_builder(cfg.data)
     src = pipeline.load_source(builder, "train")
     tok = assets.load_tokenizer(cfg, str(tmp_path_factory.mktemp("w")), pipeline.read_records(src, "train"))
     pre = pipeline.Preprocessor(cfg, tok, allow_copy=True)

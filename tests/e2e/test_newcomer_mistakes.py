@@ -67,7 +67,7 @@ def test_model_dtype_is_checked_with_the_config():
 
 
 def test_warmup_past_the_last_step_warns_with_the_rate_reached(caplog):
-    from openvivqa_jax import train
+    from openvivqa_jax.vqa import train
 
     cfg = load_config("configs/tiny.py")
     cfg.train.schedule, cfg.train.warmup_steps, cfg.train.num_train_steps, cfg.train.lr_scale = "noam", 10000, 5, 1.0
@@ -89,7 +89,7 @@ def test_warmup_past_the_last_step_warns_with_the_rate_reached(caplog):
 
 
 def test_inputs_mostly_cut_warn(caplog):
-    from openvivqa_jax import train
+    from openvivqa_jax.vqa import train
 
     cfg = load_config("configs/tiny.py")
     with caplog.at_level(logging.WARNING), caplog.at_level(logging.WARNING, logger="absl"):
@@ -112,7 +112,7 @@ def test_a_small_corpus_giving_fewer_pieces_than_vocab_size_warns(tmp_path, capl
 
 
 def test_finished_step_needs_the_last_checkpoint_and_its_final_records(tmp_path):
-    from openvivqa_jax.train import finished_step
+    from openvivqa_jax.vqa.train import finished_step
 
     (tmp_path / "checkpoints" / "10").mkdir(parents=True)
     assert finished_step(str(tmp_path), 10) is None  # no metrics.jsonl
@@ -143,7 +143,7 @@ def test_ocr_counts_per_split_are_not_cumulative(caplog):
 def test_tensorboard_events_are_scalars(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from openvivqa_jax.tensorboard_writer import ScalarEventWriter, event_files
+    from openvivqa_jax.training.tensorboard_writer import ScalarEventWriter, event_files
 
     w = ScalarEventWriter(str(tmp_path))
     assert event_files(str(tmp_path)) == []  # no file before the first write
@@ -174,7 +174,7 @@ def test_rerunning_a_finished_run_does_nothing_and_says_how_to_rescore(tmp_path)
     the first wrote the final test scores to TensorBoard as scalars and the dev/test files by role."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from openvivqa_jax.tensorboard_writer import event_files
+    from openvivqa_jax.training.tensorboard_writer import event_files
 
     wd, data = tmp_path / "w", tmp_path / "t"
     args = ("--config", "configs/tiny.py", "--workdir", wd, f"--config.data.data_dir={data}",

@@ -92,7 +92,7 @@ def test_plot_cli_bad_input_one_line_error(tmp_path, setup, needle):
 
 
 def test_heat_from_boxes_on_a_grid_is_the_cell_weights():
-    from openvivqa_jax.plot import heat_from_boxes
+    from openvivqa_jax.vqa.inference import heat_from_boxes
 
     gh, gw = 3, 4
     ys, xs = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")

@@ -358,7 +358,7 @@ def test_classifier_workdir(tmp_path, good_image):
     import orbax.checkpoint as ocp
 
     from conftest import tiny_model_config
-    from openvivqa_jax import train
+    from openvivqa_jax.vqa import experiment, train
     from openvivqa_jax.text.answer_list import AnswerList
     from openvivqa_jax.text.tokenizer import train_sentencepiece
 
@@ -372,7 +372,7 @@ def test_classifier_workdir(tmp_path, good_image):
     sents = answers + ["cửa hàng này tên là gì ?", "phở hùng", "xe màu gì ?"] * 20
     train_sentencepiece(sents, str(wd / "spm.model"), 300)
     (wd / "config.json").write_text(cfg.to_json_best_effort(indent=2))
-    _, state = train.create_experiment(cfg, str(wd))
+    _, state = experiment.create_experiment(cfg, str(wd))
     latest, _ = train.checkpoint_managers(str(wd), cfg.train)
     latest.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data_iter=ocp.args.JsonSave({})))
     latest.wait_until_finished()

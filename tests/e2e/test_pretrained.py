@@ -386,10 +386,11 @@ def tiny_tfds(tmp_path_factory):
 def _one_step(cfg, workdir):
     import jax
 
-    from openvivqa_jax import sharding, train
+    from openvivqa_jax.training import sharding
+    from openvivqa_jax.vqa import experiment, train
     from openvivqa_jax.data import pipeline
 
-    exp, state = train.create_experiment(cfg, str(workdir))
+    exp, state = experiment.create_experiment(cfg, str(workdir))
     it = pipeline.train_iterator(exp.data.source("train"), exp.inputs.pre, batch_size=4, seed=0, num_threads=1)
     batch = next(it)
     step = train.make_train_step(exp.spec)

@@ -265,7 +265,7 @@ def test_synthetic_set_spans_and_splits():
 def test_reader_config_is_accepted_and_checked():
     from openvivqa_jax.config_check import ConfigError, check_config
     from openvivqa_jax.config_files import load_config
-    from openvivqa_jax.reading.train import check_reading_config
+    from openvivqa_jax.reading.config import check_reading_config
 
     for variant in ("synthetic", "viquad"):
         cfg = load_config(os.path.join(ROOT, "configs/viquad/reader.py"), variant)

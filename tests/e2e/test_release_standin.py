@@ -80,14 +80,14 @@ def info_has_all_splits(info) -> bool:
 def test_openvivqa_builder_reads_the_standin(tmp_path):
     import ml_collections
 
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets, pipeline
 
     info = _make(tmp_path / "m", 6, "--features")  # train only: the first dev image is image 9
     assert not (tmp_path / "m" / "vlsp2023_dev_data.json").exists()
     for config in ("default", "features"):
         c = ml_collections.ConfigDict(dict(builder="openvivqa", builder_config=config, data_dir=str(tmp_path / "d"),
                                            manual_dir=str(tmp_path / "m"), builder_kwargs={}))
-        b = pipeline.load_builder(c)
+        b = datasets.load_builder(c)
         assert {k: v.num_examples for k, v in b.info.splits.items()} == {"train": info["questions"]["train"]}
         ex = pipeline.load_source(b, "train")[0]
         assert len(ex["ocr"]["text"]) >= 1

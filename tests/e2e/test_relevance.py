@@ -1,4 +1,4 @@
-"""The W2VV++ encoder (models/w2vvpp.py, the ``relevance`` task of openvivqa_jax/relevance_train.py) and CLinRel /
+"""The W2VV++ encoder (models/w2vvpp.py, the ``relevance`` task of openvivqa_jax/relevance/) and CLinRel /
 CMedRel (openvivqa_jax/evaluation/relevance.py) in the evaluator and the evaluate command line."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_recall_at_k_on_a_constructed_case():
 
 
 def test_region_pooling_by_box_centre():
-    from openvivqa_jax.relevance_train import pool_grid, pool_regions
+    from openvivqa_jax.relevance.features import pool_grid, pool_regions
 
     feats = np.array([[1.0, 0.0], [3.0, 2.0], [0.0, 4.0]])
     boxes = np.array([[0.0, 0.0, 0.2, 1.0], [0.1, 0.0, 0.5, 0.5], [0.6, 0.2, 1.0, 0.4]])  # centres x .1, .3, .8
@@ -84,19 +84,21 @@ def make_workdir(path, language="vi", seed=0, features=None):
     import orbax.checkpoint as ocp
     from flax import nnx
 
-    from openvivqa_jax import relevance_train as rt
+    from openvivqa_jax.relevance import model
+    from openvivqa_jax.relevance import train as rt
+    from openvivqa_jax.relevance.features import FEATURES_FILE
 
     os.makedirs(path, exist_ok=True)
     meta = dict(META, language=language, vocab_size=len(META["words"]) + 2)
-    with open(os.path.join(path, rt.MODEL_FILE), "w", encoding="utf-8") as f:
+    with open(os.path.join(path, model.MODEL_FILE), "w", encoding="utf-8") as f:
         json.dump(meta, f, ensure_ascii=False)
-    params = nnx.state(rt._build(meta, seed), nnx.Param)
-    state = {"step": jnp.int32(0), "params": params, "opt_state": rt._optimizer(1.0, 1e-3).init(params)}
+    params = nnx.state(model.build(meta, seed), nnx.Param)
+    state = {"step": jnp.int32(0), "params": params, "opt_state": model.optimizer(1.0, 1e-3).init(params)}
     latest, _ = rt._managers(str(path), 1)
     latest.save(0, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
     latest.wait_until_finished()
     if features is not None:
-        np.savez(os.path.join(path, rt.FEATURES_FILE), **features)
+        np.savez(os.path.join(path, FEATURES_FILE), **features)
     return str(path)
 
 
@@ -208,7 +210,8 @@ def test_evaluate_cli_one_line_errors(vi_workdir, tmp_path, capsys):
 
 
 def test_feature_file_layouts(tmp_path):
-    from openvivqa_jax.relevance_train import FeatureFileError, read_feature_file
+    from openvivqa_jax.relevance import FeatureFileError
+    from openvivqa_jax.relevance.features import read_feature_file
 
     a, b = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
     np.savez(tmp_path / "keyed.npz", x=a, y=b)
@@ -232,7 +235,7 @@ def test_config_passes_the_config_check():
 
     cfg = load_config("configs/relevance/w2vvpp.py")
     check_config(cfg)
-    assert cfg.task == "relevance" and main.TASKS["relevance"] == "openvivqa_jax.relevance_train"
+    assert cfg.task == "relevance" and main.TASKS["relevance"] == "openvivqa_jax.relevance"
 
 
 # ------------------------------------------------------------------------------------------- training
@@ -240,8 +243,8 @@ def test_config_passes_the_config_check():
 def test_trained_tiny_model_prefers_the_right_colour_and_resumes(tmp_path, capsys):
     """On the tiny region-feature set: training resumes from its last checkpoint, writes the retrieval tables,
     and CMedRel ranks each colour answer above the same answer with another colour, for the same picture."""
-    from openvivqa_jax import relevance_train as rt
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets, pipeline
+    from openvivqa_jax.relevance import train as rt
     from openvivqa_jax.evaluation import relevance as rel
     from tfds_builders.synthetic_openvivqa import Builder
     from tfds_builders.synthetic_openvivqa import generator as gen
@@ -263,7 +266,7 @@ def test_trained_tiny_model_prefers_the_right_colour_and_resumes(tmp_path, capsy
     assert steps == [100, 200, 300, 400]
     enc = rel.load_models(wd)
     feats = enc["vi"].image_features()
-    b = pipeline.load_builder(cfg.data)
+    b = datasets.load_builder(cfg.data)
     recs = [r for r in pipeline.read_records(pipeline.load_source(b, "train"), "train") if r.kind == "colour"]
     right, wrong = [], []
     colours = sorted(gen.COLORS, key=len, reverse=True)
@@ -283,7 +286,8 @@ def test_vit_visual_features_are_the_loaded_checkpoints_pooled_grid(tmp_path):
     """visual.source='vit': the big_vision checkpoint is loaded and its grid averaged over each pool cell."""
     import ml_collections
 
-    from openvivqa_jax import relevance_train as rt
+    from openvivqa_jax.relevance import data as rt
+    from openvivqa_jax.relevance.features import pool_grid
     from test_vit import HEADS, MLP, PATCH, WIDTH, _bv_checkpoint
 
     rng = np.random.default_rng(3)
@@ -304,7 +308,7 @@ def test_vit_visual_features_are_the_loaded_checkpoints_pooled_grid(tmp_path):
     other = vit_lib.ViT(**vit_lib.vit_settings(cfg.visual), rngs=nnx.Rngs(7))
     vit_lib.load_big_vision_npz(other, str(tmp_path / "vit.npz"))
     np.testing.assert_allclose(grid, np.asarray(other(images)), rtol=1e-5, atol=1e-5)
-    pooled = rt.pool_grid(grid, (1, 2))
+    pooled = pool_grid(grid, (1, 2))
     np.testing.assert_allclose(pooled[:, :WIDTH], grid[:, :, :2].mean((1, 2)), rtol=1e-6)
     np.testing.assert_allclose(pooled[:, WIDTH:], grid[:, :, 2:].mean((1, 2)), rtol=1e-6)
     with pytest.raises(Exception, match="vit_checkpoint is empty"):

@@ -142,7 +142,7 @@ _DEVICE_SCRIPT = textwrap.dedent("""
         _, state, step, batch, losses = train_steps_on_one_batch(cfg, os.path.join({workdir!r}, str(shape[0])), batch)
         specs = {{}}
         for path, leaf in jax.tree_util.tree_leaves_with_path(state.params):
-            from openvivqa_jax.sharding import path_str
+            from openvivqa_jax.training.sharding import path_str
             specs[path_str(path).removesuffix("/value")] = [a for a in leaf.sharding.spec]
         out[str(shape)] = {{"losses": losses, "specs": specs, "cache": step._cache_size()}}
     print(json.dumps(out))

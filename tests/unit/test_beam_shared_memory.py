@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from conftest import random_batch, tiny_model_config
-from openvivqa_jax import decoding
+from openvivqa_jax.vqa import decoding
 from openvivqa_jax.models import build_model
 from openvivqa_jax.models.layers import MultiHeadAttention
 
@@ -38,7 +38,7 @@ def test_shared_memory_is_not_the_default_and_is_traced_once_per_example(via):
     cfg.eval.beam_size = 3
     cfg.model.max_answer_len = 4
     model = build_model(cfg.model, 40, seed=0)
-    graphdef, params = nnx.split(model, nnx.Param)  # as inference.load_for_inference splits a run's model
+    graphdef, params = nnx.split(model, nnx.Param)  # as vqa.inference.load_for_inference splits a run's model
     batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, 40, batch=2).items()}
     seen = []
     orig = MultiHeadAttention.attend_heads

@@ -1,5 +1,5 @@
 """A build checks what it wrote (examples per split, shard files), and records what it was built from; the trainer's
-``pipeline.load_builder`` checks a prepared dataset's files and sources before reading it."""
+``datasets.load_builder`` checks a prepared dataset's files and sources before reading it."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def _answers(builder) -> dict[str, list[str]]:
 def test_stale_dataset_stops_or_rebuilds(tmp_path):
     """Manual folder A, then B (another answer) with the same data_dir: one line naming the changed file and
     data.rebuild; with data.rebuild the examples are B's. A changed builder config field is named too."""
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets
 
     a, b = tmp_path / "A", tmp_path / "B"
     small_dataset(a)
@@ -116,39 +116,39 @@ def test_stale_dataset_stops_or_rebuilds(tmp_path):
                           "101": {"image_id": 10, "question": "màu gì?", "answer": "màu đỏ"},
                           "102": {"image_id": 11, "question": "có mấy người?", "answer": "hai người"}})
     data = tmp_path / "data"
-    built = pipeline.load_builder(_data_cfg(data, a))
+    built = datasets.load_builder(_data_cfg(data, a))
     assert _answers(built)["100"] == ["phở hòa"]
     assert (Path(built.data_dir) / build_check.SOURCES_FILE).is_file()
-    assert _answers(pipeline.load_builder(_data_cfg(data, a)))["100"] == ["phở hòa"]  # same sources: reused
+    assert _answers(datasets.load_builder(_data_cfg(data, a)))["100"] == ["phở hòa"]  # same sources: reused
     with pytest.raises(build_check.StaleDatasetError) as e:
-        pipeline.load_builder(_data_cfg(data, b))
+        datasets.load_builder(_data_cfg(data, b))
     msg = str(e.value)
     assert "\n" not in msg and "manual file(s) train_data.json changed" in msg
     assert "--config.data.rebuild=True" in msg
     cfg = _data_cfg(data, b)
     cfg.rebuild = True
-    assert _answers(pipeline.load_builder(cfg))["100"] == ["bún chả"]
+    assert _answers(datasets.load_builder(cfg))["100"] == ["bún chả"]
     with pytest.raises(build_check.StaleDatasetError, match=r"builder config field\(s\) skip_invalid_records "
                                                             r"\(False -> True\)"):
-        pipeline.load_builder(_data_cfg(data, b, skip_invalid_records=True))
+        datasets.load_builder(_data_cfg(data, b, skip_invalid_records=True))
 
 
 def test_trainer_checks_the_files_of_a_prepared_dataset(tmp_path):
     """A prepared dataset with a shard file missing, or cut short, stops load_builder in one line that names the
     split, the file and how to rebuild (instead of a reader's traceback mid-training)."""
-    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.data import datasets
 
     a = tmp_path / "A"
     small_dataset(a)
     cfg = _data_cfg(tmp_path / "data", a)
-    built = pipeline.load_builder(cfg)
+    built = datasets.load_builder(cfg)
     shard = Path(built.info.splits["train"].filepaths[0])
     data = shard.read_bytes()
     shard.write_bytes(data[: len(data) // 2])
     with pytest.raises(build_check.IncompleteBuildError) as e:
-        pipeline.load_builder(cfg)
+        datasets.load_builder(cfg)
     assert "\n" not in str(e.value) and f"file {shard.name} cannot be read" in str(e.value)
     assert "split 'train' (3 examples in 1 files)" in str(e.value) and "--config.data.rebuild=True" in str(e.value)
     shard.unlink()
     with pytest.raises(build_check.IncompleteBuildError, match=rf"file {shard.name} is missing"):
-        pipeline.load_builder(cfg)
+        datasets.load_builder(cfg)

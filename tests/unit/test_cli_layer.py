@@ -9,7 +9,8 @@ import signal
 
 import pytest
 
-from openvivqa_jax import cli, interrupts
+from openvivqa_jax import cli
+from openvivqa_jax.training import interrupts
 from openvivqa_jax.errors import INPUT_EXIT_CODE, UserError
 
 # (module, class, a base other code catches it by) of every error a user can cause.
@@ -21,7 +22,7 @@ USER_ERRORS = [
     ("openvivqa_jax.data.ocr", "OcrFileError", ValueError),
     ("openvivqa_jax.data.ocr", "OcrUnavailableError", RuntimeError),
     ("openvivqa_jax.models.vit", "CheckpointError", ValueError),
-    ("openvivqa_jax.inference", "CheckpointMismatchError", ValueError),
+    ("openvivqa_jax.training.checkpoints", "CheckpointMismatchError", ValueError),
     ("openvivqa_jax.data.images", "ImageDecodeError", ValueError),
     ("openvivqa_jax.predict", "PredictError", Exception),
     ("openvivqa_jax.plot", "MetricsFileError", ValueError),

@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from conftest import all_eqns, assert_cached_decoding_matches, random_batch, tiny_model_config
-from openvivqa_jax import decoding
+from openvivqa_jax.vqa import decoding
 from openvivqa_jax.models import MODEL_REGISTRY, build_model
 
 GENERATORS = [n for n in ("mlpag", "qumlag", "fst", "m4c") if n in MODEL_REGISTRY]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import load_config
-from openvivqa_jax import decoding, evals
+from openvivqa_jax.vqa import config as evals
+from openvivqa_jax.vqa import decoding
 from openvivqa_jax.config_check import ConfigError, check_config
 
 
@@ -63,7 +64,7 @@ def test_a_literal_split_and_an_order_kept():
 def test_same_split_twice_is_scored_once_under_the_later_name():
     cfg = load_config("configs/default.py")
     cfg.data.eval_split = "test"
-    names = [s.name for s in evals._deduplicated(evals.plan(cfg))]
+    names = [s.name for s in evals.deduplicated(evals.plan(cfg))]
     assert names == ["test", "test_no_ocr", "copy_rate", "ocr_ratio"]
 
 

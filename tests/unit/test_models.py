@@ -18,7 +18,7 @@ import pytest
 from flax import nnx
 
 from conftest import ROOT, assert_cached_decoding_matches, random_batch, tiny_model_config
-from openvivqa_jax import decoding
+from openvivqa_jax.vqa import decoding
 from openvivqa_jax.models import MODEL_REGISTRY, build_model
 from openvivqa_jax.models import m4c as m4c_module
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss

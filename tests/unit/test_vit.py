@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from openvivqa_jax import sharding
+from openvivqa_jax.training import sharding
 
 from conftest import tiny_model_config
 
@@ -225,17 +225,17 @@ def test_freeze_mask_keeps_backbone_fixed():
     import jax
     from flax import nnx
 
-    from openvivqa_jax import train
+    from openvivqa_jax.training import state as train_state
     from openvivqa_jax.models import build_model
-    from openvivqa_jax.sharding import path_str
+    from openvivqa_jax.training.sharding import path_str
 
     cfg = tiny_model_config()
     cfg.train.optimizer = "adamw"
     cfg.train.weight_decay = 0.1
     cfg.model.vision.freeze = True
     _, params = nnx.split(build_model(cfg.model, 50), nnx.Param)
-    tx, _ = train.make_optimizer(cfg.train, cfg.model.d_model)
-    tx = train.freeze_params(tx, params, train.frozen_param_regex(cfg))
+    tx, _ = train_state.make_optimizer(cfg.train, cfg.model.d_model)
+    tx = train_state.freeze_params(tx, params, train_state.frozen_param_regex(cfg))
     state = tx.init(params)
     grads = jax.tree.map(lambda x: np.ones_like(x), params)
 
@@ -252,9 +252,9 @@ def test_freeze_mask_keeps_backbone_fixed():
     assert frozen and all(v == 0.0 for v in frozen.values())
     assert all(v > 0 for k, v in moved.items() if k not in frozen)
     with pytest.raises(ValueError, match="matches no parameter"):
-        train.freeze_params(tx, params, r"nothing/.*")
+        train_state.freeze_params(tx, params, r"nothing/.*")
     cfg.model.vision.freeze = False
-    assert train.frozen_param_regex(cfg) is None
+    assert train_state.frozen_param_regex(cfg) is None
 
 
 @pytest.mark.slow
@@ -263,9 +263,9 @@ def test_trainer_step_with_frozen_backbone(tmp_path):
     import jax
 
     from conftest import random_batch
-    from openvivqa_jax import train
+    from openvivqa_jax.vqa import experiment, train
     from openvivqa_jax.data import pipeline
-    from openvivqa_jax.sharding import path_str
+    from openvivqa_jax.training.sharding import path_str
     from openvivqa_jax.text.tokenizer import train_sentencepiece
 
     cfg = tiny_model_config()
@@ -273,7 +273,7 @@ def test_trainer_step_with_frozen_backbone(tmp_path):
     cfg.mesh.shape = (1, 1)
     sents = [f"cửa hàng số {i} tên là {w}" for i, w in enumerate("an bình cường dũng em giang hà khoa".split())] * 20
     train_sentencepiece(sents, str(tmp_path / "spm.model"), 300)
-    exp, state = train.create_experiment(cfg, str(tmp_path))
+    exp, state = experiment.create_experiment(cfg, str(tmp_path))
     batch = random_batch(cfg, exp.inputs.tokenizer.vocab_size, batch=2)
     batch = {k: np.asarray(v) for k, v in batch.items()}
     before = {path_str(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(state.params)}

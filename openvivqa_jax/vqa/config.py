@@ -1,4 +1,6 @@
-"""The evaluations after training, as configured in ``config.evals`` (the pattern of big_vision's ``config.evals``).
+"""The answer-generation task's config beyond the ranges of :mod:`openvivqa_jax.config_check`: the plan of
+``config.evals``, the evaluations after training (the pattern of big_vision's ``config.evals``), which
+:mod:`openvivqa_jax.vqa.evals` runs.
 
 ``config.evals`` is a ``ConfigDict`` of named entries (``ConfigDict(sort_keys=False)`` keeps their order), run
 with the best checkpoint's parameters at the end of training and by ``--mode evaluate``: the decode entries in
@@ -29,7 +31,8 @@ The ``metrics.jsonl`` records are of kind ``final`` at the end of training and `
 ``--mode evaluate``.
 
 :func:`plan` checks every entry (unknown kinds or fields, references to names that are not decode
-entries) with no dataset or model built; it runs in :func:`openvivqa_jax.config_check.check_config`.
+entries) with no dataset or model built; it runs in :func:`openvivqa_jax.config_check.check_config`. Nothing
+heavy is imported here.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from typing import Any
 
 from absl import logging
 
-__all__ = ["KINDS", "EvalSpec", "plan", "split_fields", "run"]
+from openvivqa_jax.errors import ConfigError
+
+__all__ = ["KINDS", "EvalSpec", "plan", "split_fields", "deduplicated"]
 
 #: Each kind's fields and their defaults (``kind`` and ``enabled`` are common to all).
 KINDS: dict[str, dict[str, Any]] = {
@@ -75,13 +80,6 @@ class EvalSpec:
     without_ocr: str = ""
 
 
-def _error(msg: str):
-    """A :class:`openvivqa_jax.config_check.ConfigError` (imported here: that module imports this one)."""
-    from openvivqa_jax.config_check import ConfigError
-
-    return ConfigError(msg)
-
-
 def _fields(name: str, entry: Any) -> tuple[str, bool, dict]:
     """``(kind, enabled, fields with defaults)`` of one entry of ``config.evals``.
 
@@ -90,17 +88,17 @@ def _fields(name: str, entry: Any) -> tuple[str, bool, dict]:
     """
     where = f"config value evals.{name}"
     if not hasattr(entry, "items"):
-        raise _error(f"{where}={entry!r} must be a dict with a 'kind' (one of {', '.join(KINDS)}); entries are "
+        raise ConfigError(f"{where}={entry!r} must be a dict with a 'kind' (one of {', '.join(KINDS)}); entries are "
                      "set in the config file")
     entry = dict(entry.items())
     kind = entry.pop("kind", None)
     if kind not in KINDS:
-        raise _error(f"{where}.kind={kind!r} is unknown: must be one of {', '.join(repr(k) for k in KINDS)} "
+        raise ConfigError(f"{where}.kind={kind!r} is unknown: must be one of {', '.join(repr(k) for k in KINDS)} "
                      f"(set it with --config.evals.{name}.kind=...)")
     enabled = bool(entry.pop("enabled", True))
     unknown = sorted(set(entry) - set(KINDS[kind]))
     if unknown:
-        raise _error(f"{where} has no field {unknown[0]!r} (a {kind!r} entry has: enabled, "
+        raise ConfigError(f"{where} has no field {unknown[0]!r} (a {kind!r} entry has: enabled, "
                      f"{', '.join(KINDS[kind])}; entries are set in the config file)")
     return kind, enabled, {**KINDS[kind], **entry}
 
@@ -113,13 +111,13 @@ def _decode_spec(cfg, name: str, fields: dict) -> EvalSpec:
     """
     split = str(fields["split"] or "")
     if not split:
-        raise _error(f"config value evals.{name}.split is empty: name a split key of config.data (eval_split, "
+        raise ConfigError(f"config value evals.{name}.split is empty: name a split key of config.data (eval_split, "
                      f"test_split) or a split of the dataset (set it with --config.evals.{name}.split=...)")
     data = cfg.get("data") or {}
     if split.endswith("_split") and split in data:
         resolved, field = data.get(split), f"data.{split}"
         if not resolved:
-            raise _error(f"config value evals.{name}.split={split!r} names config.data.{split}, which is empty "
+            raise ConfigError(f"config value evals.{name}.split={split!r} names config.data.{split}, which is empty "
                          f"(set it with --config.data.{split}=...)")
     else:
         resolved, field = split, f"evals.{name}.split"
@@ -157,7 +155,7 @@ def plan(cfg) -> list[EvalSpec]:
             spec = EvalSpec(name, kind, with_ocr=refs[0][1], without_ocr=refs[1][1])
         for field, ref in refs:
             if ref not in decode_names:
-                raise _error(f"config value evals.{name}.{field}={ref!r} names no decode entry of config.evals "
+                raise ConfigError(f"config value evals.{name}.{field}={ref!r} names no decode entry of config.evals "
                              f"(they are: {', '.join(decode_names) or 'none'}; set it with "
                              f"--config.evals.{name}.{field}=...)")
         if enabled:
@@ -171,7 +169,7 @@ def split_fields(cfg) -> dict[str, str]:
     return {s.split_field: s.split for s in plan(cfg) if s.kind == "decode"}
 
 
-def _deduplicated(specs: list[EvalSpec]) -> list[EvalSpec]:
+def deduplicated(specs: list[EvalSpec]) -> list[EvalSpec]:
     """``specs`` without the decode entries that a later entry scores again (same split and masking)."""
     out = []
     for i, s in enumerate(specs):
@@ -182,80 +180,3 @@ def _deduplicated(specs: list[EvalSpec]) -> list[EvalSpec]:
             continue
         out.append(s)
     return out
-
-
-def run(exp, params, params_step: int, step: int, writer=None, record_kind: str = "final") -> dict[str, dict]:
-    """Runs the planned evaluations of ``exp.cfg`` with ``params`` (saved at ``params_step``); logs them in
-    ``metrics.jsonl`` at ``step`` and prints the tables (process 0).
-
-    Args:
-      exp: the run (:class:`openvivqa_jax.train.Experiment`).
-      params: the parameters to score.
-      params_step: the training step ``params`` were saved at (in each metrics file's ``decoding``).
-      step: the step of the ``metrics.jsonl`` records and of the TensorBoard scalars.
-      writer: a ``clu`` metric writer for the decode entries with ``tensorboard`` and the reports over them
-        (``<name>/shop_name_copy_rate``, ``<with_ocr>/text_qa_cider_ocr_ratio``); None: no TensorBoard.
-      record_kind: the ``kind`` of the ``metrics.jsonl`` records: ``final`` at the end of training,
-        ``evaluate`` for a later re-scoring (so a file's ``final`` records stay the training's own).
-
-    Returns:
-      ``{name: metrics}`` of the decode entries scored.
-    """
-    import jax
-
-    from openvivqa_jax import train
-    from openvivqa_jax.evaluation import copying
-
-    results: dict[str, dict] = {}
-    preds_of: dict[str, list] = {}
-    lines: list[str] = []
-    boarded: set[str] = set()  # decode entries written to TensorBoard
-
-    def record(scalars: dict, tensorboard: bool) -> None:
-        exp.jsonl.write(step, record_kind, scalars)
-        if writer is not None and tensorboard:
-            writer.write_scalars(step, scalars)
-
-    for spec in _deduplicated(plan(exp.cfg)):
-        if spec.kind == "decode":
-            metrics, preds = train.evaluate(exp, params, params_step, spec.split, mask_ocr=spec.mask_ocr,
-                                            tag=spec.name)
-            results[spec.name], preds_of[spec.name] = metrics, preds
-            masked = " with OCR tokens masked out" if spec.mask_ocr else ""
-            lines.append(train.print_table(f"{spec.name}: {spec.split}{masked} ({len(preds)} questions)", metrics))
-            if spec.print_examples:
-                lines.append(f"\n== example answers ({spec.split}) ==")
-                for p in preds[: spec.print_examples]:
-                    lines.append(f"Q: {p['question']}\n   predicted: {p['prediction']}\n   reference: "
-                                 f"{' | '.join(p['references'])}")
-            record({f"{spec.name}/{k}": v for k, v in metrics["overall"].items() if v is not None}, spec.tensorboard)
-            if spec.tensorboard:
-                boarded.add(spec.name)
-        elif spec.kind == "copy_rate":
-            for name in spec.of:
-                if name not in preds_of:
-                    continue
-                copy = copying.shop_name_copy_rate(preds_of[name])
-                if copy["rate"] is None:
-                    continue  # no shop-name questions (not the synthetic set)
-                results[name]["shop_name_copy_rate"] = copy
-                lines.append(f"{name}: unseen shop names copied (shop-name questions whose answer contains the full "
-                             f"name; these names never occur in training): {copy['rate']:.1%} "
-                             f"({copy['num_copied']}/{copy['num_questions']})")
-                record({f"{name}/shop_name_copy_rate": copy["rate"]}, name in boarded)
-                train.write_metrics_file(exp, name, results[name])
-        elif spec.kind == "ocr_ratio":
-            missing = [n for n in (spec.with_ocr, spec.without_ocr) if n not in results]
-            if missing:
-                logging.info("evals.%s: no ratio, %s was not scored (switched off)", spec.name, " and ".join(missing))
-                continue
-            with_ocr = (results[spec.with_ocr].get("text_qa") or {}).get("CIDEr")
-            without = (results[spec.without_ocr].get("text_qa") or {}).get("CIDEr")
-            if with_ocr is not None and without is not None:
-                ratio = with_ocr / without if without > 0 else float("inf")
-                lines.append(f"text-QA CIDEr {spec.with_ocr} {with_ocr:.3f} vs {spec.without_ocr} {without:.3f}: "
-                             f"ratio {ratio:.2f}")
-                record({f"{spec.with_ocr}/text_qa_cider_ocr_ratio": ratio}, spec.with_ocr in boarded)
-    if jax.process_index() == 0:
-        print("\n".join(lines), flush=True)
-    return results

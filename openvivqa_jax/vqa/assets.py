@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.text.answer_list import AnswerList
@@ -36,7 +37,6 @@ def exists_on_process_0(path: str) -> bool:
     """
     exists = os.path.exists(path)
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
         exists = bool(multihost_utils.broadcast_one_to_all(np.int32(exists)))
     return exists
 
@@ -69,7 +69,6 @@ def load_tokenizer(cfg, workdir: str, train_records: Iterable | None = None) -> 
         train_sentencepiece(sents, path, cfg.tokenizer.vocab_size,
                             model_type=cfg.tokenizer.get("model_type", "bpe"))
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices("spm_trained")
     return Tokenizer(path)
 

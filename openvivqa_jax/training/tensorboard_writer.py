@@ -52,7 +52,7 @@ class ScalarEventWriter(NullWriter):
     def _file(self):
         """The record writer of this writer's event file, created (with its ``file_version`` event) on first use."""
         if self._writer is None:
-            from tensorboard.compat.proto import event_pb2
+            from tensorboard.compat.proto import event_pb2  # heavy: only when a run writes events
             from tensorboard.summary.writer.record_writer import RecordWriter
 
             os.makedirs(self.logdir, exist_ok=True)
@@ -65,7 +65,7 @@ class ScalarEventWriter(NullWriter):
     def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
         """One event at ``step`` with one ``simple_value`` per tag (values cast to float), written and flushed at
         once (a killed run keeps every event it wrote)."""
-        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.compat.proto import event_pb2, summary_pb2  # heavy, as in _file
 
         values = [summary_pb2.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]
         if values:

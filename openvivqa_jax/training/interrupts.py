@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import sys
 import threading
 
 __all__ = ["EXIT_CODES", "StopSignals", "TrainingInterrupted", "last_checkpoint_step", "interrupted_message",
@@ -117,8 +118,6 @@ def install_teardown(message, sigterm: bool = True) -> dict:
     Returns:
       The replaced handlers (for :func:`restore`).
     """
-    import sys
-
     def handler(signum, frame):
         del frame
         name = signal.Signals(signum).name

@@ -13,9 +13,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
-__all__ = ["JsonlWriter", "MeanAccumulator"]
+__all__ = ["JsonlWriter", "MeanAccumulator", "write_jsonl"]
 
 
 class JsonlWriter:
@@ -28,8 +29,6 @@ class JsonlWriter:
     def write(self, step: int, kind: str, values: Mapping[str, Any]) -> None:
         """Appends ``{"step": step, "kind": kind, "time": <unix seconds>, **values}``; scalar values as floats,
         arrays as lists."""
-        import jax
-
         if jax.process_index() != 0:
             return
         rec = {"step": int(step), "kind": kind, "time": time.time()}
@@ -52,8 +51,11 @@ class MeanAccumulator:
 
     def pop_means(self) -> dict[str, float]:
         """The mean of each metric since the last call (``{}`` when nothing was added), and starts again."""
-        import jax
-
         means = {k: float(np.mean(jax.device_get(v))) for k, v in self._values.items()}
         self._values = {}
         return means
+
+
+def write_jsonl(workdir: str, step: int, kind: str, values: Mapping[str, Any]) -> None:
+    """Appends one record to ``<workdir>/metrics.jsonl`` (:meth:`JsonlWriter.write`)."""
+    JsonlWriter(os.path.join(workdir, "metrics.jsonl")).write(step, kind, values)

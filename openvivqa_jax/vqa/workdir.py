@@ -3,12 +3,16 @@ command-line tools check a workdir before JAX starts.
 
 A workdir holds ``config.json`` (the resolved config), ``spm.model`` (the tokenizer), for classifiers
 ``answers.json``, and orbax checkpoints in ``best/<step>/`` and ``checkpoints/<step>/`` (see
-:mod:`openvivqa_jax.train`).
+:mod:`openvivqa_jax.vqa.train`).
 """
 
 from __future__ import annotations
 
 import os
+
+import ml_collections
+
+from openvivqa_jax.evaluation.formats import InputError, read_json_file
 
 __all__ = ["check_workdir", "load_config"]
 
@@ -41,10 +45,6 @@ def load_config(workdir: str):
       openvivqa_jax.evaluation.formats.InputError: the file is unreadable, invalid JSON or not a run config
         (no ``model`` section); the message names the file.
     """
-    import ml_collections
-
-    from openvivqa_jax.evaluation.formats import InputError, read_json_file
-
     path = os.path.join(workdir, "config.json")
     raw = read_json_file(path, "")
     if not isinstance(raw, dict) or "model" not in raw:

@@ -1,0 +1,198 @@
+"""Opening a dataset of ``tfds_builders/``: the TFDS builder named by ``config.data``, built first when it is
+missing (or rebuilt when it is stale and ``data.rebuild`` is set), and a run's view of its splits
+(:class:`DataSplits`: data sources, metadata records, model-ready records, each opened once).
+
+Data flows one way: the builders (``tfds_builders/``) write the dataset, :mod:`openvivqa_jax.data.pipeline`
+reads it. This module is where the two meet; the pipeline imports no builder. The builders are imported by name
+(``tfds_builders.<builder>``), which registers them with TFDS; TensorFlow Datasets itself is imported only here
+and when a source is opened.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+from typing import Any
+
+from absl import logging
+
+from openvivqa_jax.data import build_check, model_ready, pipeline
+from openvivqa_jax.data.pipeline import DatasetError
+
+__all__ = ["load_builder", "DataSplits"]
+
+
+def load_builder(data_cfg, prepare: bool = True):
+    """Returns the TFDS builder named by ``data_cfg`` (building it if needed).
+
+    Args:
+      data_cfg: ``config.data`` with ``builder`` (e.g. ``synthetic_openvivqa``), ``builder_config`` (a
+        config name, or a JSON object of the builder's config class as ``tfds build --config`` takes
+        it; its ``name`` must differ from the registered ones), ``data_dir`` (None:
+        ``~/tensorflow_datasets``), ``manual_dir``, ``builder_kwargs`` and ``rebuild`` (rebuild a prepared
+        dataset whose sources changed, instead of stopping).
+      prepare: run ``download_and_prepare`` (idempotent; no network is used by our builders).
+
+    Raises:
+      DatasetError: if the builder package does not exist, a JSON builder config is malformed, the
+        dataset was prepared in data_dir as tfrecord (`tfds build` without --file_format=array_record), or
+        a builder that needs manually downloaded files finds no manual folder (one line naming the folder
+        and ``--config.data.manual_dir``, then the builder's download instructions).
+      tfds_builders.readers.DatasetInputError: bad source files (names the file and the record),
+        raised by the builder and passed on unchanged.
+      StaleDatasetError: the prepared dataset was built from other manual files or another builder config
+        (:mod:`openvivqa_jax.data.build_check`) and ``data.rebuild`` is not set; with it, the dataset is
+        rebuilt.
+      IncompleteBuildError: a shard file of the prepared dataset is missing or short.
+    """
+    import tensorflow_datasets as tfds  # heavy: imported when a dataset is opened, not with this module
+
+    name = data_cfg.builder
+    try:
+        importlib.import_module(f"tfds_builders.{name}")
+    except ModuleNotFoundError as e:
+        raise DatasetError(f"no dataset builder tfds_builders/{name}: {e}") from e
+    bc = data_cfg.get("builder_config") or ""
+    data_dir = os.path.expanduser(data_cfg.get("data_dir") or "~/tensorflow_datasets")
+    kwargs = dict(data_cfg.get("builder_kwargs") or {})
+    if bc.lstrip().startswith("{"):
+        # A JSON builder config, as `tfds build --config '{"name": ..., ...}'` takes it, e.g.
+        # '{"name": "vivqa_skip", "ocr_engine": "none", "skip_invalid_records": true}'.
+        cls = tfds.builder_cls(name)
+        try:
+            kwargs["config"] = cls.builder_config_cls(**json.loads(bc))
+        except (json.JSONDecodeError, TypeError) as e:
+            raise DatasetError(f"data.builder_config {bc!r} is not a valid {cls.builder_config_cls.__name__} "
+                               f"JSON: {e}") from e
+        full = name
+    else:
+        full = f"{name}/{bc}" if bc else name
+    try:
+        builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
+    except ValueError as e:
+        if "File format is already set" not in str(e):
+            raise
+        # Prepared by `tfds build` without --file_format (its default is tfrecord).
+        raise DatasetError(
+            f"{full} in {data_dir} was built as tfrecord files; this pipeline reads array_record (random access, "
+            f"no TensorFlow at read time). Rebuild it with `tfds build tfds_builders/{name} ... "
+            "--file_format=array_record` (or choose another data.data_dir)") from e
+    if prepare:
+        manual = data_cfg.get("manual_dir")
+        dl = tfds.download.DownloadConfig(manual_dir=os.path.expanduser(manual) if manual else None)
+        folder = os.path.expanduser(manual) if manual else os.path.join(data_dir, "downloads", "manual")
+        how = (getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", "") or "").strip("\n")
+        missing = DatasetError(
+            f"{full} needs its source files in a manual folder, and {folder} does not exist or is empty; "
+            f"put them there or set --config.data.manual_dir=<folder>. Instructions:\n{how}")
+        prepared = os.path.exists(os.path.join(builder.data_dir, "dataset_info.json"))
+        if how and not prepared and not (os.path.isdir(folder) and os.listdir(folder)):
+            raise missing
+        if prepared and _stale(builder, full, folder if how else None, bool(data_cfg.get("rebuild"))):
+            shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
+            builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
+        try:
+            builder.download_and_prepare(download_config=dl)
+        except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
+            if not str(e).startswith("Manual directory"):
+                raise
+            raise missing from None
+        build_check.check_split_files(builder)
+    return builder
+
+
+def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
+    """Whether a prepared dataset must be rebuilt: its recorded sources (:mod:`openvivqa_jax.data.build_check`)
+    differ from the builder config and manual folder given now, and ``data.rebuild`` is set.
+
+    Raises:
+      StaleDatasetError: they differ and ``data.rebuild`` is not set (one line naming what changed and the
+        option that rebuilds).
+    """
+    recorded = build_check.read_sources(builder.data_dir)
+    if recorded is None:
+        logging.warning("%s in %s has no record of the sources it was built from (built by an older version); "
+                        "it is used as it is: set --config.data.rebuild=True to rebuild it from the sources "
+                        "given now", full, builder.data_dir)
+        return False
+    manual = manual_dir if manual_dir and os.path.isdir(manual_dir) else None
+    current = build_check.sources_fingerprint(manual, builder.builder_config)
+    if manual is None:  # no manual folder given now: only the builder config can be compared
+        current["files"] = recorded.get("files", {})
+    changes = build_check.compare_sources(recorded, current)
+    if not changes:
+        return False
+    if rebuild:
+        logging.warning("%s in %s was built from other sources (%s); rebuilding it (data.rebuild)", full,
+                        builder.data_dir, "; ".join(changes))
+        return True
+    raise build_check.StaleDatasetError(
+        f"{full} in {builder.data_dir} was built from other sources than those given now: {'; '.join(changes)}; "
+        "set --config.data.rebuild=True to rebuild it (or choose another data.data_dir)")
+
+
+class DataSplits:
+    """The TFDS builder of ``data_cfg`` (built on first use: predicting from a workdir needs no dataset), and
+    per split its data source and metadata records (each read once)."""
+
+    def __init__(self, data_cfg):
+        self.data_cfg = data_cfg
+        self._builder = None
+        self._sources: dict[str, Any] = {}
+        self._records: dict[str, list] = {}
+        self._model_ready: dict[str, Any] = {}
+
+    @property
+    def builder(self):
+        """The TFDS builder (:func:`load_builder`)."""
+        if self._builder is None:
+            self._builder = load_builder(self.data_cfg)
+        return self._builder
+
+    def source(self, split: str):
+        """The random-access data source of ``split``."""
+        if split not in self._sources:
+            self._sources[split] = pipeline.load_source(self.builder, split)
+        return self._sources[split]
+
+    def records(self, split: str) -> list:
+        """The :class:`~openvivqa_jax.data.pipeline.Record` s of ``split`` in split order."""
+        if split not in self._records:
+            self._records[split] = pipeline.read_records(self.source(split), f"{self.builder.name}/{split}")
+        return self._records[split]
+
+    def check_splits(self, named: dict[str, str]) -> None:
+        """Checks that every split the run will read is in the dataset, before anything is trained or compiled.
+
+        Args:
+          named: ``{config field: split spec}``, e.g. ``{"data.eval_split": "dev"}``; a spec may slice
+            (``train[90%:]``) or join (``train+test``) the builder's splits.
+
+        Raises:
+          DatasetError: a split is not in the dataset (one line: the field, the dataset's splits, the flag).
+        """
+        have = sorted(self.builder.info.splits)
+        for field, spec in named.items():
+            missing = [n for n in (s.split("[", 1)[0].strip() for s in str(spec).split("+")) if n not in have]
+            if missing:
+                raise pipeline.DatasetError(
+                    f"config value {field}={spec!r} names split {missing[0]!r}, which {self.builder.name} does not "
+                    f"have (its splits: {', '.join(have)}); set --config.{field}=... to one of them")
+
+    def model_ready(self, split: str, pre, workdir: str):
+        """The model-ready records of ``split`` (:mod:`openvivqa_jax.data.model_ready`, opened once, built when
+        missing, stale or corrupt) when ``data.model_ready`` is on and they cover ``pre``'s batches, else None."""
+        if not self.data_cfg.get("model_ready"):
+            return None
+        why = model_ready.usable(pre)
+        if why:
+            logging.info("data.model_ready: %s/%s is read per example (%s)", self.builder.name, split, why)
+            return None
+        if split not in self._model_ready:
+            root = self.data_cfg.get("model_ready_dir") or os.path.join(workdir, "model_ready")
+            self._model_ready[split] = model_ready.open_split(
+                self.source(split), pre, root, split, self.builder, source_name=f"{self.builder.name}/{split}",
+                num_workers=int(self.data_cfg.get("preprocess_workers", 0) or 0))
+        return self._model_ready[split]

@@ -1,0 +1,73 @@
+"""The span reader's inputs, read by its train loop and its evaluation alike: a split's questions from the built
+dataset, the run's SentencePiece tokenizer, the question/passage windows, and the checked config's dataset and
+tokenizer together (:func:`setup`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from openvivqa_jax.data.datasets import load_builder
+from openvivqa_jax.data.pipeline import DatasetError, load_source
+from openvivqa_jax.reading import features as feats
+from openvivqa_jax.reading.config import check_reading_config
+from openvivqa_jax.text.normalize import normalize_text
+from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
+
+__all__ = ["read_split", "load_tokenizer", "reader_windows", "setup"]
+
+
+def _text(v) -> str:
+    return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+
+
+def read_split(builder, split: str) -> list[dict]:
+    """The questions of ``split`` as ``{question_id, question, passage, answer_texts, answer_starts,
+    answer_ends}`` (strings decoded, offsets as ints), in the split's order.
+
+    Raises:
+      DatasetError: the split is not in the built dataset, or the dataset has no ``passage`` (built before the
+        span fields existed: rebuild it).
+    """
+    if "passage" not in builder.info.features:
+        raise DatasetError(f"{builder.name} at {builder.data_dir} has no 'passage' feature (built by an older "
+                           "builder version); rebuild it or choose another data.data_dir")
+    src = load_source(builder, split)
+    out = []
+    for i in range(len(src)):
+        ex = src[i]
+        out.append({"question_id": _text(ex["question_id"]), "question": _text(ex["question"]),
+                    "passage": _text(ex["passage"]), "answer_texts": [_text(a) for a in ex["answer_texts"]],
+                    "answer_starts": [int(a) for a in ex["answer_starts"]],
+                    "answer_ends": [int(a) for a in ex["answer_ends"]]})
+    return out
+
+
+def load_tokenizer(cfg, workdir: str, train_records: list[dict] | None) -> Tokenizer:
+    """``<workdir>/spm.model``, trained first on the train split's normalized passages and questions when
+    absent (the train split only, as the answer generators' tokenizer)."""
+    path = os.path.join(workdir, "spm.model")
+    if os.path.exists(path):
+        return Tokenizer(path)
+    passages = dict.fromkeys(r["passage"] for r in train_records)
+    sentences = [normalize_text(p) for p in passages] + [r["question"] for r in train_records]
+    return train_sentencepiece(sentences, path, cfg.tokenizer.vocab_size, model_type=cfg.tokenizer.model_type)
+
+
+def reader_windows(cfg, tokenizer, records, train: bool) -> feats.Windows:
+    """The question/passage windows of ``records`` (:func:`.features.make_windows`) with the config's sizes."""
+    m = cfg.model
+    return feats.make_windows(tokenizer, records, max_seq_len=m.max_seq_len, max_question_len=m.max_question_len,
+                              doc_stride=m.doc_stride, train=train)
+
+
+def setup(cfg, workdir: str):
+    """The checked config's dataset builder and tokenizer: ``(builder, tokenizer, train_records)``
+    (``train_records`` read only when the tokenizer had to be trained, else None)."""
+    check_reading_config(cfg)
+    builder = load_builder(cfg.data)
+    train_records = None
+    if not os.path.exists(os.path.join(workdir, "spm.model")):
+        train_records = read_split(builder, cfg.data.train_split)
+    tokenizer = load_tokenizer(cfg, workdir, train_records)
+    return builder, tokenizer, train_records

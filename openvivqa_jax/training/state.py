@@ -1,0 +1,123 @@
+"""The train state and its optimizer, shared by the trainers (answer generation, :mod:`openvivqa_jax.vqa.train`;
+the span reader, :mod:`openvivqa_jax.reading.train`): :class:`TrainState` (step, float32 master parameters,
+optimizer state), the learning-rate schedules of the papers, Adam/AdamW with clipping and accumulation, and the
+masking of frozen parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from absl import logging
+from flax import struct
+
+from openvivqa_jax.training.sharding import path_str
+
+__all__ = ["TrainState", "make_schedule", "make_optimizer", "frozen_param_regex", "freeze_params"]
+
+
+class TrainState(struct.PyTreeNode):
+    """``step`` (int32 scalar), ``params`` (nnx.State of float32 master weights), ``opt_state``."""
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+
+
+def make_schedule(tcfg, d_model: int) -> optax.Schedule:
+    """Learning-rate schedule.
+
+    * ``noam`` (the OpenViVQA authors' code; Vaswani et al. 2017):
+      ``lr = lr_scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5)``, steps counted from 1. (The
+      authors' code squared this rate; we do not.)
+    * ``m4c``: linear warmup to ``learning_rate`` over ``warmup_steps`` from ``warmup_factor``,
+      then multiply by ``decay_factor`` at each of ``decay_steps`` (M4C: 1e-4, 1k, x0.1 at 14k, 19k).
+    * ``constant``: ``learning_rate``.
+
+    Raises:
+      ValueError: for an unknown schedule.
+    """
+    kind = tcfg.schedule
+    if kind == "noam":
+        scale, warm = float(tcfg.lr_scale), float(max(1, tcfg.warmup_steps))
+
+        def noam(step):
+            s = jnp.asarray(step, jnp.float32) + 1.0
+            return scale * d_model ** -0.5 * jnp.minimum(s ** -0.5, s * warm ** -1.5)
+
+        return noam
+    if kind == "m4c":
+        base = float(tcfg.learning_rate)
+        warm = int(tcfg.warmup_steps)
+        factor = float(tcfg.get("warmup_factor", 0.2))
+        boundaries = {int(s): float(tcfg.decay_factor) for s in tcfg.decay_steps}
+        warmup = optax.linear_schedule(base * factor, base, max(1, warm))
+        decay = optax.piecewise_constant_schedule(base, {s - warm: f for s, f in boundaries.items() if s > warm})
+        return optax.join_schedules([warmup, decay], [warm])
+    if kind == "constant":
+        return optax.constant_schedule(float(tcfg.learning_rate))
+    raise ValueError(f"unknown schedule {kind!r}; expected 'noam', 'm4c' or 'constant'")
+
+
+def make_optimizer(tcfg, d_model: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """Adam/AdamW with the schedule, global-norm clipping and optional gradient accumulation.
+
+    Raises:
+      ValueError: for an unknown optimizer.
+    """
+    schedule = make_schedule(tcfg, d_model)
+    if tcfg.optimizer == "adam":
+        opt = optax.adam(schedule, b1=tcfg.b1, b2=tcfg.b2, eps=1e-9)
+    elif tcfg.optimizer == "adamw":
+        opt = optax.adamw(schedule, b1=tcfg.b1, b2=tcfg.b2, eps=1e-9, weight_decay=tcfg.weight_decay)
+    else:
+        raise ValueError(f"unknown optimizer {tcfg.optimizer!r}; expected 'adam' or 'adamw'")
+    chain = [opt]
+    if tcfg.grad_clip_norm and tcfg.grad_clip_norm > 0:
+        chain.insert(0, optax.clip_by_global_norm(tcfg.grad_clip_norm))
+    tx = optax.chain(*chain)
+    if tcfg.get("grad_accum_steps", 1) > 1:
+        tx = optax.MultiSteps(tx, every_k_schedule=int(tcfg.grad_accum_steps))
+    return tx, schedule
+
+
+def frozen_param_regex(cfg) -> str | None:
+    """The regex of parameter paths not trained: ``train.frozen_params`` (a regex over paths such as
+    ``vision/backbone/blocks/0/attn/query/kernel``), plus ``vision/backbone/...`` when
+    ``model.vision.freeze`` (a pretrained backbone kept as loaded), ``question/embedding/embedding`` when
+    ``model.fasttext.freeze`` (fastText question vectors kept as loaded) and ``text_bert/...`` when
+    ``model.text_encoder.freeze``. None when nothing is frozen."""
+    pats = [p for p in [cfg.train.get("frozen_params")] if p]
+    if cfg.model.get("vision") is not None and cfg.model.vision.get("freeze"):
+        pats.append(r"(.*/)?vision/backbone/.*")
+    if cfg.model.get("question_embedding") == "fasttext" and (cfg.model.get("fasttext") or {}).get("freeze"):
+        pats.append(r"(.*/)?question/embedding/embedding(/.*)?")
+    if (cfg.model.get("text_encoder") or {}).get("freeze"):
+        pats.append(r"(.*/)?text_bert/.*")
+    return "|".join(f"(?:{p})" for p in pats) or None
+
+
+def freeze_params(tx: optax.GradientTransformation, params, regex: str | None) -> optax.GradientTransformation:
+    """``tx`` for parameters whose path does not fully match ``regex``; zero updates (``optax.set_to_zero``,
+    no optimizer state) for the others, via ``optax.multi_transform``. ``tx`` unchanged when ``regex`` is None.
+
+    Raises:
+      ValueError: if ``regex`` matches no parameter (a typo would otherwise train everything silently).
+    """
+    if not regex:
+        return tx
+    pattern = re.compile(regex)
+
+    def labels(p):
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: "frozen" if pattern.fullmatch(path_str(path)) else "trainable", p)
+
+    n = sum(x == "frozen" for x in jax.tree.leaves(labels(params)))
+    if n == 0:
+        raise ValueError(f"frozen parameter regex {regex!r} matches no parameter path")
+    logging.info("Frozen parameters (%r): %d arrays", regex, n)
+    return optax.multi_transform({"trainable": tx, "frozen": optax.set_to_zero()}, labels)

@@ -1,0 +1,60 @@
+"""What ``python -m openvivqa_jax.predict`` reports for the questions a restored run answered
+(:meth:`openvivqa_jax.vqa.inference.Inference.answer_photos`): a result as text (the answer and where each of its
+words came from) or as JSON, and the Codalab submission file of a batch. Imports no JAX.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+__all__ = ["format_result", "json_result", "write_submission"]
+
+
+def _fmt_box(b) -> str:
+    return "(" + ", ".join(f"{float(v):.3f}" for v in b) + ")"
+
+
+def format_result(res: dict) -> str:
+    """Human-readable lines for one result: question, answer, per-word provenance, OCR tokens."""
+    lines = [f"question: {res['question']}", f"answer: {res['answer']}", "provenance:"]
+    if not res["words"]:
+        lines.append("  (empty answer)")
+    for w in res["words"]:
+        if w["source"] == "ocr":
+            lines.append(f"  {w['word']:<14} copied from OCR token {w['ocr_index']} {w['ocr_text']!r} "
+                         f"box {_fmt_box(w['box'])} (confidence {w['score']:.2f})")
+        elif w["source"] == "answer_class":
+            lines.append(f"  {w['word']:<14} answer class {w['class_id']}")
+        else:
+            lines.append(f"  {w['word']:<14} generated from the vocabulary"
+                         + (" (also an OCR token, not copied)" if w.get("in_ocr") else ""))
+    lines.append(f"ocr: {len(res['ocr'])} token{'' if len(res['ocr']) == 1 else 's'}" + (": " + " | ".join(t["text"] for t in res["ocr"]) if res["ocr"] else "")
+                 + (f" ({res['ocr_truncated']} more beyond model.num_ocr not used)" if res.get("ocr_truncated") else ""))
+    if res.get("plot"):
+        lines.append(f"picture: {res['plot']}")
+    return "\n".join(lines)
+
+
+def json_result(res: dict) -> dict:
+    """One result as JSON (``predict --json``): without the heat map and the ids; OCR boxes and scores rounded."""
+    out = {k: v for k, v in res.items() if k not in ("heat", "heat_note", "ids")}
+    out["ocr"] = [{"text": t["text"], "box": [round(float(v), 4) for v in t["box"]], "score": round(float(t.get("score", 1.0)), 4)}
+                  for t in res["ocr"]]
+    return out
+
+
+def write_submission(output: str | None, results: list[dict], skipped: dict[str, str]) -> tuple[str, str | None]:
+    """Batch mode: writes the submission ``{question_id: answer}`` to ``output`` (``--output``; None:
+    ``submission.json``) and, when questions were skipped, ``<output stem>.skipped.json``; returns both paths (the
+    second None when nothing was skipped)."""
+    output = output or "submission.json"
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w", encoding="utf-8") as f:
+        json.dump({r["question_id"]: r["answer"] for r in results}, f, ensure_ascii=False, indent=1)
+    skipped_path = None
+    if skipped:
+        skipped_path = os.path.splitext(output)[0] + ".skipped.json"
+        with open(skipped_path, "w", encoding="utf-8") as f:
+            json.dump(skipped, f, ensure_ascii=False, indent=1)
+    return output, skipped_path
