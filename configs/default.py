@@ -17,7 +17,20 @@ def get_config() -> ml_collections.ConfigDict:
     """Returns the default config."""
     c = ml_collections.ConfigDict()
     c.seed = 0
+    _data(c)
+    c.tokenizer = common.bpe_tokenizer(1000)
+    _model(c)
+    _vision(c)
+    _train(c)
+    _eval(c)
+    _evals(c)
+    _mesh(c)
+    _distributed(c)
+    return c
 
+
+def _data(c: ml_collections.ConfigDict) -> None:
+    """The ``data`` fields: the synthetic set's clean-OCR variant and the input pipeline."""
     # The clean-OCR variant: with the OCR noise model on ("default"), answer words whose OCR token was
     # corrupted become vocabulary targets, which teaches the model to guess training names; measured on
     # the same 2,000 steps, 64% of unseen test shop names were copied with noisy OCR.
@@ -44,8 +57,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.decode_dictionary = "none"
     c.data.global_dictionary_file = placeholder(str)
 
-    c.tokenizer = common.bpe_tokenizer(1000)
 
+def _model(c: ml_collections.ConfigDict) -> None:
+    """The ``model`` fields but the vision backbone: a small MLPAG and its text inputs."""
     c.model = ml_collections.ConfigDict()
     c.model.name = "mlpag"
     c.model.d_model = 128
@@ -99,6 +113,10 @@ def get_config() -> ml_collections.ConfigDict:
     # jax.nn.dot_product_attention implementation of every attention layer: 'xla' (any backend/dtype) or
     # 'cudnn' (cuDNN's fused kernel; CUDA GPU with model.dtype bfloat16 only).
     c.model.attention_impl = "xla"
+
+
+def _vision(c: ml_collections.ConfigDict) -> None:
+    """The ``model.vision`` fields: the CNN backbone over the pixels."""
     c.model.vision = ml_collections.ConfigDict()
     c.model.vision.kind = "cnn"
     c.model.vision.cnn_channels = (32, 64, 96, 128)
@@ -110,6 +128,9 @@ def get_config() -> ml_collections.ConfigDict:
     # (docs/results.md, non-text questions).
     c.model.vision.pixel_features = 4
 
+
+def _train(c: ml_collections.ConfigDict) -> None:
+    """The ``train`` fields: batch, steps, optimizer, loss and the loop's intervals."""
     c.train = ml_collections.ConfigDict()
     c.train.batch_size = 32  # global batch
     c.train.num_train_steps = 2000
@@ -124,6 +145,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.patience = 0  # evaluations without dev improvement before stopping (0: never stop early)
     c.train.profile = False
 
+
+def _eval(c: ml_collections.ConfigDict) -> None:
+    """The ``eval`` fields: decoding and metrics."""
     c.eval = ml_collections.ConfigDict()
     c.eval.batch_size = 64
     c.eval.decoding = "beam"  # 'beam' or 'greedy'
@@ -143,8 +167,11 @@ def get_config() -> ml_collections.ConfigDict:
     # punctuation, number words, articles, contractions; TextVQA and ST-VQA configs).
     c.eval.answer_rules = "vietnamese"
 
+
+def _evals(c: ml_collections.ConfigDict) -> None:
+    """The ``evals`` entries run after training."""
     # What runs after training (and in --mode evaluate), in this order, with the best checkpoint
-    # (openvivqa_jax/evals.py). An entry's name is its role: eval/<name>_metrics.json, metrics.jsonl keys,
+    # (openvivqa_jax/vqa/config.py). An entry's name is its role: eval/<name>_metrics.json, metrics.jsonl keys,
     # TensorBoard tags. 'split' names a key of c.data or a split of the dataset; switch an entry off with
     # --config.evals.<name>.enabled=False (the OCR ablation follows eval.ocr_ablation).
     c.evals = ml_collections.ConfigDict(sort_keys=False)
@@ -156,6 +183,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.evals.copy_rate = dict(kind="copy_rate", of=("dev", "test", "test_no_ocr"), enabled=True)
     c.evals.ocr_ratio = dict(kind="ocr_ratio", with_ocr="test", without_ocr="test_no_ocr", enabled=True)
 
+
+def _mesh(c: ml_collections.ConfigDict) -> None:
+    """The device mesh, the sharding rules and FSDP."""
     c.mesh = ml_collections.ConfigDict()
     c.mesh.shape = (-1, 1)  # ('data', 'model'); -1 takes the remaining devices
     c.mesh.axes = ("data", "model")
@@ -173,6 +203,10 @@ def get_config() -> ml_collections.ConfigDict:
         (r".*embedding/embedding", (None, "model")),
     )
     c.fsdp = False  # also shard the largest remaining dimension of every parameter along 'data' 
+
+
+def _distributed(c: ml_collections.ConfigDict) -> None:
+    """The ``distributed`` fields of multi-process runs (``jax.distributed.initialize``)."""
     c.distributed = ml_collections.ConfigDict()
     c.distributed.initialize = False
     c.distributed.coordinator_address = placeholder(str)
@@ -181,4 +215,3 @@ def get_config() -> ml_collections.ConfigDict:
     c.distributed.local_device_ids = placeholder(str)
     c.distributed.initialization_timeout = 300  # seconds to wait for all processes
     c.distributed.cpu_collectives = ""  # e.g. 'gloo' for multi-process CPU runs
-    return c

@@ -135,7 +135,20 @@ def plot_training_curves(metrics_path: str, output: str, title: str | None = Non
     ax.set_xlabel("step")
     ax.set_title("training")
     ax.grid(alpha=0.3)
-    ax = axes[1]
+    _draw_dev(axes[1], dev, drawn)
+    run_name = title or os.path.basename(os.path.dirname(os.path.abspath(metrics_path)))
+    fig.suptitle(run_name)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    fig.savefig(output, format="png", bbox_inches="tight")
+    n_train = len(train["loss"][0]) if "loss" in train else 0
+    n_eval = max((len(s) for s, _ in dev.values()), default=0)
+    return {"output": output, "train_steps": n_train, "eval_steps": n_eval, "series": drawn}
+
+
+def _draw_dev(ax, dev: Mapping[str, tuple[np.ndarray, np.ndarray]], drawn: list[str]) -> None:
+    """The dev-metric panel of :func:`plot_training_curves` on ``ax`` (CIDEr-like scales on a right axis); the
+    series drawn are appended to ``drawn``."""
     if dev:
         wide_ax = None
         lines = []
@@ -158,14 +171,6 @@ def plot_training_curves(metrics_path: str, output: str, title: str | None = Non
     ax.set_xlabel("step")
     ax.set_title("dev metrics")
     ax.grid(alpha=0.3)
-    run_name = title or os.path.basename(os.path.dirname(os.path.abspath(metrics_path)))
-    fig.suptitle(run_name)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    fig.savefig(output, format="png", bbox_inches="tight")
-    n_train = len(train["loss"][0]) if "loss" in train else 0
-    n_eval = max((len(s) for s, _ in dev.values()), default=0)
-    return {"output": output, "train_steps": n_train, "eval_steps": n_eval, "series": drawn}
 
 
 def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: str,

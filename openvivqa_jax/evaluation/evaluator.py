@@ -147,15 +147,8 @@ def score(
     names = resolve_metrics(
         metrics, have_vectors=vectors is not None, multilingual=any(v != "vi" for v in lang_map.values()))
     _check_options(max_tokens, answer_rules, text_mode)
-    report = Report()
-    ref_map, pred_map = {str(k): v for k, v in references.items()}, {str(k): v for k, v in predictions.items()}
-    sel = select_questions(pred_map, ref_map, {str(k): v for k, v in (qa_types or {}).items()}, max_tokens)
-    count_selection(report, sel, pred_map, ref_map, max_tokens, decode_notes)
-    text = prepare_text(report, sel, names, lang_map, text_mode, java, max_tokens)
-    groups = _qa_groups(sel.types)
-    result: dict[str, Any] = {g: {} for g in groups}
-    result["num_questions"] = {g: int(idx.size) for g, idx in groups.items()}
-    result["num_questions"]["unknown_qa_type"] = int(np.sum(np.asarray(sel.types, np.int64) == QA_TYPE_UNKNOWN))
+    report, sel, text, groups, result = _prepare(predictions, references, qa_types, names, lang_map, text_mode,
+                                                 java, max_tokens, decode_notes)
     if not sel.ids:
         report.notes.append("no question could be scored; every metric is None")
         result["overall"] = dict.fromkeys(names)
@@ -167,13 +160,24 @@ def score(
     by_field = _scores_by_field(sel, text, fields, names, ctx.per_q)
     if by_field:
         result["by_field"] = by_field
-    for g in groups:
-        result[g] = {m: result[g].get(m) for m in names}
-    result.update(notes=report.notes, counts=report.counts, metrics=names)
-    if per_question:
-        result["per_question"] = {qid: {m: (float(ctx.per_q[m][i]) if m in ctx.per_q else None) for m in names}
-                                  for i, qid in enumerate(sel.ids)}
-    return result
+    return _finish(result, names, report, ctx, per_question)
+
+
+def _prepare(predictions: Mapping[str, Any], references: Mapping[str, Any], qa_types: Mapping[str, Any] | None,
+             names: list[str], lang_map: Mapping[str, str], text_mode: str, java: Any, max_tokens: int,
+             decode_notes: Mapping[str, Mapping[str, int]] | None):
+    """``(report, selection, text, groups, result)`` of :func:`score`: the questions selected and counted, their
+    strings in ``text_mode``, the QA-type groups and the result with its question counts."""
+    report = Report()
+    ref_map, pred_map = {str(k): v for k, v in references.items()}, {str(k): v for k, v in predictions.items()}
+    sel = select_questions(pred_map, ref_map, {str(k): v for k, v in (qa_types or {}).items()}, max_tokens)
+    count_selection(report, sel, pred_map, ref_map, max_tokens, decode_notes)
+    text = prepare_text(report, sel, names, lang_map, text_mode, java, max_tokens)
+    groups = _qa_groups(sel.types)
+    result: dict[str, Any] = {g: {} for g in groups}
+    result["num_questions"] = {g: int(idx.size) for g, idx in groups.items()}
+    result["num_questions"]["unknown_qa_type"] = int(np.sum(np.asarray(sel.types, np.int64) == QA_TYPE_UNKNOWN))
+    return report, sel, text, groups, result
 
 
 def _run_metrics(names: list[str], sel: Selection, text: PreparedText, groups: dict[str, np.ndarray],
@@ -192,6 +196,19 @@ def _run_metrics(names: list[str], sel: Selection, text: PreparedText, groups: d
         if any(m in names for m in metric_names):
             fn(ctx)
     return ctx
+
+
+def _finish(result: dict[str, Any], names: list[str], report: Report, ctx: ScoringContext,
+            per_question: bool) -> dict[str, Any]:
+    """``result`` of :func:`score` with each group's metrics in report order (None where missing), the notes,
+    counts and metric names, and with ``per_question`` every question's scores."""
+    for g in ctx.groups:
+        result[g] = {m: result[g].get(m) for m in names}
+    result.update(notes=report.notes, counts=report.counts, metrics=names)
+    if per_question:
+        result["per_question"] = {qid: {m: (float(ctx.per_q[m][i]) if m in ctx.per_q else None) for m in names}
+                                  for i, qid in enumerate(ctx.ids)}
+    return result
 
 
 def _check_options(max_tokens: int, answer_rules: str, text_mode: str) -> None:

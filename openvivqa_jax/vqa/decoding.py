@@ -232,7 +232,14 @@ def beam_search(model: AnswerGenerator, batch: dict, *, max_len: int, beam_size:
         return BeamState(step=t + 1, live_logp=live_logp, live_seq=live_seq, fin_seq=fin_seq,
                          fin_score=fin_score, tokens=flatten_beam_dim(tokens), cache=cache)
 
-    init = BeamState(
+    s = jax.lax.while_loop(cond, body, _initial_beams(model, b, K, T, bos_id, pad_id))
+    return _best_hypotheses(s, K, alpha)
+
+
+def _initial_beams(model: AnswerGenerator, b: int, K: int, T: int, bos_id: int, pad_id: int) -> BeamState:
+    """The :class:`BeamState` before the first step: one live beam per example (the others empty), BOS inputs,
+    the model's empty decoder cache for ``b * K`` rows."""
+    return BeamState(
         step=jnp.int32(0),
         live_logp=jnp.tile(jnp.array([0.0] + [NEG_INF] * (K - 1), jnp.float32)[None], (b, 1)),
         live_seq=jnp.full((b, K, T), pad_id, jnp.int32),
@@ -241,7 +248,10 @@ def beam_search(model: AnswerGenerator, batch: dict, *, max_len: int, beam_size:
         tokens=jnp.full((b * K,), bos_id, jnp.int32),
         cache=model.init_cache(b * K, T),
     )
-    s = jax.lax.while_loop(cond, body, init)
+
+
+def _best_hypotheses(s: BeamState, K: int, alpha: float):
+    """:func:`beam_search`'s result from its final state: the ``K`` best of the finished and live hypotheses."""
     # Examples without K finished hypotheses fall back on live beams (scored at their length t).
     live_score = s.live_logp / length_penalty(s.step, alpha)
     all_score = jnp.concatenate([s.fin_score, jnp.where(s.live_logp > NEG_INF / 2, live_score, NEG_INF)], 1)

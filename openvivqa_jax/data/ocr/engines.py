@@ -55,7 +55,7 @@ def _installed_languages() -> frozenset[str]:
         OcrUnavailableError: if pytesseract is not importable or the binary cannot be run.
     """
     try:
-        import pytesseract
+        import pytesseract  # optional: only for the tesseract engines
     except ImportError as e:  # pragma: no cover - pytesseract is a hard dependency
         raise OcrUnavailableError(
             "pytesseract is not installed; `pip install pytesseract` and install the tesseract binary "
@@ -179,7 +179,7 @@ def run_tesseract(
         TypeError, ValueError: for an unsupported image value.
     """
     check_tesseract(lang)
-    import pytesseract
+    import pytesseract  # optional: only for the tesseract engines
 
     os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     img = ImageOps.grayscale(_to_pil(image))
@@ -293,7 +293,7 @@ def _detector(threads: int):
       OcrUnavailableError: the package (or its onnxruntime / opencv dependencies) is not installed.
     """
     try:
-        import rapidocr_onnxruntime
+        import rapidocr_onnxruntime  # optional, heavy: only for the text detector
         from rapidocr_onnxruntime.ch_ppocr_det import TextDetector
     except ImportError as e:
         raise OcrUnavailableError(f"the detector+tesseract OCR engine needs `pip install rapidocr-onnxruntime` "
@@ -367,36 +367,16 @@ def run_detector_tesseract(
       OcrUnavailableError: tesseract, its language data or rapidocr-onnxruntime is missing.
     """
     check_tesseract(lang)
-    import pytesseract
+    import pytesseract  # optional: only for the tesseract engines
 
     os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     pil = _to_pil(image)
-    width, height = pil.size
     gray = ImageOps.grayscale(pil)
     quads = detect_text_boxes(pil, threads=threads)
     counts: collections.Counter[str] = collections.Counter(images=1, detected_boxes=len(quads))
     tokens: list[dict] = []
     for quad in quads:
-        qx0, qy0 = float(quad[:, 0].min()), float(quad[:, 1].min())
-        qx1, qy1 = float(quad[:, 0].max()), float(quad[:, 1].max())
-        pad = DETECTOR_PAD * (qy1 - qy0)
-        cx0, cy0 = max(0, int(math.floor(qx0 - pad))), max(0, int(math.floor(qy0 - pad)))
-        cx1, cy1 = min(width, int(math.ceil(qx1 + pad))), min(height, int(math.ceil(qy1 + pad)))
-        if cx1 - cx0 < 2 or cy1 - cy0 < 2:
-            continue
-        crop = gray.crop((cx0, cy0, cx1, cy1))
-        scale = max(1.0, min_crop_height / (cy1 - cy0))
-        if scale > 1.0:
-            crop = crop.resize((max(1, round((cx1 - cx0) * scale)), max(1, round((cy1 - cy0) * scale))), Image.LANCZOS)
-        sx, sy = crop.size[0] / (cx1 - cx0), crop.size[1] / (cy1 - cy0)
-        data = pytesseract.image_to_data(crop, lang=lang, config="--psm 7", output_type=pytesseract.Output.DICT)
-        for text, conf, left, top, w, h in _word_rows(data, min_confidence, counts):
-            x0 = (cx0 + left / sx) / width
-            y0 = (cy0 + top / sy) / height
-            x1 = (cx0 + (left + w) / sx) / width
-            y1 = (cy0 + (top + h) / sy) / height
-            box = tuple(min(max(v, 0.0), 1.0) for v in (x0, y0, x1, y1))
-            tokens.append({"text": text, "box": box, "score": min(max(conf / 100.0, 0.0), 1.0)})
+        tokens.extend(_read_line(pytesseract, gray, quad, lang, min_confidence, min_crop_height, counts))
     if filter_tokens:
         n = len(tokens)
         tokens = [t for t in tokens if plausible_token(t)]
@@ -409,6 +389,36 @@ def run_detector_tesseract(
     for key, n in counts.items():
         _bump(stats, key, n)
     return merged
+
+
+def _read_line(pytesseract, gray, quad: np.ndarray, lang: str, min_confidence: float, min_crop_height: int,
+               counts: collections.Counter) -> list[dict]:
+    """The word tokens of one detected line of :func:`run_detector_tesseract`: the padded crop of ``quad``
+    (``(4, 2)`` pixels) from the grayscale image, upscaled to ``min_crop_height``, read by Tesseract as one line,
+    each word's box mapped back to the image in ``[0, 1]``; none for a crop under 2 pixels."""
+    width, height = gray.size
+    tokens: list[dict] = []
+    qx0, qy0 = float(quad[:, 0].min()), float(quad[:, 1].min())
+    qx1, qy1 = float(quad[:, 0].max()), float(quad[:, 1].max())
+    pad = DETECTOR_PAD * (qy1 - qy0)
+    cx0, cy0 = max(0, int(math.floor(qx0 - pad))), max(0, int(math.floor(qy0 - pad)))
+    cx1, cy1 = min(width, int(math.ceil(qx1 + pad))), min(height, int(math.ceil(qy1 + pad)))
+    if cx1 - cx0 < 2 or cy1 - cy0 < 2:
+        return []
+    crop = gray.crop((cx0, cy0, cx1, cy1))
+    scale = max(1.0, min_crop_height / (cy1 - cy0))
+    if scale > 1.0:
+        crop = crop.resize((max(1, round((cx1 - cx0) * scale)), max(1, round((cy1 - cy0) * scale))), Image.LANCZOS)
+    sx, sy = crop.size[0] / (cx1 - cx0), crop.size[1] / (cy1 - cy0)
+    data = pytesseract.image_to_data(crop, lang=lang, config="--psm 7", output_type=pytesseract.Output.DICT)
+    for text, conf, left, top, w, h in _word_rows(data, min_confidence, counts):
+        x0 = (cx0 + left / sx) / width
+        y0 = (cy0 + top / sy) / height
+        x1 = (cx0 + (left + w) / sx) / width
+        y1 = (cy0 + (top + h) / sy) / height
+        box = tuple(min(max(v, 0.0), 1.0) for v in (x0, y0, x1, y1))
+        tokens.append({"text": text, "box": box, "score": min(max(conf / 100.0, 0.0), 1.0)})
+    return tokens
 
 
 # ------------------------------------------------------------------------------------------- engines
