@@ -19,7 +19,7 @@ from typing import Any
 from absl import logging
 
 from openvivqa_jax.data import build_check, model_ready, pipeline
-from openvivqa_jax.data.pipeline import DatasetError
+from openvivqa_jax.data.records import DatasetError
 
 __all__ = ["load_builder", "DataSplits"]
 

@@ -23,7 +23,8 @@ token sets, ``I`` distinct images or region-feature sets)::
     image (I, H, W, 3) uint8      vision kinds cnn / vit: each distinct image once
     region_features (I, R, D) float32; region_boxes (I, R, 4); region_mask (I, R)
 
-Every array equals what ``Preprocessor.features`` returns for the same record and answer (the text fields are
+The rows are collected and written by :mod:`openvivqa_jax.data.model_ready_rows`. Every array equals what
+``Preprocessor.features`` returns for the same record and answer (the text fields are
 made by that very method; the pixels by :func:`openvivqa_jax.data.images.decode_image` and the same bilinear
 resize, in ``data.preprocess_workers`` processes, each image written at its row, so the files are the same for
 any number of workers). Rows are shared by content: questions of one image point at one ``image`` row and one
@@ -40,12 +41,9 @@ Supported: generator models without a decoding dictionary and with OCR (the OCR 
 
 from __future__ import annotations
 
-import collections
 import copy
-import concurrent.futures
 import hashlib
 import json
-import multiprocessing
 import os
 import queue
 import shutil
@@ -61,18 +59,16 @@ import numpy as np
 from absl import logging
 
 from openvivqa_jax import jsonio
-from openvivqa_jax.data import decode_worker
-from openvivqa_jax.data.pipeline import DatasetError, Preprocessor, SkipCounter, _ProcessShare, decode_record
+from openvivqa_jax.data.pipeline import Preprocessor, _ProcessShare
+from openvivqa_jax.data.model_ready_rows import (ANSWER_FIELDS, OCR_FIELDS, QUESTION_FIELDS, ImageJobs, SplitRows,
+                                                 write_fields)
+from openvivqa_jax.data.records import DatasetError, SkipCounter, decode_record
 
 __all__ = ["FORMAT", "ModelReady", "usable", "fingerprint", "build", "open_split", "train_iterator",
            "eval_batches"]
 
 #: Bumped whenever the layout or the meaning of a field changes (a cache of another format is rebuilt).
 FORMAT = 1
-_QUESTION_FIELDS = ("question", "question_mask")
-_ANSWER_FIELDS = ("decoder_in", "target_vocab", "target_ocr", "target_mask")
-_OCR_FIELDS = ("ocr_pieces", "ocr_piece_mask", "ocr_phoc", "ocr_boxes", "ocr_mask")
-_REGION_FIELDS = ("region_features", "region_boxes", "region_mask")
 _CHUNK = 1 << 22
 
 
@@ -87,15 +83,6 @@ def usable(pre: Preprocessor) -> str | None:
     if pre.vision_kind not in ("cnn", "vit", "region"):
         return f"vision kind {pre.vision_kind!r}"
     return None
-
-
-def _pretrained_fields(pre: Preprocessor) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The optional fields ``pre``'s batches carry: ``(OCR-set fields, question fields)``: ``ocr_fasttext``
-    (the OCR tokens' fastText vectors) and ``question_bert``/``question_bert_mask`` (the pretrained text
-    encoder's ids) when the config uses them."""
-    ocr = ("ocr_fasttext",) if getattr(pre, "_ocr_fasttext", None) is not None else ()
-    question = ("question_bert", "question_bert_mask") if getattr(pre, "_question_bert", None) is not None else ()
-    return ocr, question
 
 
 def _pretrained_sources(pre: Preprocessor) -> dict:
@@ -157,200 +144,6 @@ def fingerprint(builder, split: str, num_examples: int, pre: Preprocessor) -> di
 
 
 # ------------------------------------------------------------------------------------------------ build
-class _Rows:
-    """Rows of one group of fields shared by content (a digest of the arrays -> row).
-
-    Fields in ``stream`` are appended to raw files in ``folder`` as rows are added (the region features: 0.4 MB
-    a row, too many to hold and stack); the others are kept as arrays and written by :func:`_write`.
-    """
-
-    def __init__(self, fields: Sequence[str], folder: str | None = None, stream: Sequence[str] = ()):
-        self.fields = tuple(fields)
-        self.stream = {k: open(os.path.join(folder, k), "wb") for k in stream}
-        self.stream_meta: dict[str, tuple] = {}
-        self.index: dict[bytes, int] = {}
-        self.data: dict[str, list] = {k: [] for k in self.fields if k not in self.stream}
-
-    def add(self, feats: dict) -> int:
-        h = hashlib.blake2b(digest_size=16)
-        for k in self.fields:
-            a = np.ascontiguousarray(feats[k])
-            h.update(str((a.dtype.str, a.shape)).encode())
-            h.update(a.tobytes())
-        key = h.digest()
-        row = self.index.get(key)
-        if row is None:
-            row = self.index[key] = len(self.index)
-            for k in self.fields:
-                a = np.ascontiguousarray(feats[k])
-                if k in self.stream:
-                    meta = (a.dtype.str, a.shape)
-                    if self.stream_meta.setdefault(k, meta) != meta:
-                        raise ValueError(f"{k}: row {row} is {meta}, earlier rows {self.stream_meta[k]}")
-                    self.stream[k].write(a.tobytes())
-                else:
-                    self.data[k].append(a)
-        return row
-
-    def close(self, files: dict) -> None:
-        """Closes the streamed files and records their dtype and shape in ``files``."""
-        for k, f in self.stream.items():
-            f.close()
-            dtype, shape = self.stream_meta.get(k, ("<f4", ()))
-            files[k] = {"dtype": dtype, "shape": [len(self.index), *shape]}
-
-
-def _write(tmp: str, name: str, arr: np.ndarray, files: dict) -> None:
-    path = os.path.join(tmp, name)
-    arr = np.ascontiguousarray(arr)
-    with open(path, "wb") as f:
-        f.write(arr.tobytes())
-    files[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
-
-
-class _ImageJobs:
-    """The distinct images of a split, decoded and resized by ``workers`` spawned processes into the raw ``image``
-    file ``(I, H, W, 3)`` uint8, 16 images a job, each written at its row (so the file is the same for any number
-    of workers)."""
-
-    def __init__(self, pre: Preprocessor, path: str, workers: int):
-        self.pre, self.path = pre, path
-        self.pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-        self.rows: dict[tuple, int] = {}
-        self.first_question: dict[int, str] = {}
-        self.futures: collections.deque = collections.deque()  # submitted, result not yet checked; oldest first
-        self.pending: list = []
-        # A submitted job holds its JPEG bytes in this process until a worker has taken it: without a bound the
-        # text work (faster than decoding) would queue every JPEG of the split (about 3 GB for the release's
-        # train split). A few jobs per worker keep them busy.
-        self.max_in_flight = 4 * workers
-
-    def add(self, rec) -> int:
-        """The image row of record ``rec`` (one row per image id and content); a new row is queued for decoding.
-
-        Raises:
-          DatasetError: the record has no image.
-        """
-        if rec.image_bytes is None:
-            raise DatasetError(f"question {rec.question_id!r}: no image for vision kind {self.pre.vision_kind!r}")
-        data = bytes(rec.image_bytes)
-        key = (rec.image_id, hashlib.blake2b(data, digest_size=16).digest())
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = len(self.rows)
-            self.first_question[row] = rec.question_id
-            self.pending.append((row, repr(rec.image_id), data))
-            if len(self.pending) >= 16:
-                self._flush()
-        return row
-
-    def _flush(self) -> None:
-        """Submits the queued images as one job."""
-        if self.pending:
-            self.futures.append(self.pool.submit(decode_worker.decode_into, self.path, list(self.pending),
-                                                 self.pre.image_w, self.pre.image_h, self.pre.max_image_pixels))
-            self.pending.clear()
-        while len(self.futures) > self.max_in_flight:
-            self._check(self.futures.popleft())
-
-    def _check(self, future) -> None:
-        """Waits for one job.
-
-        Raises:
-          DatasetError: an image of the job could not be decoded (named by the first question that uses it).
-        """
-        bad = future.result()
-        if bad:
-            row, msg = bad[0]
-            raise DatasetError(f"question {self.first_question[row]!r}: {msg}")
-
-    def finish(self) -> None:
-        """Submits the last job and waits for every job.
-
-        Raises:
-          DatasetError: an image could not be decoded (named by the first question that uses it).
-        """
-        self._flush()
-        while self.futures:
-            self._check(self.futures.popleft())
-
-    def abort(self) -> None:
-        """After an error: cancels the jobs not started and stops the pool."""
-        for f in self.futures:
-            f.cancel()
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.pool = None
-
-    def close(self) -> None:
-        """Stops the pool (if :meth:`abort` has not)."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
-
-
-class _SplitRows:
-    """Every field but the pixels, collected in question order (``Q`` questions, ``A`` answer rows, ``G`` OCR
-    sets, ``I`` region-feature sets).
-
-    ``q_image``, ``q_ocr``, ``q_start`` (first answer row), ``q_count`` (references): ``(Q,)`` int32;
-    ``qfields[k]``: one array per question (``(Lq,)``); ``afields[k]``: one array per answer row (``(L,)``,
-    ``target_ocr`` ``(L, N)``); ``ocr``: the distinct OCR token sets; ``regions``: the distinct region-feature
-    sets (vision kind region; ``region_features`` streamed to ``tmp``).
-    """
-
-    def __init__(self, pre: Preprocessor, n: int, tmp: str, cnn: bool):
-        self.cnn = cnn
-        self.regions = _Rows(_REGION_FIELDS, tmp, stream=() if cnn else ("region_features",))
-        extra_ocr, extra_question = _pretrained_fields(pre)
-        self.ocr_fields, self.question_fields = (*_OCR_FIELDS, *extra_ocr), (*_QUESTION_FIELDS, *extra_question)
-        self.ocr = _Rows(self.ocr_fields)
-        self.phoc_binary = True
-        self.q_image = np.full((n,), -1, np.int32)
-        self.q_ocr = np.zeros((n,), np.int32)
-        self.q_start = np.zeros((n,), np.int32)
-        self.q_count = np.zeros((n,), np.int32)
-        self.qfields: dict[str, list] = {k: [] for k in self.question_fields}
-        self.afields: dict[str, list] = {k: [] for k in _ANSWER_FIELDS}
-        self.question_ids: list[str] = []
-        self.num_answer_rows = 0
-
-    def add(self, i: int, rec, image_row: int | None, text_pre: Preprocessor, pre: Preprocessor,
-            counter: SkipCounter) -> None:
-        """Adds question ``i`` (record ``rec``; ``image_row``: its ``image`` row, None for region features, which
-        are added as a row here): the fields ``text_pre.features`` makes with the first reference answer, and
-        one answer row per other reference.
-
-        Raises:
-          DatasetError: from ``text_pre.features`` (a bad record).
-        """
-        if self.cnn:
-            self.q_image[i] = image_row
-        self.question_ids.append(rec.question_id)
-        answers = rec.answers
-        feats = text_pre.features(rec, answers[0] if answers else None)
-        if not self.cnn:
-            self.q_image[i] = self.regions.add(feats)
-        ph = feats["ocr_phoc"]
-        if self.phoc_binary and np.all((ph == 0) | (ph == 1)):
-            feats["ocr_phoc"] = ph.astype(np.uint8)  # a binary histogram: exact in a quarter of the bytes
-        else:
-            self.phoc_binary = False
-        self.q_ocr[i] = self.ocr.add(feats)
-        for k in self.question_fields:
-            self.qfields[k].append(feats[k])
-        self.q_start[i], self.q_count[i] = self.num_answer_rows, len(answers)
-        for k in _ANSWER_FIELDS:
-            self.afields[k].append(feats[k])
-        texts = rec.ocr_texts[: pre.num_ocr]
-        for a in answers[1:]:  # the other references: the same encoding features() gives each
-            enc = pre.vocab.encode(a, texts)
-            counter.add("answers_encoded")
-            if enc.truncated:
-                counter.add("answer_truncated")
-            for k in _ANSWER_FIELDS:
-                self.afields[k].append(getattr(enc, k))
-        self.num_answer_rows += max(1, len(answers))
-
-
 def _fresh_tmp(out_dir: str) -> str:
     """A new empty temporary sibling of ``out_dir`` (named by host and process), its parent made if missing."""
     parent = os.path.dirname(os.path.abspath(out_dir))
@@ -386,11 +179,11 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
     tmp = _fresh_tmp(out_dir)
     n = len(source)
     cnn = pre.vision_kind in ("cnn", "vit")
-    rows = _SplitRows(pre, n, tmp, cnn)
+    rows = SplitRows(pre, n, tmp, cnn)
     image_path = os.path.join(tmp, "image")
     open(image_path, "wb").close()
     workers = int(num_workers) or os.cpu_count() or 1
-    images = _ImageJobs(pre, image_path, workers) if cnn else None
+    images = ImageJobs(pre, image_path, workers) if cnn else None
     try:
         for i in range(n):
             rec = decode_record(source[i], i, source_name, counter)
@@ -406,7 +199,7 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
     finally:
         if images is not None:
             images.close()
-    files = _write_fields(tmp, rows, pre, len(images.rows) if images is not None else 0)
+    files = write_fields(tmp, rows, pre, len(images.rows) if images is not None else 0)
     _seal_files(tmp, files)
     manifest = {"format": FORMAT, "fingerprint": fp, "files": files, "num_questions": n,
                 "num_answer_rows": rows.num_answer_rows,
@@ -423,34 +216,6 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
                  source_name, n, manifest["num_images"], manifest["num_ocr_sets"], manifest["build_s"],
                  manifest["workers"], out_dir)
     return manifest
-
-
-def _write_fields(tmp: str, rows: _SplitRows, pre: Preprocessor, num_images: int) -> dict[str, dict]:
-    """Writes every field but ``image`` (written by the decoding workers) to ``tmp``; returns ``{file name:
-    {dtype, shape}}`` in the manifest's order (``image`` ``(I, H, W, 3)`` uint8 first for vision kinds cnn /
-    vit)."""
-    files: dict[str, dict] = {}
-    if rows.cnn:
-        files["image"] = {"dtype": "|u1", "shape": [num_images, pre.image_h, pre.image_w, 3]}
-    else:
-        # float32 (the batches' dtype, as Preprocessor.features gives it) even where the dataset stores float16:
-        # numpy's float16 -> float32 conversion took 35 ms per batch of 64 x 50 x 2048 on a 2-core x86 VM, a
-        # float32 gather about 1 ms; it costs twice the disk (0.4 MB per image of 50 x 2048 regions).
-        rows.regions.close(files)
-        _write(tmp, "region_boxes", np.stack(rows.regions.data["region_boxes"]), files)
-        _write(tmp, "region_mask", np.stack(rows.regions.data["region_mask"]), files)
-    for name, arr in (("q_image", rows.q_image), ("q_ocr", rows.q_ocr), ("q_answer_start", rows.q_start),
-                      ("q_answer_count", rows.q_count)):
-        _write(tmp, name, arr, files)
-    for k in rows.question_fields:
-        _write(tmp, k, np.stack(rows.qfields[k]), files)
-    for k in _ANSWER_FIELDS:
-        _write(tmp, k, np.stack(rows.afields[k]), files)
-    for k in rows.ocr_fields:
-        arr = np.stack(rows.ocr.data[k])  # PHOC: uint8 if every row was binary, else float32 (exact either way)
-        _write(tmp, k, arr, files)
-        del arr
-    return files
 
 
 def _seal_files(tmp: str, files: dict[str, dict]) -> None:
@@ -524,14 +289,14 @@ class ModelReady:
             out["region_features"] = a["region_features"][img]
             out["region_boxes"] = a["region_boxes"][img]
             out["region_mask"] = a["region_mask"][img]
-        for k in (*_QUESTION_FIELDS, "question_bert", "question_bert_mask"):
+        for k in (*QUESTION_FIELDS, "question_bert", "question_bert_mask"):
             if k in a:
                 out[k] = a[k][qidx]
-        for k in (*_OCR_FIELDS, "ocr_fasttext"):
+        for k in (*OCR_FIELDS, "ocr_fasttext"):
             if k in a:
                 out[k] = a[k][ocr]
         out["ocr_phoc"] = out["ocr_phoc"].astype(np.float32, copy=False)
-        for k in _ANSWER_FIELDS:
+        for k in ANSWER_FIELDS:
             out[k] = a[k][ans]
         out["index"] = qidx.astype(np.int32)
         out["valid"] = np.ones((len(qidx),), bool)

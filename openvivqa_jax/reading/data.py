@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from openvivqa_jax.data.datasets import load_builder
-from openvivqa_jax.data.pipeline import DatasetError, load_source
+from openvivqa_jax.data.records import DatasetError, load_source
 from openvivqa_jax.reading import features as feats
 from openvivqa_jax.reading.config import check_reading_config
 from openvivqa_jax.text.normalize import normalize_text

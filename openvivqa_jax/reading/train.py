@@ -35,7 +35,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
-from openvivqa_jax.data.pipeline import DatasetError
+from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.reading import evals
 from openvivqa_jax.reading.data import read_split, reader_windows, setup
 from openvivqa_jax.reading.model import build_reader, span_loss

@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from openvivqa_jax.data import pipeline
-from openvivqa_jax.data.pipeline import DatasetError
+from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.models import build_model, model_class
 from openvivqa_jax.text.answer_vocab import word_provenance
 from openvivqa_jax.training import sharding
