@@ -32,7 +32,7 @@ embedded synthetic OpenViVQA set, small sizes for CPU minutes) with the model sw
 
 **Task configs** (configs/default.py, configs/viquad/reader.py, configs/relevance/w2vvpp.py) build their
 ``data`` with :func:`tfds_data` and set their run's logging, evaluation and checkpoints with :func:`train_loop`;
-the two that train with :func:`openvivqa_jax.train.make_optimizer` and a SentencePiece tokenizer take
+the two that train with :func:`openvivqa_jax.training.state.make_optimizer` and a SentencePiece tokenizer take
 :func:`adam_noam` and :func:`bpe_tokenizer`. Configs on another dataset point the inherited ``data`` at it with
 :func:`use_dataset`.
 """
@@ -164,7 +164,8 @@ def use_dataset(data: ml_collections.ConfigDict, builder: str, builder_config: s
 
 
 def adam_noam(train: ml_collections.ConfigDict, *, lr_scale: float) -> None:
-    """Sets the fields :func:`openvivqa_jax.train.make_optimizer` reads: Adam on the transformer's Noam schedule.
+    """Sets the fields :func:`openvivqa_jax.training.state.make_optimizer` reads: Adam on the transformer's Noam
+    schedule.
 
     Adam with betas (0.9, 0.98) and no weight decay; ``lr = lr_scale * d_model^-0.5 * min(step^-0.5,
     step * warmup^-1.5)`` over 200 warmup steps; gradients clipped at global norm 1; no accumulation.

@@ -98,7 +98,7 @@ def parse_kind_weights(spec: str) -> dict[str, int]:
 
     Each weight is how many times every training question of that template kind appears in one epoch of the
     shuffled stream (0 leaves the kind out); kinds not named keep weight 1
-    (:func:`openvivqa_jax.data.pipeline.kind_weighted_indices`). An empty string means no weights.
+    (:func:`openvivqa_jax.data.records.kind_weighted_indices`). An empty string means no weights.
 
     Raises:
       ConfigError: an item is not ``kind=integer`` with an integer >= 0, or a kind is named twice (one line

@@ -101,7 +101,7 @@ def plot_training_curves(metrics_path: str, output: str, title: str | None = Non
     Raises:
       MetricsFileError: see :func:`read_metrics`, or neither training loss nor dev metrics found.
     """
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # heavy: only when a picture is drawn
 
     data = read_metrics(metrics_path)
     train = data.get("train", {})
@@ -192,7 +192,7 @@ def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: st
     Returns:
       ``output``.
     """
-    from matplotlib import patches
+    from matplotlib import patches  # heavy: only when a picture is drawn
     from matplotlib.figure import Figure
 
     img = np.asarray(image)

@@ -1,5 +1,5 @@
 """W2VV++ sentence encoder for CLinRel and CMedRel (``papers/cross_lingual_caption_eval.md``;
-openvivqa_jax/relevance_train.py): Vietnamese answers projected into the space of the mean region features of
+openvivqa_jax/relevance/): Vietnamese answers projected into the space of the mean region features of
 the synthetic set's oracle detector (``synthetic_openvivqa/default_clean_regions``), trained with VSE++'s
 hardest-negative ranking loss. A few CPU minutes.
 

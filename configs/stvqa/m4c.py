@@ -14,7 +14,7 @@ Variants (``--config configs/stvqa/m4c.py:<variant>``) are the three ST-VQA task
   builder fills with ``manual_dir/global_dictionary.txt``).
 * ``task3`` (default): open vocabulary, no constraint.
 
-Constrained decoding is piece-level (:mod:`openvivqa_jax.data.pipeline`, :mod:`openvivqa_jax.decoding`):
+Constrained decoding is piece-level (:mod:`openvivqa_jax.data.pipeline`, :mod:`openvivqa_jax.vqa.decoding`):
 beam search may only emit the SentencePiece pieces of dictionary entries, EOS, and OCR slots whose token is
 in the dictionary; it does not force whole dictionary words. ``--config.data.decode_dictionary=none`` turns
 it off for any task.

@@ -37,7 +37,7 @@ def _shares(histogram: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
 
 def plot_lengths(splits: Mapping[str, Mapping], output: str, title: str = "") -> str:
     """Question and answer length histograms (two panels); returns ``output``."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # heavy: only when figures are drawn
     from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(11, 4.2), dpi=110)
@@ -89,7 +89,7 @@ def _stacked_bars(ax, splits: list[str], parts: list[tuple[str, np.ndarray, str]
 
 def plot_qa_types(splits: Mapping[str, Mapping], output: str, title: str = "") -> str:
     """Text QA / Non-text QA / unknown counts per split (stacked bars); returns ``output``."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # heavy: only when figures are drawn
 
     names = list(splits)
     fig = Figure(figsize=(9, 1.4 + 0.6 * len(names)), dpi=110)
@@ -107,7 +107,7 @@ def plot_qa_types(splits: Mapping[str, Mapping], output: str, title: str = "") -
 
 def plot_levels(splits: Mapping[str, Mapping], output: str, title: str = "") -> str:
     """Word / phrase / sentence shares of the answers per split (stacked bars); returns ``output``."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # heavy: only when figures are drawn
 
     names = list(splits)
     fig = Figure(figsize=(9, 1.4 + 0.6 * len(names)), dpi=110)

@@ -10,7 +10,7 @@ and builder config now given.
   fingerprint of every file of the manual folder: its size and the SHA-256 of its content (text files:
   annotations, OCR files, CSV; and any file up to 8 KiB), or of its first and last 4 KiB (images and feature
   files: tens of thousands of them, too many bytes to hash at every start; a copy of the folder keeps the
-  fingerprint, unlike modification times, and a replaced or re-encoded image changes its header, end or size). :func:`openvivqa_jax.data.pipeline.load_builder` compares it with the sources given now and
+  fingerprint, unlike modification times, and a replaced or re-encoded image changes its header, end or size). :func:`openvivqa_jax.data.datasets.load_builder` compares it with the sources given now and
   rebuilds (``data.rebuild``) or stops with one :class:`StaleDatasetError` line; a prepared dataset is never
   reused silently after its sources changed (the stale-cache failure of dataset libraries that key a cache by
   name only).

@@ -42,7 +42,7 @@ class Rows:
     """Rows of one group of fields shared by content (a digest of the arrays -> row).
 
     Fields in ``stream`` are appended to raw files in ``folder`` as rows are added (the region features: 0.4 MB
-    a row, too many to hold and stack); the others are kept as arrays and written by :func:`_write`.
+    a row, too many to hold and stack); the others are kept as arrays and written by :func:`write_array`.
     """
 
     def __init__(self, fields: Sequence[str], folder: str | None = None, stream: Sequence[str] = ()):

@@ -41,7 +41,7 @@ example's ``dictionary`` feature) or ``'global'`` (the file ``data.global_dictio
 else the example's ``dictionary`` feature, which the ST-VQA builder fills with the global
 dictionary for task 2). ``allowed_vocab`` allows the SentencePiece pieces of every dictionary
 entry, EOS, and each OCR slot whose token is a dictionary entry or consists of dictionary words.
-This constrains pieces, not whole words (:mod:`openvivqa_jax.decoding`). An example without a
+This constrains pieces, not whole words (:mod:`openvivqa_jax.vqa.decoding`). An example without a
 dictionary is decoded unconstrained and counted (``decode_dictionary_missing``).
 """
 

@@ -174,8 +174,9 @@ def read_records(source, source_name: str = "", counter: SkipCounter | None = No
     tokens and metadata (tokenizer and answer-list training, eval metadata, template kinds).
 
     What is left out is read again from the source where it is used, never held for the whole split: the
-    ST-VQA task-2 examples' 30k-word global dictionary (:func:`eval_batches`), and the region features
-    (``objects``: 50 x 2048 per question in the OpenViVQA release, about 12 GB for its train split).
+    ST-VQA task-2 examples' 30k-word global dictionary (:func:`openvivqa_jax.data.pipeline.eval_batches`), and
+    the region features (``objects``: 50 x 2048 per question in the OpenViVQA release, about 12 GB for its train
+    split).
 
     Args:
       source: random-access data source of one split.

@@ -79,12 +79,12 @@ def resolve_metrics(
 
 @dataclasses.dataclass
 class ScoringContext:
-    """What :func:`score` hands each metric function: the prepared corpus and the outputs to fill.
+    """What :func:`.evaluator.score` hands each metric function: the prepared corpus and the outputs to fill.
 
     Attributes:
       names: the requested metric names (:func:`resolve_metrics`).
       ids: the ``n`` scored question ids; ``hyps`` ``[n]`` and ``refs`` ``[n][>= 1]``: their prepared
-        strings (text mode of :func:`score`); ``raw_hyps``/``raw_refs``: as given (non-empty references);
+        strings (text mode of :func:`.evaluator.score`); ``raw_hyps``/``raw_refs``: as given (non-empty references);
         ``squad_hyps``/``squad_refs``: EM/F1's strings (empty lists when neither is requested);
         ``languages``: ``[n]`` ISO 639-1 codes or None.
       groups: group name (``overall``, ``text_qa``, ``non_text_qa``) -> question positions ``(n_g,)``.
@@ -167,7 +167,7 @@ class ScoringContext:
             self.notes.append(note)
 
 
-#: Metric names -> the function computing them from a :class:`ScoringContext`; :func:`score` calls each
+#: Metric names -> the function computing them from a :class:`ScoringContext`; :func:`.evaluator.score` calls each
 #: function one of whose names is requested, in this order (big_vision's evaluators loop over a registry
 #: the same way). Together the names are :data:`ALL_METRICS`.
 METRIC_FUNCTIONS: dict[tuple[str, ...], Callable[[ScoringContext], None]] = {}

@@ -129,7 +129,7 @@ class Inference:
       params: the restored parameters (``nnx.State``) placed on ``mesh``.
       step: the training step the parameters were saved at.
       mesh, batch_sharding: the device mesh (``cfg.mesh``) and the batch's sharding (leading axis on ``data``).
-      inputs: tokenizer, answer list, preprocessors and answer vocabulary (:class:`openvivqa_jax.assets.Inputs`).
+      inputs: tokenizer, answer list, preprocessors and answer vocabulary (:class:`openvivqa_jax.vqa.assets.Inputs`).
       is_generator: whether the model generates answers (else it classifies).
     """
 
