@@ -110,7 +110,11 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 def test_the_graph_is_the_packages():
-    """The graph holds every module of the package and sees the imports inside functions."""
+    """The graph holds every module of the package and sees the imports inside functions; every folder of the
+    package is a package (an ``__init__.py``: the installer's ``find_packages`` skips a folder without one)."""
+    for folder, _, files in os.walk(os.path.join(ROOT, PACKAGE)):
+        if any(f.endswith(".py") for f in files):
+            assert "__init__.py" in files, folder
     graph = import_graph()
     assert {"openvivqa_jax.main", "openvivqa_jax.vqa.train", "openvivqa_jax.evaluation.evaluator"} <= set(graph)
     # main imports the task packages by name; the evaluation imports the relevance encoder inside a function.
