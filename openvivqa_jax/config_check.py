@@ -8,7 +8,6 @@ that sets it. Only fields present in the config are checked (model families have
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
 from openvivqa_jax.models import DTYPES, MODEL_REGISTRY
 from openvivqa_jax.text.tokenizer import MODEL_TYPES
 from openvivqa_jax.vqa import config as vqa_config
+from openvivqa_jax.vqa.config import parse_kind_weights
 
 __all__ = ["ConfigError", "check_config", "parse_kind_weights", "MIN_VOCAB_SIZE", "CHOICES"]
 
@@ -91,33 +91,6 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model.question_embedding", ("learned", "fasttext")),
     ("model.text_encoder.kind", ("learned", "bert")),
 )
-
-
-def parse_kind_weights(spec: str) -> dict[str, int]:
-    """Parses ``data.train_kind_weights``: ``"colour=4,count=3"`` -> ``{"colour": 4, "count": 3}``.
-
-    Each weight is how many times every training question of that template kind appears in one epoch of the
-    shuffled stream (0 leaves the kind out); kinds not named keep weight 1
-    (:func:`openvivqa_jax.data.records.kind_weighted_indices`). An empty string means no weights.
-
-    Raises:
-      ConfigError: an item is not ``kind=integer`` with an integer >= 0, or a kind is named twice (one line
-        quoting the item and naming the flag).
-    """
-    weights: dict[str, int] = {}
-    for item in (x.strip() for x in str(spec or "").split(",")):
-        if not item:
-            continue
-        kind, sep, value = (x.strip() for x in item.partition("="))
-        if not sep or not re.fullmatch(r"\w+", kind) or not re.fullmatch(r"\d+", value):
-            raise ConfigError(f"config value data.train_kind_weights={spec!r}: item {item!r} is not kind=weight "
-                              "with a whole number weight >= 0, e.g. 'colour=4,count=3' (set it with "
-                              "--config.data.train_kind_weights=...)")
-        if kind in weights:
-            raise ConfigError(f"config value data.train_kind_weights={spec!r} names {kind!r} twice (set it with "
-                              "--config.data.train_kind_weights=...)")
-        weights[kind] = int(value)
-    return weights
 
 
 def _get(cfg, dotted: str):

@@ -222,7 +222,7 @@ def kind_weighted_indices(records: Sequence[Record], weights: Mapping[str, int],
                           source_name: str = "") -> list[int]:
     """Training indices with each record repeated by its kind's weight (``data.train_kind_weights``).
 
-    ``weights``: :func:`openvivqa_jax.config_check.parse_kind_weights` of the config string. Oversampling by
+    ``weights``: :func:`openvivqa_jax.vqa.config.parse_kind_weights` of the config string. Oversampling by
     repetition: a question of a kind with weight ``w`` appears ``w`` times per epoch of the
     shuffled stream (and its reference answer is drawn afresh at each visit); weight 0 leaves it out; kinds not
     in ``weights`` keep 1. Records stay in split order, each one's copies together (the stream shuffles them).

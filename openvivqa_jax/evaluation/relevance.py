@@ -1,8 +1,8 @@
 """CLinRel and CMedRel: annotation-free relevance in a visual feature space
 (``papers/cross_lingual_caption_eval.md``, beside WMDRel of :mod:`.wmd`).
 
-A W2VV++ encoder per language (the ``relevance`` task, :mod:`openvivqa_jax.relevance`) projects a sentence into a visual feature
-space; ``v(s)`` is that projection.
+A W2VV++ encoder per language (the ``relevance`` task, :mod:`openvivqa_jax.relevance`) projects a sentence into
+a visual feature space; ``v(s)`` is that projection.
 
 * **CLinRel** ``= cos(v(hypothesis), v(reference))``, each projected by the encoder of its own language (the
   question's ``language``; no machine translation), the max over the question's references; in [-1, 1], 1 for a

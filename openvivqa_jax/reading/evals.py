@@ -123,7 +123,8 @@ def final_evaluation(cfg, workdir, builder, tokenizer, graphdef, abstract_params
                                         split, p_step)
         results[split] = metrics
         lines.append(f"\n== {split} ({len(preds)} questions, step {p_step}) ==\n{evaluation.format_table(metrics)}")
-        write_jsonl(workdir, p_step, "final", {f"{split}/{k}": v for k, v in metrics["overall"].items() if v is not None})
+        write_jsonl(workdir, p_step, "final",
+                    {f"{split}/{k}": v for k, v in metrics["overall"].items() if v is not None})
         if split == cfg.data.test_split:
             lines.append(f"\n== example answers ({split}) ==")
             for p in preds[: cfg.eval.num_examples_to_print]:

@@ -20,7 +20,6 @@ One device: the reader is small; the batch is not sharded.
 Ctrl-C / SIGTERM save the current step and stop with one line (:mod:`openvivqa_jax.training.interrupts`).
 """
 
-
 from __future__ import annotations
 
 import os
@@ -82,7 +81,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     ``train.eval_every_steps``, then scores dev and test with the best checkpoint; returns ``{split: metrics}``.
 
     Raises:
-      ConfigError: see :func:`openvivqa_jax.reading.config.check_reading_config`; DatasetError, DatasetInputError: the data;
+      ConfigError: see :func:`openvivqa_jax.reading.config.check_reading_config`;
+      DatasetError, DatasetInputError: the data;
       CheckpointMismatchError: the workdir's checkpoint was made with other model sizes.
     """
     from clu import metric_writers, periodic_actions  # heavy: metric_writers imports TensorFlow

@@ -39,7 +39,6 @@ seed and the step, so a resumed run draws what the uninterrupted run would have.
 current step first (:mod:`openvivqa_jax.training.interrupts`).
 """
 
-
 from __future__ import annotations
 
 from openvivqa_jax.errors import UserError

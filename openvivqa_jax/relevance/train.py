@@ -162,8 +162,8 @@ def _make_train_step(graphdef, tx: optax.GradientTransformation, margin: float, 
 
 
 def _eval_dev(workdir: str, writer, encode_fn, dev, ks: tuple[int, ...], step: int) -> dict[str, float]:
-    """Dev retrieval recalls of ``encode_fn`` (``dev``: :func:`openvivqa_jax.relevance.data.encode_split`'s tuple), written to TensorBoard,
-    ``metrics.jsonl`` and one log line."""
+    """Dev retrieval recalls of ``encode_fn`` (``dev``: :func:`openvivqa_jax.relevance.data.encode_split`'s
+    tuple), written to TensorBoard, ``metrics.jsonl`` and one log line."""
     r = evals.retrieval(encode_fn, dev[0], dev[1], dev[2], ks)
     writer.write_scalars(step, {f"dev/{k}": v for k, v in r.items()})
     write_jsonl(workdir, step, "eval", {f"dev/{k}": v for k, v in r.items()})

@@ -1,6 +1,6 @@
-"""The answer-generation task's config beyond the ranges of :mod:`openvivqa_jax.config_check`: the plan of
-``config.evals``, the evaluations after training (the pattern of big_vision's ``config.evals``), which
-:mod:`openvivqa_jax.vqa.evals` runs.
+"""The answer-generation task's config beyond the ranges of :mod:`openvivqa_jax.config_check`: the weights of
+``data.train_kind_weights`` (:func:`parse_kind_weights`) and the plan of ``config.evals``, the evaluations after
+training (the pattern of big_vision's ``config.evals``), which :mod:`openvivqa_jax.vqa.evals` runs.
 
 ``config.evals`` is a ``ConfigDict`` of named entries (``ConfigDict(sort_keys=False)`` keeps their order), run
 with the best checkpoint's parameters at the end of training and by ``--mode evaluate``: the decode entries in
@@ -38,13 +38,14 @@ heavy is imported here.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from absl import logging
 
 from openvivqa_jax.errors import ConfigError
 
-__all__ = ["KINDS", "EvalSpec", "plan", "split_fields", "deduplicated"]
+__all__ = ["KINDS", "EvalSpec", "plan", "split_fields", "deduplicated", "parse_kind_weights"]
 
 #: Each kind's fields and their defaults (``kind`` and ``enabled`` are common to all).
 KINDS: dict[str, dict[str, Any]] = {
@@ -180,3 +181,30 @@ def deduplicated(specs: list[EvalSpec]) -> list[EvalSpec]:
             continue
         out.append(s)
     return out
+
+
+def parse_kind_weights(spec: str) -> dict[str, int]:
+    """Parses ``data.train_kind_weights``: ``"colour=4,count=3"`` -> ``{"colour": 4, "count": 3}``.
+
+    Each weight is how many times every training question of that template kind appears in one epoch of the
+    shuffled stream (0 leaves the kind out); kinds not named keep weight 1
+    (:func:`openvivqa_jax.data.records.kind_weighted_indices`). An empty string means no weights.
+
+    Raises:
+      ConfigError: an item is not ``kind=integer`` with an integer >= 0, or a kind is named twice (one line
+        quoting the item and naming the flag).
+    """
+    weights: dict[str, int] = {}
+    for item in (x.strip() for x in str(spec or "").split(",")):
+        if not item:
+            continue
+        kind, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or not re.fullmatch(r"\w+", kind) or not re.fullmatch(r"\d+", value):
+            raise ConfigError(f"config value data.train_kind_weights={spec!r}: item {item!r} is not kind=weight "
+                              "with a whole number weight >= 0, e.g. 'colour=4,count=3' (set it with "
+                              "--config.data.train_kind_weights=...)")
+        if kind in weights:
+            raise ConfigError(f"config value data.train_kind_weights={spec!r} names {kind!r} twice (set it with "
+                              "--config.data.train_kind_weights=...)")
+        weights[kind] = int(value)
+    return weights

@@ -1,6 +1,6 @@
-"""The answer generators' train loop, ``train_and_evaluate``: jitted steps over the mesh, checkpoints, resuming,
-and the periodic dev evaluation and the evaluations after training, which it calls down into
-(:mod:`openvivqa_jax.vqa.evals`) (docs/design.md §8).
+"""The answer generators' train loop, ``train_and_evaluate`` (docs/design.md §8): jitted steps over the mesh,
+checkpoints and resuming. The periodic dev scores and the evaluations after training are
+:mod:`openvivqa_jax.vqa.evals`, which the loop calls down into.
 
 The workdir holds everything needed to resume or to predict::
 
@@ -16,7 +16,6 @@ A run killed at any point and restarted with the same command resumes from the l
 the data iterator where it was; per-step dropout keys are ``fold_in(seed, step)``, so the resumed run
 computes exactly what the uninterrupted run would have.
 """
-
 
 from __future__ import annotations
 
@@ -35,13 +34,13 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
-from openvivqa_jax.config_check import parse_kind_weights
 from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.training.run_log import MeanAccumulator
 from openvivqa_jax.training.state import TrainState, make_schedule
 from openvivqa_jax.vqa import decoding, evals
+from openvivqa_jax.vqa.config import parse_kind_weights
 from openvivqa_jax.vqa.experiment import Experiment, StateSpec, create_experiment
 
 __all__ = ["make_loss_fn", "make_train_step", "checkpoint_managers", "train_and_evaluate", "finished_step",
