@@ -7,7 +7,7 @@ error's :attr:`UserError.exit_code`. Anything else is a bug of the program and k
 
 from __future__ import annotations
 
-__all__ = ["UserError", "USAGE_EXIT_CODE", "INPUT_EXIT_CODE"]
+__all__ = ["UserError", "UsageError", "USAGE_EXIT_CODE", "INPUT_EXIT_CODE"]
 
 #: Exit status of a usage error (a misspelt flag or config field, a config file that does not load), as
 #: argparse uses.
@@ -25,3 +25,10 @@ class UserError(Exception):
 
     #: The process exit status an entry point uses for this error.
     exit_code: int = INPUT_EXIT_CODE
+
+
+class UsageError(UserError):
+    """A flag whose value cannot be used as given (a path that does not exist or cannot be written, a name that
+    is not one of the choices): exit status :data:`USAGE_EXIT_CODE`, as argparse's own usage errors."""
+
+    exit_code: int = USAGE_EXIT_CODE
