@@ -215,7 +215,7 @@ def _check_one(flag: str, given: str, kind: PathKind) -> tuple[str, str | None]:
         if problem:
             fail(f"cannot write in {target} ({problem})")
         return path, None
-    anchor = _nearest_existing(target)
+    anchor = target if os.path.lexists(target) else _nearest_existing(target)
     if not os.path.isdir(anchor):
         fail(f"cannot create {'the folder' if kind.folder else 'its folder'}: {anchor} is a file")
     problem = _write_problem(anchor)
@@ -304,18 +304,31 @@ def _create(flag: str, given: str, folder: str) -> bool:
     return os.path.isdir(folder) and folder in _CREATED
 
 
-def check_args(args: Any, flags: Mapping[str, PathKind]) -> None:
+def check_args(args: Any, flags: Mapping[str, PathKind],
+               extra: Iterable[tuple[str, Any, PathKind]] = ()) -> list[Any]:
     """:func:`check_paths` of an argparse namespace's path flags, ``{"--flag": kind}``; the checked values
     (``~`` expanded) are written back into ``args``.
+
+    Args:
+      args: the parsed namespace; ``--flag``'s value is its attribute ``flag`` (``-`` read as ``_``).
+      flags: the path flags whose namespace values are checked.
+      extra: ``(flag, value, kind)`` checked in the same pass, for a value the command derives from a flag
+        (a path inside ``LANG=PATH``, a flag that is a path only when it names no engine).
+
+    Returns:
+      The checked values of ``extra``.
 
     Raises:
       PathError: the first path that cannot serve (nothing created).
       AttributeError: a flag that ``args`` does not have (a mistake in the table, not the user's).
     """
     dests = [flag.lstrip("-").replace("-", "_") for flag in flags]
-    values = check_paths((flag, getattr(args, dest), kind) for (flag, kind), dest in zip(flags.items(), dests))
+    extra = list(extra)
+    values = check_paths([*((flag, getattr(args, dest), kind) for (flag, kind), dest in zip(flags.items(), dests)),
+                          *extra])
     for dest, value in zip(dests, values):
         setattr(args, dest, value)
+    return values[len(dests):]
 
 
 def remove_created() -> list[str]:

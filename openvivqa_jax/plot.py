@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from openvivqa_jax import paths
 from openvivqa_jax.errors import UserError
 
 __all__ = ["MetricsFileError", "read_metrics", "plot_training_curves", "plot_prediction", "heat_from_boxes",
@@ -332,7 +333,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     return run_main(lambda: _run(args), sigterm=False, with_class=False, exit_codes={UserError: 2})
 
 
+#: The path flags (:mod:`openvivqa_jax.paths`), checked before anything is read.
+PATH_FLAGS = {"--workdir": paths.INPUT_DIR, "--output": paths.OUTPUT_FILE}
+
+
 def _run(args: argparse.Namespace) -> int:
+    paths.check_args(args, PATH_FLAGS)
     path = os.path.join(os.path.expanduser(args.workdir), "metrics.jsonl")
     if not os.path.isdir(os.path.expanduser(args.workdir)):
         raise UserError(f"workdir {args.workdir!r} does not exist")

@@ -18,7 +18,12 @@ import argparse
 import os
 import sys
 
-__all__ = ["train_sentences", "train_fasttext", "main"]
+from openvivqa_jax import paths
+
+__all__ = ["train_sentences", "train_fasttext", "main", "PATH_FLAGS"]
+
+#: The path flags (:mod:`openvivqa_jax.paths`), checked before the config is loaded.
+PATH_FLAGS = {"--config": paths.INPUT_FILE, "--out": paths.OUTPUT_FILE}
 
 
 def train_sentences(records) -> list[list[str]]:
@@ -58,7 +63,7 @@ def train_fasttext(sentences: list[list[str]], out_path: str, *, dim: int = 300,
 
 
 def main(argv=None) -> int:
-    """Command line (module doc)."""
+    """Command line (module doc); a path that cannot serve or another user's error: one ``error:`` line."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="config file (its data.* and train split are read)")
     p.add_argument("--out", required=True, help="the .bin to write")
@@ -67,6 +72,14 @@ def main(argv=None) -> int:
     p.add_argument("--bucket", type=int, default=200_000)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    from openvivqa_jax.cli import run_main
+
+    return run_main(lambda: _train(args), sigterm=False)
+
+
+def _train(args: argparse.Namespace) -> int:
+    """Checks the paths, reads the train split, trains and writes the vectors."""
+    paths.check_args(args, PATH_FLAGS)
     from openvivqa_jax.config_files import load_config
     from openvivqa_jax.train import DataSplits
 
