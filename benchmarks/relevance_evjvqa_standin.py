@@ -26,6 +26,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # the test tiers' folder, where the stand-in's vocabulary is
 
 from test_evjvqa import COLORS, OBJECTS  # noqa: E402
 
