@@ -1,8 +1,8 @@
 """The base class of every error a user can cause: a bad config value, file, record, checkpoint or flag.
 
 An entry point (``main``, ``predict``, ``evaluate``, ``analyze``, ``plot``, ``param_count``, the benchmarks)
-reports such an error as one ``error: <ErrorClass>: <message>`` line on stderr, without a traceback, and exits with the
-error's :attr:`UserError.exit_code`. Anything else is a bug of the program and keeps its traceback.
+reports such an error as one ``error: <ErrorClass>: <message>`` line on stderr, without a traceback, and exits
+with the error's :attr:`UserError.exit_code`. Anything else is a bug of the program and keeps its traceback.
 """
 
 from __future__ import annotations
