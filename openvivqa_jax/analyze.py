@@ -31,8 +31,9 @@ Writes to ``--out``:
 A plain-text summary goes to stdout.
 
 Exit codes: 0 on success; 2 for unusable input (a path flag that cannot serve, checked before anything is
-read (:data:`PATH_FLAGS`); a dataset that is not built or does not exist, a missing or malformed file, an agreement file with rows of different lengths, an unknown split): one ``error:`` line on
-stderr naming it; 1 when a split has no question.
+read (:data:`PATH_FLAGS`); a dataset that is not built or does not exist, a missing or malformed file, an
+agreement file with rows of different lengths, an unknown split): one ``error:`` line on stderr naming it; 1
+when a split has no question.
 """
 
 from __future__ import annotations

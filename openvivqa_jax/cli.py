@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable
 
 from openvivqa_jax.errors import UserError
 
-__all__ = ["run_main", "run_script", "error_line", "find_user_error", "print_error", "install_tfds_cli_handler", "exit_now"]
+__all__ = ["run_main", "run_script", "error_line", "find_user_error", "print_error", "install_tfds_cli_handler",
+           "exit_now"]
 
 
 def _one_line(text) -> str:

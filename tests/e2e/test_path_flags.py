@@ -75,7 +75,8 @@ TABLE: dict[str, Row] = {
     "main": Row(_m("openvivqa_jax.main"), {
         "--config": I, "--workdir": OD, "--config.data.data_dir": DATA, "--config.data.model_ready_dir": OD},
         required=("--config", "--workdir"), good={"--config": "configs/tiny.py"},
-        label={"--config": "config file"}, needs={"--config.data.model_ready_dir": ("--config.data.model_ready=True",)}),
+        label={"--config": "config file"},
+        needs={"--config.data.model_ready_dir": ("--config.data.model_ready=True",)}),
     "main --mode=evaluate": Row(_m("openvivqa_jax.main"), {"--workdir": RUN}, args=("--config=configs/tiny.py",
                                                                                      "--mode=evaluate"),
                                 required=("--workdir",)),
