@@ -43,9 +43,9 @@ from openvivqa_jax.data.ocr import (  # engines in data/ocr/engines.py, the merg
 from openvivqa_jax import paths
 from openvivqa_jax.errors import UserError
 
-__all__ = ["PATH_FLAGS", "PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
+__all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
            "plausible_token", "run_ocr_passes", "merge_ocr_passes", "load_image", "load_run",
-           "build_parser", "format_result", "run"]
+           "build_parser", "format_result", "run", "PATH_FLAGS"]
 
 #: Largest image accepted (pixels, width x height), checked from the header before decoding; about the
 #: area of a 50-megapixel photo. A 20000 x 20000 image (400 MP, 1.2 GB decoded) is refused.
