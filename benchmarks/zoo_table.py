@@ -27,6 +27,7 @@ from openvivqa_jax.cli import run_script  # noqa: E402
 
 #: The path flags (openvivqa_jax.paths), checked before any model is trained.
 PATH_FLAGS = {"--out": paths.OUTPUT_DIR, "--data_dir": paths.DATA_DIR}
+
 MODELS = ("mlpag", "m4c", "fst", "qumlag", "saaa", "mcan", "lorra")
 
 
