@@ -40,6 +40,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from PIL import Image, ImageDraw, ImageFont  # noqa: E402
 
+from openvivqa_jax import paths  # noqa: E402
+from openvivqa_jax.cli import run_script  # noqa: E402
+
+#: The path flags (openvivqa_jax.paths), checked before anything is built; ``--workdir`` is emptied first.
+PATH_FLAGS = {"--workdir": paths.OUTPUT_DIR}
+
 WORDS = ["PHỞ BÒ", "CÀ PHÊ", "BÁNH MÌ", "HOTEL", "NHÀ THUỐC", "SALE 50%", "KARAOKE", "QUÁN ĂN", "TẠP HÓA", "BIA"]
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
 
@@ -112,6 +118,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--workdir", default="/tmp/beam_bench")
     args = p.parse_args(argv)
+    paths.check_args(args, PATH_FLAGS)
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
     manual = work / "manual"
@@ -134,4 +141,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -24,7 +24,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from openvivqa_jax import paths  # noqa: E402
+from openvivqa_jax.cli import run_script  # noqa: E402
 from tfds_builders import image_work  # noqa: E402
+
+#: The path flags (openvivqa_jax.paths), checked before anything is read.
+PATH_FLAGS = {"--examples": paths.INPUT_DIR}
 
 
 def main(argv=None) -> int:
@@ -34,6 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", default="1,2")
     p.add_argument("--engines", default="detector+tesseract,tesseract")
     args = p.parse_args(argv)
+    paths.check_args(args, PATH_FLAGS)
     src = os.path.join(args.examples, "images")
     names = sorted(os.listdir(src))
     out = {"images": len(names) * args.copies, "cpus": image_work.default_num_workers(), "runs": []}
@@ -64,4 +70,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

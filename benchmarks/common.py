@@ -14,7 +14,11 @@
 * machine peak: the median FLOP/s of a jitted ``2048 x 2048`` float32 ``jnp.dot``
   (``2 n^3`` FLOPs per product), measured in the same run as the benchmark it normalizes.
 
-Every benchmark prints one JSON object on stdout and its progress on stderr.
+Every benchmark prints one JSON object on stdout and its progress on stderr. Its errors follow the command
+lines' contract (:mod:`openvivqa_jax.cli`): its path flags are checked first (:mod:`openvivqa_jax.paths`), and
+a user's error (a path that cannot serve, an unknown model name, a worker's own ``error:`` line) ends it with one
+``error:`` line and exit status 2 (usage) or 1 (input); ``sys.exit(run_script(main))`` runs it. JAX is imported
+only when a measurement starts, so that a refused command line costs no more than the process start.
 """
 
 from __future__ import annotations
@@ -36,13 +40,28 @@ for _p in (ROOT, os.path.join(ROOT, "tests")):
         sys.path.insert(0, _p)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+
+from openvivqa_jax import paths  # noqa: E402
+from openvivqa_jax.cli import run_script  # noqa: E402
+from openvivqa_jax.errors import UsageError, UserError  # noqa: E402
 
 __all__ = ["PAPER_MODELS", "load_config", "model_inputs", "shrink_for_smoke", "peak_rss_mb", "matmul_peak",
            "time_calls", "log", "emit", "machine_info", "run_worker", "parse_flags", "parse_models", "bench_state",
-           "cost_flops", "set_field"]
+           "cost_flops", "set_field", "run_script", "paths", "FlagError", "WorkerError"]
+
+
+class FlagError(UsageError, ValueError):
+    """A benchmark flag whose value cannot be used (an unknown model name, a ``--set`` without a field): one
+    ``error:`` line, exit status 2."""
+
+
+class WorkerError(UserError):
+    """A worker process ended with a user's error of its own (its one ``error:`` line is the message)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 #: The paper-size generators of docs/design.md §10 (``configs/openvivqa/<name>.py:benchmark``).
 PAPER_MODELS = ("mlpag", "m4c", "qumlag", "fst")
@@ -74,19 +93,19 @@ def set_field(cfg, item: str) -> None:
     literal, else kept as a string.
 
     Raises:
-      ValueError: if ``item`` has no ``=`` or FIELD does not exist in the config.
+      FlagError: if ``item`` has no ``=`` or FIELD does not exist in the config (a ValueError too).
     """
     import ast
 
     field, sep, value = item.partition("=")
     if not sep:
-        raise ValueError(f"--set {item!r}: expected FIELD=VALUE")
+        raise FlagError(f"--set {item!r}: expected FIELD=VALUE")
     *parents, leaf = field.strip().split(".")
     node = cfg
     for name in parents:
         node = node[name]
     if leaf not in node:
-        raise ValueError(f"--set {item!r}: the config has no field {field!r}")
+        raise FlagError(f"--set {item!r}: the config has no field {field!r}")
     try:
         node[leaf] = ast.literal_eval(value)
     except (ValueError, SyntaxError):
@@ -142,6 +161,8 @@ def peak_rss_mb() -> float:
 
 def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
     """Seconds of ``repeats`` calls of ``fn`` (each blocked on its outputs) after ``warmup`` calls."""
+    import jax
+
     for _ in range(warmup):
         jax.block_until_ready(fn())
     out = []
@@ -158,6 +179,9 @@ def matmul_peak(n: int = 2048, repeats: int = 10) -> dict[str, float]:
     Returns:
       ``{"n": n, "seconds_median": s, "flops_per_s": 2 n^3 / s}``.
     """
+    import jax
+    import jax.numpy as jnp
+
     k1, k2 = jax.random.split(jax.random.key(0))
     a = jax.random.normal(k1, (n, n), jnp.float32)
     b = jax.random.normal(k2, (n, n), jnp.float32)
@@ -179,6 +203,8 @@ def emit(obj: dict) -> None:
 
 def machine_info() -> dict[str, Any]:
     """Platform, CPU count, load averages at the start, JAX version and backend (numbers depend on them)."""
+    import jax
+
     return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "load_average": list(os.getloadavg()),
             "jax": jax.__version__, "backend": jax.default_backend(), "devices": len(jax.devices())}
 
@@ -187,26 +213,28 @@ def parse_models(text: str, allowed) -> list[str]:
     """Comma-separated model names, each checked against ``allowed``.
 
     Raises:
-      ValueError: for an empty list or an unknown name.
+      FlagError: for an empty list or an unknown name (a ValueError too).
     """
     names = [x.strip() for x in text.split(",") if x.strip()]
     bad = [x for x in names if x not in allowed]
     if not names or bad:
-        raise ValueError(f"--models {text!r}: unknown {bad}; expected a comma-separated subset of {tuple(allowed)}")
+        raise FlagError(f"--models {text!r}: unknown {bad}; expected a comma-separated subset of {tuple(allowed)}")
     return names
 
 
 def parse_flags(parser: argparse.ArgumentParser, argv: list[str] | None,
-                worker: Callable[[argparse.Namespace], dict]) -> tuple[argparse.Namespace, dict | None]:
+                worker: Callable[[argparse.Namespace], dict],
+                path_flags: dict[str, paths.PathKind] | None = None) -> tuple[argparse.Namespace, dict | None]:
     """Parses ``argv`` with ``parser`` plus the hidden ``--worker`` flag, which tells a process started by
-    :func:`run_worker` what to measure; in such a worker process runs ``worker(args)`` and prints its result
-    (:func:`emit`).
+    :func:`run_worker` what to measure; checks the path flags ``path_flags`` (:func:`openvivqa_jax.paths.check_args`);
+    in a worker process then runs ``worker(args)`` and prints its result (:func:`emit`).
 
     Returns:
       ``(args, result)``: ``result`` is the worker's dict in a worker process, None in the parent.
     """
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    paths.check_args(args, path_flags or {})
     if not args.worker:
         return args, None
     result = worker(args)
@@ -220,12 +248,16 @@ def run_worker(script: str, args: list[str], timeout: float | None = None) -> di
     Used to measure one model per process (honest peak RSS, no compilation cache shared between models).
 
     Raises:
-      RuntimeError: if the worker exits non-zero or prints no JSON (its stderr tail is in the message).
+      WorkerError: if the worker ends with its own ``error:`` line (a user's error: that line, its exit status).
+      RuntimeError: if the worker exits non-zero otherwise or prints no JSON (its stderr tail is in the message).
     """
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
+    last = (proc.stderr.strip().splitlines() or [""])[-1]
+    if proc.returncode in (1, 2) and last.startswith("error: "):
+        raise WorkerError(last.removeprefix("error: "), proc.returncode)
     sys.stderr.write(proc.stderr[-4000:] if proc.returncode else "")
     if proc.returncode != 0:
         raise RuntimeError(f"{os.path.basename(script)} {' '.join(args)} exited with {proc.returncode}: "

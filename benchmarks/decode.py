@@ -150,6 +150,11 @@ def worker(args) -> dict:
     return res
 
 
+#: The path flags (openvivqa_jax.paths), checked before anything is measured: ``--ids_out`` is where a worker
+#: writes its decoded ids.
+PATH_FLAGS = {"--ids_out": common.paths.OUTPUT_FILE}
+
+
 def main(argv=None) -> dict:
     """Parses flags, runs the workers, prints and returns the JSON object."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -167,7 +172,7 @@ def main(argv=None) -> dict:
                         "(decoding.beam_search(share_memory=True); float results may differ by ~1e-7)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (tests)")
     p.add_argument("--ids_out", default=None, help=argparse.SUPPRESS)
-    args, res = common.parse_flags(p, argv, worker)
+    args, res = common.parse_flags(p, argv, worker, PATH_FLAGS)
     if args.worker:
         return res
     models = common.parse_models(args.models, MODELS)
@@ -209,4 +214,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(common.run_script(main))

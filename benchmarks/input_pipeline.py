@@ -259,6 +259,11 @@ def standin_worker(args) -> dict:
     return res
 
 
+#: The path flags (openvivqa_jax.paths), checked before anything is built or measured.
+PATH_FLAGS = {"--standin": common.paths.INPUT_DIR, "--data_dir": common.paths.DATA_DIR,
+              "--workdir": common.paths.INPUT_DIR, "--cache_root": common.paths.OUTPUT_DIR}
+
+
 def main(argv=None) -> dict:
     """Parses flags, runs the workers (and the default train step), prints and returns the JSON object."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -282,6 +287,7 @@ def main(argv=None) -> dict:
     p.add_argument("--no_flops", action="store_true", help="with --standin: skip the train step's FLOPs")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    common.paths.check_args(args, PATH_FLAGS)
     if args.worker and args.worker.startswith("standin:"):
         res = standin_worker(args)
         common.emit(res)
@@ -331,4 +337,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(common.run_script(main))

@@ -41,6 +41,12 @@ import time
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from openvivqa_jax import paths  # noqa: E402
+from openvivqa_jax.cli import run_script  # noqa: E402
+from openvivqa_jax.errors import UsageError  # noqa: E402
+
 RELEASE_IMAGES = 11_199
 RELEASE_QUESTIONS = 37_914
 SPLIT_SHARES = (("train", 0.813), ("dev", 0.093), ("test", 0.094))
@@ -166,6 +172,10 @@ def make_image(args: tuple) -> dict:
             "qas": qas}
 
 
+#: The path flags (openvivqa_jax.paths), checked before anything is written.
+PATH_FLAGS = {"--out": paths.NEW_OUTPUT_DIR}
+
+
 def main(argv=None) -> dict:
     """Parses flags, writes the stand-in, prints a one-line JSON summary and returns it."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -176,9 +186,8 @@ def main(argv=None) -> dict:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (output does not depend on it)")
     args = p.parse_args(argv)
     if not 1 <= args.images <= RELEASE_IMAGES:
-        sys.exit(f"make_release_standin: --images must be 1..{RELEASE_IMAGES} (the release's size), got {args.images}")
-    if os.path.isdir(args.out) and os.listdir(args.out):
-        sys.exit(f"make_release_standin: {args.out} exists and is not empty; give a new folder")
+        raise UsageError(f"--images must be 1..{RELEASE_IMAGES} (the release's size), got {args.images}")
+    paths.check_args(args, PATH_FLAGS)
     os.makedirs(os.path.join(args.out, "images"), exist_ok=True)
     if args.features:
         os.makedirs(os.path.join(args.out, "features"), exist_ok=True)
@@ -214,4 +223,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

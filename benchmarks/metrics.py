@@ -50,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
+from openvivqa_jax.cli import run_script  # noqa: E402
 from openvivqa_jax.evaluation import score  # noqa: E402
 from openvivqa_jax.evaluation.sanitize import sanitize_text  # noqa: E402
 
@@ -242,4 +243,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

@@ -29,6 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from openvivqa_jax import paths  # noqa: E402
+from openvivqa_jax.cli import run_script  # noqa: E402
 from openvivqa_jax.data import images, ocr  # noqa: E402
 from openvivqa_jax.text.normalize import normalize_text  # noqa: E402
 
@@ -39,12 +41,17 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+#: The path flags (openvivqa_jax.paths), checked before anything is read.
+PATH_FLAGS = {"--examples": paths.INPUT_DIR}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--examples", default=os.path.join(ROOT, "..", "shared", "data", "openvivqa_examples"))
     p.add_argument("--engines", default=",".join(e for e in ocr.ENGINES if e != "none"))
     p.add_argument("--repeats", type=int, default=1)
     args = p.parse_args(argv)
+    paths.check_args(args, PATH_FLAGS)
     with open(os.path.join(args.examples, "examples_data.json"), encoding="utf-8") as f:
         data = json.load(f)
     imgs = {str(k): v for k, v in data["images"].items()}
@@ -79,4 +86,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

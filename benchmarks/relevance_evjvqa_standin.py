@@ -26,8 +26,15 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # the test tiers' folder, where the stand-in's vocabulary is
 
 from test_evjvqa import COLORS, OBJECTS  # noqa: E402
+
+from openvivqa_jax import paths  # noqa: E402
+from openvivqa_jax.cli import run_script  # noqa: E402
+
+#: The path flags (openvivqa_jax.paths), checked before anything is written; a rerun reuses what is there.
+PATH_FLAGS = {"--out": paths.OUTPUT_DIR}
 
 RGB = {"red": (215, 25, 30), "blue": (25, 70, 210), "green": (30, 150, 50), "yellow": (250, 220, 0),
        "white": (248, 248, 248), "black": (20, 20, 20), "brown": (120, 70, 25), "pink": (255, 125, 195)}
@@ -131,11 +138,12 @@ def probe(out_dir: Path) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv=None) -> None:
     """Builds the three-language stand-in, trains one encoder per language and prints the probe's JSON."""
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    paths.check_args(args, PATH_FLAGS)
     out_dir = Path(args.out)
     if not (out_dir / "manual" / "evjvqa_train.json").exists():
         write_standin(out_dir / "manual")
@@ -146,4 +154,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

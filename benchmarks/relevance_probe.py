@@ -30,6 +30,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from openvivqa_jax import paths  # noqa: E402
+from openvivqa_jax.cli import run_script  # noqa: E402
+
+#: The path flags (openvivqa_jax.paths), checked before anything is read or built.
+PATH_FLAGS = {"--relevance_model": paths.INPUT_DIR, "--data_dir": paths.DATA_DIR, "--predictions": paths.INPUT_FILE}
+
 SIDES = ("bên trái", "bên phải", "ở giữa")
 
 
@@ -59,12 +65,6 @@ def auc(right: np.ndarray, wrong: np.ndarray) -> float:
 
 def main(argv=None) -> dict:
     """Prints (and returns) CMedRel's AUC per kind of wrong answer and CLinRel's correlation with CIDEr."""
-    import ml_collections
-
-    from openvivqa_jax.data import datasets, pipeline
-    from openvivqa_jax.evaluation import relevance as rel
-    from tfds_builders.synthetic_openvivqa import generator as gen
-
     p = argparse.ArgumentParser()
     p.add_argument("--relevance_model", required=True)
     p.add_argument("--data_dir", default=None)
@@ -72,6 +72,13 @@ def main(argv=None) -> dict:
     p.add_argument("--split", default="test")
     p.add_argument("--predictions", default=None)
     args = p.parse_args(argv)
+    paths.check_args(args, PATH_FLAGS)
+    import ml_collections
+
+    from openvivqa_jax.data import datasets, pipeline
+    from openvivqa_jax.evaluation import relevance as rel
+    from tfds_builders.synthetic_openvivqa import generator as gen
+
     enc = rel.load_models(args.relevance_model)
     (lang, e), = enc.items()
     feats = e.image_features()
@@ -133,4 +140,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

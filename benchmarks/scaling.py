@@ -134,6 +134,10 @@ def _estimates(flops_rows: list[dict], mfu: float, global_batch: int, grad_bytes
     return out
 
 
+#: The path flags (openvivqa_jax.paths), checked before anything is measured.
+PATH_FLAGS = {"--reuse": common.paths.INPUT_FILE}
+
+
 def main(argv=None) -> None:
     """Command line (module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -147,6 +151,7 @@ def main(argv=None) -> None:
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--reuse", default="", help="recompute the estimates from this earlier output (no measuring)")
     a = p.parse_args(argv)
+    common.paths.check_args(a, PATH_FLAGS)
     if a.worker:
         kind, arg = a.worker.split(":")
         res = _measure(int(arg), a.repeats, a.smoke) if kind == "measure" else _flops(arg, a.smoke)
@@ -196,4 +201,4 @@ def _estimate_block(flops: list[dict], a) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(common.run_script(main))

@@ -29,6 +29,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from openvivqa_jax.cli import run_script  # noqa: E402
+
 
 def _pairs(text: str) -> tuple[int, ...]:
     try:
@@ -110,4 +112,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

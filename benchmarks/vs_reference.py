@@ -171,6 +171,10 @@ def summarize(rounds: list[dict], key: str) -> dict:
             "ratio_per_round": ratios, "ratio_median": statistics.median(ratios) if ratios else None}
 
 
+#: The path flags (openvivqa_jax.paths), checked before anything is measured.
+PATH_FLAGS = {"--torch_python": common.paths.PROGRAM}
+
+
 def main(argv=None) -> dict:
     """Parses flags, runs the alternated rounds, prints and returns the JSON object."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -188,10 +192,11 @@ def main(argv=None) -> dict:
                    help="our beam search reads one copy of the memory's keys/values per example (off by default)")
     p.add_argument("--quick", action="store_true", help="tiny shapes (benchmarks' --smoke), 1 round, 1 step")
     args = p.parse_args(argv)
+    common.paths.check_args(args, PATH_FLAGS)
     models = common.parse_models(args.models, MODELS)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or set(modes) - {"train", "decode"}:
-        raise SystemExit(f"--modes {args.modes!r}: expected a comma-separated subset of train,decode")
+        raise common.FlagError(f"--modes {args.modes!r}: expected a comma-separated subset of train,decode")
     if args.quick:
         args.rounds, args.steps, args.matmul_n, args.decode_batch = 1, 1, 256, 2
     skipped = torch_available(args.torch_python)
@@ -247,4 +252,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(common.run_script(main))

@@ -19,6 +19,15 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from openvivqa_jax import paths  # noqa: E402
+from openvivqa_jax.cli import run_script  # noqa: E402
+
+#: The path flags (openvivqa_jax.paths), checked before any model is trained.
+PATH_FLAGS = {"--out": paths.OUTPUT_DIR, "--data_dir": paths.DATA_DIR}
+
 MODELS = ("mlpag", "m4c", "fst", "qumlag", "saaa", "mcan", "lorra")
 
 
@@ -46,14 +55,15 @@ def _run(model: str, steps: int, out: str, data_dir: str | None) -> dict:
     return row
 
 
-def main() -> None:
+def main(argv=None) -> None:
     """Runs the zoo and prints JSON then a markdown table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--out", default=os.path.join(ROOT, "runs", "zoo"))
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--data_dir", default=None)
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    paths.check_args(a, PATH_FLAGS)
     rows = [_run(m, a.steps, a.out, a.data_dir) for m in a.models.split(",") if m]
     print(json.dumps({"steps": a.steps, "rows": rows}, ensure_ascii=False))
     print("\n| model | BLEU-4 | ROUGE-L | CIDEr | CIDEr text QA | CIDEr non-text QA | unseen shop names copied |")
@@ -66,4 +76,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

@@ -81,17 +81,14 @@ cd ~/$REMOTE_DIR && python3 -m pip install -q -U pip && python3 -m pip install -
 python3 -m pip install -q -e . && python3 -c 'import jax; print(jax.process_count(), jax.device_count())'"
 }
 
-# Builds (or reuses) the TFDS dataset of a config; single process, no jax.distributed.
-PREPARE_PY='import sys; from absl import flags; from ml_collections import config_flags; '\
-'config_flags.DEFINE_config_file("config", None, "experiment config"); flags.FLAGS(sys.argv); '\
-'from openvivqa_jax.data import datasets; b = datasets.load_builder(flags.FLAGS.config.data); '\
-'print(b.info.full_name, {k: v.num_examples for k, v in b.info.splits.items()})'
-
+# Builds (or reuses) the TFDS dataset of a config; single process, no jax.distributed. The main entry point's
+# prepare mode: its flags, config and paths are checked as for training, with one error: line on failure.
 do_prepare() {
   local config=$1; shift
   local dd=()
   [ -n "$DATA_DIR" ] && dd=("--config.data.data_dir=$DATA_DIR")
-  on_all "set -e; cd ~/$REMOTE_DIR && $(quoted python3 -c "$PREPARE_PY" "--config=$config" ${dd[@]+"${dd[@]}"} "$@")"
+  on_all "set -e; cd ~/$REMOTE_DIR && $(quoted python3 -m openvivqa_jax.main --mode=prepare "--config=$config" \
+${dd[@]+"${dd[@]}"} "$@")"
 }
 
 do_train() {

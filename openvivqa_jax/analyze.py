@@ -30,9 +30,10 @@ Writes to ``--out``:
 
 A plain-text summary goes to stdout.
 
-Exit codes: 0 on success; 2 for unusable input (a dataset that is not built or does not exist, a missing or
-malformed file, an agreement file with rows of different lengths, an unknown split): one ``error:`` line on
-stderr naming it; 1 when a split has no question.
+Exit codes: 0 on success; 2 for unusable input (a path flag that cannot serve, checked before anything is
+read (:data:`PATH_FLAGS`); a dataset that is not built or does not exist, a missing or malformed file, an
+agreement file with rows of different lengths, an unknown split): one ``error:`` line on stderr naming it; 1
+when a split has no question.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from collections.abc import Mapping, Sequence
 import ml_collections
 from absl import logging
 
+from openvivqa_jax import paths
 from openvivqa_jax.analysis import guideline, kappa, stats
 from openvivqa_jax.analysis.figures import write_figures
 from openvivqa_jax.analysis.records import (AnalysisInputError, EmptySplitError, QA, order_splits,
@@ -55,7 +57,12 @@ from openvivqa_jax.config_files import load_config
 from openvivqa_jax.data.ocr import load_ocr_file
 from openvivqa_jax.errors import UserError
 
-__all__ = ["build_parser", "analyze", "format_summary", "run"]
+__all__ = ["build_parser", "analyze", "format_summary", "run", "PATH_FLAGS"]
+
+#: The path flags (:mod:`openvivqa_jax.paths`), checked before anything is read; also ``--config`` (the file of
+#: ``FILE[:ARG]``) and each FILE of ``--input [SPLIT=]FILE`` (input files).
+PATH_FLAGS = {"--data_dir": paths.DATA_DIR, "--manual_dir": paths.INPUT_DIR, "--ocr_file": paths.INPUT_FILE,
+              "--agreement": paths.INPUT_FILE, "--out": paths.OUTPUT_DIR}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,7 +269,15 @@ def run(argv: Sequence[str] | None = None) -> int:
                     handled=(FileNotFoundError,))
 
 
+def _input_file(item: str) -> str:
+    """The file of an ``--input`` item, ``FILE`` or ``SPLIT=FILE`` (as :func:`_read_inputs` reads it)."""
+    return item.split("=", 1)[1] if "=" in item and not os.path.exists(item) else item
+
+
 def _run(args: argparse.Namespace) -> int:
+    paths.check_args(args, PATH_FLAGS, extra=[
+        ("--config", args.config.partition(":")[0] if args.config else None, paths.INPUT_FILE),
+        ("--input", [_input_file(x) for x in args.input or []], paths.INPUT_FILE)])
     result: dict = {}
     if args.builder or args.config:
         splits = [s.strip() for s in args.splits.split(",") if s.strip()] if args.splits else None

@@ -1,7 +1,7 @@
 """The one command-line layer every entry point runs through: one ``error:`` line, Ctrl-C, quiet start-up.
 
 :func:`run_main` runs an entry point's body (``main``, ``predict``, ``evaluate``, ``analyze``, ``plot``,
-``param_count``) and
+``param_count``, the fastText trainer; the benchmarks through :func:`run_script`) and
 
 * turns a :class:`~openvivqa_jax.errors.UserError` (also one found in the ``__cause__``/``__context__`` chain
   of another exception, as Apache Beam re-raises worker errors) into one line on stderr,
@@ -29,10 +29,12 @@ from collections.abc import Callable, Iterable
 from absl import app, logging
 
 from openvivqa_jax.errors import UserError
+from openvivqa_jax.paths import remove_created
 from openvivqa_jax.quiet import quiet_tensorflow_imports
 from openvivqa_jax.training import interrupts
 
-__all__ = ["run_main", "error_line", "find_user_error", "print_error", "install_tfds_cli_handler", "exit_now"]
+__all__ = ["run_main", "run_script", "error_line", "find_user_error", "print_error", "install_tfds_cli_handler",
+           "exit_now"]
 
 
 def _one_line(text) -> str:
@@ -116,10 +118,14 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
     Returns:
       The exit code: the body's; the error's (:attr:`UserError.exit_code`, or ``exit_codes``);
       :attr:`~openvivqa_jax.training.interrupts.TrainingInterrupted.exit_code`; 130 / 143 after a signal.
+
+    When the command fails (a non-zero exit code, an interruption, a bug), the output folders that its path
+    checks created and that are still empty are removed again (:func:`openvivqa_jax.paths.remove_created`).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow can be imported
     verbosity = logging.get_verbosity()
     handlers = interrupts.install(sigterm=sigterm)  # a Ctrl-C is never lost (openvivqa_jax.training.interrupts)
+    failed = True
     with warnings.catch_warnings():
         if not verbose:
             if quiet_warnings:
@@ -130,7 +136,12 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
             if import_tensorflow and not verbose:
                 quiet_tensorflow_imports()
             code = body()
-            return 0 if code is None else int(code)
+            code = 0 if code is None else int(code)
+            failed = code != 0
+            return code
+        except SystemExit as e:  # sys.exit in the body, or the paths-only check (openvivqa_jax.paths)
+            failed = e.code not in (None, 0)
+            raise
         except interrupts.TrainingInterrupted as e:
             interrupts.ignore_further(sigterm)
             print(str(e), file=sys.stderr)
@@ -152,9 +163,25 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
             print(f"error: {cls.__name__}: {message}" if with_class else f"error: {message}", file=sys.stderr)
             return code
         finally:
+            if failed:  # a refused or failed command leaves no empty folder behind
+                remove_created()
             interrupts.clear_received()
             interrupts.restore(handlers)
             logging.set_verbosity(verbosity)
+
+
+def run_script(main: Callable[[], object], **kwargs) -> int:
+    """:func:`run_main` for a script whose ``main()`` returns its result (a dict, already printed) or its exit
+    code (an int); returns the exit code. The benchmarks end with ``sys.exit(run_script(main))``.
+
+    Keyword arguments: those of :func:`run_main`; ``sigterm`` defaults to False (a benchmark keeps the default
+    SIGTERM, which ends it and the worker processes it waits for).
+    """
+    def body() -> int:
+        out = main()
+        return out if isinstance(out, int) and not isinstance(out, bool) else 0
+
+    return run_main(body, **{"sigterm": False, **kwargs})
 
 
 def install_tfds_cli_handler() -> bool:

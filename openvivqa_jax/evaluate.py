@@ -43,7 +43,8 @@ questions cannot score as a perfect one. The scores of the answered questions al
 ``--missing skip`` scores the answered questions only (the main scores are then the answered subset, named so in
 ``coverage``).
 
-Exit codes: 0 on success; 2 for unusable input (unreadable file, invalid JSON, unknown layout,
+Exit codes: 0 on success; 2 for unusable input (a path flag naming no file or a folder that cannot be
+written, checked before anything is read (:data:`PATH_FLAGS`); unreadable file, invalid JSON, unknown layout,
 malformed record, unknown metric: one ``error:`` line on stderr naming the file/record); 1 when no
 prediction id is found in the references. Predictions whose ids are missing from the references are
 counted (``counts.missing_in_references``) and announced with one ``warning:`` line on stderr.
@@ -58,6 +59,7 @@ from collections.abc import Sequence
 
 from absl import logging
 
+from openvivqa_jax import paths
 from openvivqa_jax.cli import print_error, run_main
 from openvivqa_jax.errors import UserError
 from openvivqa_jax import jsonio
@@ -69,7 +71,12 @@ from openvivqa_jax.evaluation.evaluator import TEXT_MODES
 from openvivqa_jax.evaluation.sanitize import MAX_TOKENS
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
 
-__all__ = ["build_parser", "run"]
+__all__ = ["build_parser", "run", "PATH_FLAGS"]
+
+#: The path flags (:mod:`openvivqa_jax.paths`), checked before anything is read; also ``--relevance_model``
+#: (each PATH of ``PATH`` or ``LANG=PATH,...``: an input folder) and ``--json`` (an output file, unless ``-``).
+PATH_FLAGS = {"--predictions": paths.INPUT_FILE, "--references": paths.INPUT_FILE, "--meteor_jar": paths.INPUT_FILE,
+              "--java": paths.PROGRAM, "--vectors": paths.INPUT_FILE, "--image_features": paths.INPUT_FILE}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,6 +179,10 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Loads, checks the ids, scores and reports (the stages below); returns the exit code."""
+    models = [m.strip().partition("=")[2].strip() if "=" in m else m.strip()
+              for m in (args.relevance_model or "").split(",") if m.strip()]
+    paths.check_args(args, PATH_FLAGS, extra=[("--relevance_model", models, paths.INPUT_DIR),
+                                              ("--json", None if args.json == "-" else args.json, paths.OUTPUT_FILE)])
     try:
         preds, refs, metrics = _load_inputs(args)
     except (InputError, ValueError) as e:

@@ -5,12 +5,15 @@ Modes:
 * ``train`` (default): train (resuming from the workdir's last checkpoint), evaluate dev periodically,
   then score dev and test with the best checkpoint and print the tables and example answers.
 * ``evaluate``: score the dev and test splits with the workdir's best checkpoint.
+* ``prepare``: build the config's dataset (or find it built) and print its splits; no ``--workdir`` needed.
+  The multi-host launch scripts run it once per host before training (``launch/``).
 
 Any config field can be overridden on the command line: ``--config.train.num_train_steps=100``.
 
 What goes wrong on the user's side ends with one ``error:`` line on stderr, never a traceback (which
 ``--verbosity=1`` logs): a misspelt flag or config field (with ml_collections' "Did you mean" suggestion) or a
-config file that does not load (exit status 2); a config value out of range
+config file that does not load, a path that cannot serve (``--workdir`` a file or not writable,
+``--config.data.data_dir`` a file; :mod:`openvivqa_jax.paths`) (exit status 2); a config value out of range
 (:func:`openvivqa_jax.config_check.check_config`), a bad dataset file, a missing manual download folder (the
 line, then the builder's download instructions), a missing OCR engine or a bad ViT checkpoint (exit status 1).
 Ctrl-C or SIGTERM during training saves a checkpoint of the current step and prints ``interrupted at step N;
@@ -34,7 +37,7 @@ if "--verbose" not in sys.argv:  # before TensorFlow can be imported: its C++ st
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from openvivqa_jax import cli  # noqa: E402
+from openvivqa_jax import cli, paths  # noqa: E402
 from openvivqa_jax.cli import print_error  # noqa: E402
 from openvivqa_jax.errors import USAGE_EXIT_CODE, ConfigError  # noqa: E402
 from openvivqa_jax.quiet import quiet_tensorflow_imports  # noqa: E402
@@ -43,10 +46,13 @@ from openvivqa_jax.training import interrupts  # noqa: E402
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
 flags.DEFINE_string("workdir", None, "Run folder: checkpoints, logs, metrics and predictions.")
-flags.DEFINE_enum("mode", "train", ["train", "evaluate"], "What to run.")
+flags.DEFINE_enum("mode", "train", ["train", "evaluate", "prepare"],
+                  "What to run: train, evaluate the best checkpoint, or prepare (build) the dataset only.")
 flags.DEFINE_bool("verbose", False, "Keep the start-up notices of JAX (no TPU backend), TensorFlow and the INFO "
                   "logs of orbax, TFDS and grain.")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.mark_flag_as_required("config")
+flags.register_multi_flags_validator(["workdir", "mode"], lambda f: f["workdir"] is not None or f["mode"] == "prepare",
+                                     message="--workdir is required (except with --mode prepare)")
 
 #: Exit status of usage errors (bad flags, config file or field), as argparse uses.
 USAGE_ERROR = USAGE_EXIT_CODE
@@ -187,11 +193,44 @@ def _main(argv) -> None:
     from openvivqa_jax.config_check import check_config
 
     check_config(cfg)  # before TensorFlow, JAX and the data modules are imported: a bad value fails at once
+    _check_paths(cfg)
     if not FLAGS.verbose:
         quiet_tensorflow_imports()  # TensorFlow only if a TFDS build needs it, and without its notices
         logging.get_absl_handler().addFilter(_QuietLibraries())
+    if FLAGS.mode == "prepare":
+        _prepare(cfg)
+        return
     _init_distributed(cfg)
     _run_task(cfg.get("task", "vqa"), cfg)
+
+
+def _check_paths(cfg) -> None:
+    """Checks the run's path flags (:mod:`openvivqa_jax.paths`) and uses the checked values (``~`` expanded).
+
+    Raises:
+      PathError: ``--workdir`` (a new or writable folder; one that exists for ``--mode evaluate``),
+        ``--config.data.data_dir`` or ``--config.data.model_ready_dir`` cannot serve.
+    """
+    data = cfg.get("data") or {}
+    specs = [("--workdir", FLAGS.workdir, paths.RUN_DIR if FLAGS.mode == "evaluate" else paths.OUTPUT_DIR),
+             ("--config.data.data_dir", data.get("data_dir"), paths.DATA_DIR),
+             ("--config.data.model_ready_dir", data.get("model_ready_dir") if data.get("model_ready") else None,
+              paths.OUTPUT_DIR)]
+    if FLAGS.mode == "prepare":  # builds the dataset only
+        specs = specs[1:2]
+    for (flag, given, _), checked in zip(specs, paths.check_paths(specs)):
+        if checked != given and flag == "--workdir":
+            FLAGS.workdir = checked
+        elif checked != given:
+            data[flag.rsplit(".", 1)[1]] = checked
+
+
+def _prepare(cfg) -> None:
+    """``--mode prepare``: builds the config's dataset unless it is built, then prints its name and splits."""
+    from openvivqa_jax.data import datasets
+
+    b = datasets.load_builder(cfg.data)
+    print(b.info.full_name, {k: v.num_examples for k, v in b.info.splits.items()})
 
 
 def _run_task(task: str, cfg) -> None:

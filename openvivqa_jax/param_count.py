@@ -21,19 +21,22 @@ import inspect
 import os
 import sys
 
-import jax
-import numpy as np
-from flax import nnx
-
+from openvivqa_jax import paths
 from openvivqa_jax.cli import run_main
 from openvivqa_jax.config_files import config_module
-from openvivqa_jax.models import build_model
 
-__all__ = ["count_params", "layer_summary", "config_rows", "format_table", "main"]
+__all__ = ["count_params", "layer_summary", "config_rows", "format_table", "main", "PATH_FLAGS"]
 
 
 def count_params(model_cfg, vocab_size: int) -> int:
     """Number of ``nnx.Param`` scalars of ``build_model(model_cfg, vocab_size)`` (built abstractly)."""
+    # Imported here: the command line checks its flags before paying for JAX's import.
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    from openvivqa_jax.models import build_model
+
     model = nnx.eval_shape(lambda: build_model(model_cfg, vocab_size))
     return int(sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param))))
 
@@ -78,11 +81,11 @@ def config_rows(config_dir: str) -> list[dict]:
     Raises:
       FileNotFoundError: if ``config_dir`` holds no ``*.py`` config.
     """
-    paths = sorted(p for p in glob.glob(os.path.join(config_dir, "*.py")) if not p.endswith("__init__.py"))
-    if not paths:
+    files = sorted(p for p in glob.glob(os.path.join(config_dir, "*.py")) if not p.endswith("__init__.py"))
+    if not files:
         raise FileNotFoundError(f"no *.py config in {config_dir}")
     rows = []
-    for path in paths:
+    for path in files:
         mod = config_module(path)
         if not hasattr(mod, "get_config"):
             continue
@@ -103,13 +106,22 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: The path flags (:mod:`openvivqa_jax.paths`), checked before any config is loaded.
+PATH_FLAGS = {"--config_dir": paths.INPUT_DIR}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; prints the table. A ``--config_dir`` without configs: one ``error:`` line, exit 2."""
+    """CLI entry point; prints the table. A ``--config_dir`` that is no folder or holds no configs: one
+    ``error:`` line, exit 2."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config_dir", default="configs/openvivqa", help="folder of paper-size configs")
     args = parser.parse_args(argv)
-    return run_main(lambda: print(format_table(config_rows(args.config_dir))), sigterm=False, with_class=False,
-                    handled=(FileNotFoundError,), exit_codes={FileNotFoundError: 2})
+    def body() -> None:
+        paths.check_args(args, PATH_FLAGS)
+        print(format_table(config_rows(args.config_dir)))
+
+    return run_main(body, sigterm=False, with_class=False, handled=(FileNotFoundError,),
+                    exit_codes={FileNotFoundError: 2})
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from openvivqa_jax import paths
 from openvivqa_jax.cli import run_main
 from openvivqa_jax.errors import UserError
 
@@ -272,7 +273,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     return run_main(lambda: _run(args), sigterm=False, with_class=False, exit_codes={UserError: 2})
 
 
+#: The path flags (:mod:`openvivqa_jax.paths`), checked before anything is read.
+PATH_FLAGS = {"--workdir": paths.INPUT_DIR, "--output": paths.OUTPUT_FILE}
+
+
 def _run(args: argparse.Namespace) -> int:
+    paths.check_args(args, PATH_FLAGS)
     path = os.path.join(os.path.expanduser(args.workdir), "metrics.jsonl")
     if not os.path.isdir(os.path.expanduser(args.workdir)):
         raise UserError(f"workdir {args.workdir!r} does not exist")

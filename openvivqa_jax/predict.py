@@ -45,6 +45,7 @@ from openvivqa_jax.data.ocr import (  # engines in data/ocr/engines.py, the merg
     read_ocr_table,
     run_ocr_passes,
 )
+from openvivqa_jax import paths
 from openvivqa_jax.errors import UserError
 from openvivqa_jax.evaluation import formats
 from openvivqa_jax.plot import plot_prediction
@@ -54,11 +55,17 @@ from openvivqa_jax.vqa.workdir import check_workdir, load_config
 
 __all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
            "plausible_token", "run_ocr_passes", "merge_ocr_passes", "load_image", "load_run",
-           "build_parser", "format_result", "run"]
+           "build_parser", "format_result", "run", "PATH_FLAGS"]
 
 #: Largest image accepted (pixels, width x height), checked from the header before decoding; about the
 #: area of a 50-megapixel photo. A 20000 x 20000 image (400 MP, 1.2 GB decoded) is refused.
 DEFAULT_MAX_PIXELS = DEFAULT_MAX_IMAGE_PIXELS
+
+#: The path flags (:mod:`openvivqa_jax.paths`), checked before anything is read; also ``--ocr`` when it names
+#: a file rather than an engine (an input file).
+PATH_FLAGS = {"--workdir": paths.INPUT_DIR, "--image": paths.INPUT_FILE, "--questions": paths.INPUT_FILE,
+              "--image_dir": paths.INPUT_DIR, "--output": paths.OUTPUT_FILE, "--plot": paths.OUTPUT_FILE,
+              "--plot_dir": paths.OUTPUT_DIR}
 
 
 class PredictError(UserError):
@@ -182,6 +189,8 @@ def _ocr_settings(args) -> dict:
 def _run(args) -> int:
     """Reads the questions and checks every image, then loads the run, answers and reports (the stages below);
     returns the exit code."""
+    paths.check_args(args, PATH_FLAGS, extra=[("--ocr", None if args.ocr in OCR_ENGINES else args.ocr,
+                                               paths.INPUT_FILE)])
     single = args.image is not None or args.question is not None
     records, question_skips = _read_records(args, single)
     ocr_cfg = _ocr_settings(args)

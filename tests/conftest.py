@@ -341,3 +341,53 @@ def assert_cached_decoding_matches(model, batch, max_answer_len: int, enc=None) 
     for t in range(max_answer_len):
         logits, cache = model.decode_step(dec, jnp.asarray(batch["decoder_in"][:, t]), jnp.int32(t), cache)
         np.testing.assert_allclose(np.asarray(logits), full[:, t], atol=2e-4, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------ folders a process cannot write
+
+#: Linux capabilities that let root read and write any file whatever its mode bits (capability(7)).
+_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 1, 2
+
+
+def _drop_file_mode_override() -> None:
+    """``preexec_fn``: drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set, so that the program
+    run next, even as root, gets neither and meets file mode bits as an ordinary user does."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def mode_bits_preexec():
+    """The ``preexec_fn`` under which a subprocess cannot write in a ``chmod 555`` folder: None when the tests
+    do not run as root (mode bits bind them anyway), else :func:`_drop_file_mode_override` (root writes
+    anywhere otherwise, so a read-only folder would mean nothing to it)."""
+    return _drop_file_mode_override if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+
+
+_MODE_BITS_BIND: list = []
+
+
+def mode_bits_bind_subprocesses() -> str | None:
+    """None when a subprocess started with :func:`mode_bits_preexec` cannot create a file in a ``chmod 555``
+    folder (tried once per session); else why not (a root without the capability to drop capabilities)."""
+    import subprocess
+
+    if not _MODE_BITS_BIND:
+        folder = tempfile.mkdtemp(prefix="openvivqa-mode-bits-")
+        try:
+            os.chmod(folder, 0o555)
+            code = f"open({os.path.join(folder, 'x')!r}, 'w')"
+            try:
+                res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                                     preexec_fn=mode_bits_preexec())
+                why = None if res.returncode != 0 else "a subprocess still writes in a chmod 555 folder"
+            except (OSError, subprocess.SubprocessError) as e:
+                why = f"capabilities cannot be dropped here ({e})"
+        finally:
+            os.chmod(folder, 0o755)
+            shutil.rmtree(folder, ignore_errors=True)
+        _MODE_BITS_BIND.append(why)
+    return _MODE_BITS_BIND[0]

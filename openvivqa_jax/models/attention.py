@@ -173,7 +173,7 @@ class MultiHeadAttention(nnx.Module):
 
         One segment may have fewer rows than ``q_in``: keys/values ``(b, H, head_dim, n)`` shared by
         ``batch / b`` consecutive query rows (beam search's beams of one example,
-        :func:`openvivqa_jax.decoding.beam_search` with ``share_memory``); those rows then attend as
+        :func:`openvivqa_jax.vqa.decoding.beam_search` with ``share_memory``); those rows then attend as
         ``batch / b`` query positions of one example (``mask`` of batch ``b`` or 1, one query row). The
         result equals attending over ``batch / b`` repeated copies up to float rounding (the dot runs over
         ``batch / b`` query rows at once; differences of order 1e-7).

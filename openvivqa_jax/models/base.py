@@ -1,7 +1,7 @@
 """The interface every model implements, and the losses.
 
 Generators (FST, QuMLAG, MLPAG, M4C) implement :class:`AnswerGenerator` (the interface
-:mod:`openvivqa_jax.decoding` is typed against) and teacher forcing::
+:mod:`openvivqa_jax.vqa.decoding` is typed against) and teacher forcing::
 
     encode(batch, deterministic, rngs) -> enc            # dict of arrays, batch-major
     __call__(batch, deterministic, rngs) -> logits       # teacher forcing, (batch, ans_len, V + N)
@@ -33,7 +33,7 @@ BatchTree = Any
 
 @runtime_checkable
 class AnswerGenerator(Protocol):
-    """What :func:`~openvivqa_jax.decoding.greedy_search` and :func:`~openvivqa_jax.decoding.beam_search`
+    """What :func:`~openvivqa_jax.vqa.decoding.greedy_search` and :func:`~openvivqa_jax.vqa.decoding.beam_search`
     need of a model: encode once, then one cached decoder step at a time over the extended output space
     (``V`` vocabulary pieces then ``N`` OCR slots, the pointer network of M4C, Hu et al. 2020 §3.3).
 

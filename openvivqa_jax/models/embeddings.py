@@ -68,7 +68,7 @@ class VisionEncoder(nnx.Module):
         ``depth``, ``heads``, ``mlp_dim``, ``posemb_grid``, ``cls_token`` (see
         :func:`openvivqa_jax.models.vit.vit_settings`), ``checkpoint`` (a big_vision ``.npz`` loaded at
         construction; None: random init) and ``freeze`` (the backbone is not trained: the optimizer
-        masks ``vision/backbone`` parameters, :func:`openvivqa_jax.train.make_optimizer`).
+        masks ``vision/backbone`` parameters, :func:`openvivqa_jax.training.state.make_optimizer`).
 
     Raises:
       ValueError: for an unknown kind, or kind ``vit`` without ``vision_cfg``.

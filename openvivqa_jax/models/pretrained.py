@@ -4,7 +4,7 @@
   ``(V, word_dim)`` starts as the fastText vector of piece ``i``'s text
   (:func:`openvivqa_jax.text.word_vectors.piece_vectors`; OpenViVQA §4.2 QuMLAG, §4.3 MLPAG, and LoRRA's
   question embedding). Pieces without a vector keep the random initialization. ``model.fasttext.freeze`` keeps
-  the table as loaded (:func:`openvivqa_jax.train.frozen_param_regex`), otherwise it is fine-tuned.
+  the table as loaded (:func:`openvivqa_jax.training.state.frozen_param_regex`), otherwise it is fine-tuned.
 * ``model.text_encoder.kind = "bert"`` (M4C): the Hugging Face BERT / RoBERTa checkpoint of
   ``model.text_encoder.path`` is loaded into ``text_bert`` (:func:`openvivqa_jax.models.bert.load_hf_checkpoint`).
 

@@ -18,9 +18,14 @@ import argparse
 import os
 import sys
 
+from openvivqa_jax import paths
+from openvivqa_jax.cli import run_main
 from openvivqa_jax.config_files import load_config
 
-__all__ = ["train_sentences", "train_fasttext", "main"]
+__all__ = ["train_sentences", "train_fasttext", "main", "PATH_FLAGS"]
+
+#: The path flags (:mod:`openvivqa_jax.paths`), checked before the config is loaded.
+PATH_FLAGS = {"--config": paths.INPUT_FILE, "--out": paths.OUTPUT_FILE}
 
 
 def train_sentences(records) -> list[list[str]]:
@@ -60,7 +65,7 @@ def train_fasttext(sentences: list[list[str]], out_path: str, *, dim: int = 300,
 
 
 def main(argv=None) -> int:
-    """Command line (module doc)."""
+    """Command line (module doc); a path that cannot serve or another user's error: one ``error:`` line."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="config file (its data.* and train split are read)")
     p.add_argument("--out", required=True, help="the .bin to write")
@@ -69,7 +74,13 @@ def main(argv=None) -> int:
     p.add_argument("--bucket", type=int, default=200_000)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    from openvivqa_jax.data.datasets import DataSplits  # heavy (JAX, grain, TFDS): once the arguments parse
+    return run_main(lambda: _train(args), sigterm=False)
+
+
+def _train(args: argparse.Namespace) -> int:
+    """Checks the paths, reads the train split, trains and writes the vectors."""
+    paths.check_args(args, PATH_FLAGS)
+    from openvivqa_jax.data.datasets import DataSplits  # heavy (JAX, grain, TFDS): once the paths are checked
 
     cfg = load_config(args.config)
     records = DataSplits(cfg.data).records(cfg.data.train_split)

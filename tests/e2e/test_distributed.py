@@ -551,13 +551,14 @@ def test_tpu_pod_script_runs_one_command_on_all_workers(tmp_path):
 
     remote = [shlex.split(x)[-1] for x in ssh]
     assert "pip install" in remote[0] and "jax[tpu]" in remote[0]
-    assert "load_builder" in remote[1] and "--config.data.manual_dir=/mnt/shared/openvivqa" in remote[1]
+    assert "openvivqa_jax.main --mode=prepare" in remote[1]
+    assert "--config.data.manual_dir=/mnt/shared/openvivqa" in remote[1]
     assert "--config.mesh.shape" not in remote[1]  # only data overrides go to the prepare step
     # The prepare command works as a worker would run it (here: from this checkout, the tiny config).
     prep = subprocess.run(["bash", script, "prepare", "configs/tiny.py", f"--config.data.data_dir={tmp_path}"],
                           env=env, capture_output=True, text=True, timeout=60, check=True).stdout
     cmd = shlex.split(prep)[-1].replace("cd ~/openvivqa_jax", f"cd {shlex.quote(ROOT)}")
-    cmd = cmd.replace("python3 -c", f"{shlex.quote(PY)} -c")
+    cmd = cmd.replace("python3 -m", f"{shlex.quote(PY)} -m")
     ran = subprocess.run(["bash", "-c", cmd], env=_env(None), capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "synthetic_openvivqa/tiny/1.2.0 {'train': 163, 'validation': 41, 'test': 40}" in ran.stdout
@@ -583,7 +584,7 @@ def test_slurm_script_prepares_once_per_node_then_srun_trains(tmp_path):
         python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$SRUN_LOG"
         args=("$@")
         while [[ "${args[0]}" == --* ]]; do args=("${args[@]:1}"); done
-        if [[ "${args[1]}" == "-c" ]]; then exec "${args[@]}"; fi
+        if [[ " ${args[*]} " == *" --mode=prepare "* ]]; then exec "${args[@]}"; fi
     """))
     (fake / "python").write_text(f"#!/usr/bin/env bash\nexec {PY} \"$@\"\n")
     for f in ("srun", "python"):
@@ -599,7 +600,8 @@ def test_slurm_script_prepares_once_per_node_then_srun_trains(tmp_path):
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(calls) == 2
     prep, train_call = calls
-    assert prep[:2] == ["--ntasks-per-node=1", "--ntasks=2"] and prep[2:4] == ["python", "-c"]
+    assert prep[:2] == ["--ntasks-per-node=1", "--ntasks=2"]
+    assert prep[2:6] == ["python", "-m", "openvivqa_jax.main", "--mode=prepare"]
     assert "synthetic_openvivqa/tiny" in res.stdout  # the dataset step ran and printed the splits
     assert os.path.isdir(data / "synthetic_openvivqa" / "tiny")
     assert train_call == ["--kill-on-bad-exit=1", "python", "-m", "openvivqa_jax.main", "--config=configs/tiny.py",

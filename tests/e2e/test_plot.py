@@ -74,7 +74,7 @@ def test_plot_cli_writes_png(tmp_path):
 
 
 @pytest.mark.parametrize("setup,needle", [
-    ("missing_dir", "does not exist"),
+    ("missing_dir", "folder not found"),
     ("no_metrics", "no metrics.jsonl"),
     ("bad_json", "line 1 is not valid JSON"),
 ])

@@ -196,7 +196,9 @@ def test_evaluate_cli_one_line_errors(vi_workdir, tmp_path, capsys):
         (["--image_features", str(tmp_path / "wide.npz")], "has vectors of width 7, but the relevance model projects "
                                                             "into a visual space of width 6"),
         (["--relevance_model", f"en={wd}"], f"relevance model {wd} encodes 'vi', not 'en'"),
-        (["--relevance_model", str(tmp_path / "nothing")], "not found: no relevance_model.json there"),
+        (["--relevance_model", str(tmp_path / "nothing")],
+         f"--relevance_model {tmp_path / 'nothing'}: folder not found"),
+        (["--relevance_model", str(tmp_path)], "not found: no relevance_model.json there"),
     ]
     for extra, message in cases:
         args = ["--predictions", str(path), "--metrics", "CLinRel,CMedRel", "--relevance_model", wd, *extra]
