@@ -16,8 +16,10 @@ OCR: none, unless the folder has an ``ocr.json`` (builder config ``default``); w
 ``--config.data.builder_config=tesseract`` (or ``detector_tesseract``) the builder reads the text in the photos at
 build time, and ``--config.eval.ocr_ablation=True`` also scores the test split with the OCR tokens masked out.
 
-Answers are scored with exact match and token F1 besides BLEU, ROUGE-L and CIDEr (the best checkpoint by CIDEr,
-as for OpenViVQA). The copy rate of unseen shop names is the synthetic set's probe and is off. A folder's build
+Answers are scored with exact match and token F1 besides BLEU, ROUGE-L and CIDEr; the best checkpoint is chosen by
+F1, which scores each question on its own: CIDEr weighs n-grams by their rarity over the dev split's references,
+so it is 0 by construction on a one-question split and noisy on a few dozen (a held-out 10% of a small folder).
+The copy rate of unseen shop names is the synthetic set's probe and is off. A folder's build
 is rebuilt when its files change (``data.rebuild``), so editing the CSV and running again uses the new rows.
 """
 
@@ -39,6 +41,7 @@ def get_config() -> ml_collections.ConfigDict:
     # of stopping with StaleDatasetError.
     c.data.rebuild = True
     c.eval.metrics = FOLDER_METRICS
+    c.train.best_metric = "F1"
     c.eval.ocr_ablation = False  # no OCR tokens unless the folder has ocr.json or an OCR builder config is chosen
     c.evals.ocr_ratio.enabled = c.eval.get_ref("ocr_ablation")  # it compares test with test_no_ocr
     c.evals.copy_rate.enabled = False  # unseen shop names: a probe of the synthetic set only

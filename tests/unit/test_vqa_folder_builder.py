@@ -143,6 +143,9 @@ BAD_CSV = {
     "case differs": (_bad_csv("Blue.JPEG,what?,x,"), readers.ImageFileError,
                      r"line 3: image file 'Blue\.JPEG' not found .*; did you mean 'blue\.jpeg'\? \(file names are "
                      r"case-sensitive\)"),
+    "bare file name": (_bad_csv("cup.jpg,what?,x,"), readers.ImageFileError,
+                       r"line 3: image file 'cup\.jpg' not found .*; a file of that name is at 'photos/kitchen/cup\.jpg': "
+                       r"write the path from the folder, e\.g\. 'photos/kitchen/cup\.jpg'$"),
     "empty question": (_bad_csv("cat.png,  ,x,q9"), readers.DatasetInputError, r"line 3 \(question q9\): empty question"),
     "empty answer": (_bad_csv("cat.png,what?, ,"), readers.DatasetInputError, r"line 3: empty answer$"),
     "empty answer among several": (_bad_csv("cat.png,what?,cat| ,"), readers.DatasetInputError,
@@ -293,7 +296,7 @@ def test_folder_config_points_at_the_builder_and_drops_the_synthetic_probes():
     assert (c.data.builder, c.data.builder_config, c.data.train_split, c.data.eval_split, c.data.test_split) == (
         "vqa_folder", "default", "train", "validation", "test")
     assert c.data.manual_dir is None and c.data.rebuild and c.model.name == "mlpag"
-    assert {"EM", "F1", "CIDEr"} <= set(c.eval.metrics) and c.train.best_metric in c.eval.metrics
+    assert {"EM", "F1", "CIDEr"} <= set(c.eval.metrics) and c.train.best_metric == "F1"
     assert [s.name for s in evals.plan(c)] == ["dev", "test"]
     c.eval.ocr_ablation = True  # an OCR builder config: the ablation and its ratio come back
     assert [s.name for s in evals.plan(c)] == ["dev", "test", "test_no_ocr", "ocr_ratio"]

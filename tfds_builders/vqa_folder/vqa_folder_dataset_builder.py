@@ -48,6 +48,7 @@ import collections
 import dataclasses
 import hashlib
 import os
+import posixpath
 import sys
 import unicodedata
 from pathlib import Path
@@ -133,7 +134,8 @@ class ImageFinder:
         """Args: manual_dir: the folder; paths are looked up in it, then in its ``images/`` subfolder."""
         self.manual_dir = Path(manual_dir)
         self.dirs = [self.manual_dir, self.manual_dir / "images"]
-        self._folded: dict[str, list[str]] | None = None
+        self._folded: dict[str, list[str]] | None = None  # folded path -> files, built at the first miss
+        self._by_name: dict[str, list[str]] = {}  # folded file name -> files
 
     def find(self, name: str) -> Path | None:
         """The file of the image path ``name`` (``/``-separated), in its NFC or NFD form too; None if none."""
@@ -148,18 +150,27 @@ class ImageFinder:
         return unicodedata.normalize("NFC", name).casefold()
 
     def missing(self, name: str, *, source: Path, record: str) -> readers.ImageFileError:
-        """Builds (does not raise) the error of an image path found nowhere, naming a file whose name differs
-        only in case when there is one."""
+        """Builds (does not raise) the error of an image path found nowhere. It names a file whose path differs
+        only in case, else the files of that name in other subfolders (a CSV of bare file names)."""
         if self._folded is None:
-            self._folded = collections.defaultdict(list)
+            self._folded, self._by_name = collections.defaultdict(list), collections.defaultdict(list)
             for root, _, files in os.walk(self.manual_dir):
                 for f in files:
                     rel = Path(root, f).relative_to(self.manual_dir).as_posix()
                     self._folded[self._fold(rel)].append(rel)
                     if rel.startswith("images/"):
                         self._folded[self._fold(rel[len("images/"):])].append(rel)
+                    self._by_name[self._fold(f)].append(rel)
         near = self._folded.get(self._fold(name))
-        hint = f"; did you mean {near[0]!r}? (file names are case-sensitive)" if near else ""
+        elsewhere = sorted(self._by_name.get(self._fold(posixpath.basename(name)), []))
+        if near:
+            hint = f"; did you mean {near[0]!r}? (file names are case-sensitive)"
+        elif elsewhere:
+            more = f" and {len(elsewhere) - 3} more" if len(elsewhere) > 3 else ""
+            hint = (f"; a file of that name is at {', '.join(map(repr, elsewhere[:3]))}{more}: write the path from "
+                    "the folder, e.g. " + repr(elsewhere[0]))
+        else:
+            hint = ""
         return readers.record_error(
             source, record, f"image file {name!r} not found in {self.manual_dir} (nor in its images/ folder){hint}",
             readers.ImageFileError)
