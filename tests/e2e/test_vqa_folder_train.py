@@ -72,3 +72,26 @@ def test_tfds_build_command_line(tmp_path):
     built = tfds.builder_from_directory(str(tmp_path / "d" / "vqa_folder" / "default" / "1.0.0"))
     assert {s: built.info.splits[s].num_examples for s in built.info.splits} == {"train": 5, "validation": 2,
                                                                                  "test": 2}
+
+
+@pytest.mark.slow
+def test_beam_build_equals_plain_build(tmp_path):
+    """Plain and Beam (DirectRunner, multi_processing, 2 workers) builds of a folder, its test split held out of
+    train: the same examples, every feature, in the same order."""
+    import tensorflow_datasets as tfds
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from test_beam_build import _assert_same_builds
+
+    from tfds_builders.vqa_folder import Builder, VqaFolderConfig
+
+    manual = make_folder(tmp_path / "m", validation=VALIDATION)
+    cfg = VqaFolderConfig(name="one_worker", num_workers=1)
+    plain = Builder(config=cfg, data_dir=str(tmp_path / "plain"), file_format="array_record")
+    plain.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual)))
+    options = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=multi_processing",
+                               "--direct_num_workers=2"])
+    beam = Builder(config=cfg, data_dir=str(tmp_path / "beam"), file_format="array_record")
+    beam.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=str(manual),
+                                                                           beam_options=options))
+    assert beam.use_beam and not plain.use_beam and beam.held_out == plain.held_out == {"test": (1, 1)}
+    _assert_same_builds(plain, beam)

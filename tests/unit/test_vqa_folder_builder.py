@@ -123,8 +123,8 @@ def test_too_few_train_images_to_hold_out_is_an_error(tmp_path):
 
 
 def test_excel_semicolon_csv_with_bom_and_extra_columns(tmp_path):
-    train = "\ufeffImage;Question;Answer;Question_ID;Note\n" + "".join(
-        f"{p};Màu gì {i}?;màu {i};q{i};ghi chú\n" for i, p in enumerate(["blue.jpeg", "cat.png", "photos/red.png"]))
+    train = "\ufeffImage;Question;Answer;Question_ID;Note\r\n" + "".join(  # Excel: CRLF line ends
+        f"{p};Màu gì {i}?;màu {i};q{i};ghi chú\r\n" for i, p in enumerate(["blue.jpeg", "cat.png", "photos/red.png"]))
     m = make_folder(tmp_path / "m", train=train, validation=VALIDATION, test=VALIDATION[:1])
     (m / "train.csv").write_bytes(train.encode("utf-8"))  # the BOM written by hand
     builder = build(Builder, m, tmp_path / "d", NO_OCR)
