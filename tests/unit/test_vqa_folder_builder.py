@@ -280,6 +280,16 @@ def test_ocr_file_is_keyed_by_the_image_path_of_the_rows(tmp_path):
     assert builder.ocr_stats.get("images_missing_from_ocr_file", 0) >= 1  # counted, not silent
 
 
+def test_config_language_for_rows_without_one(tmp_path):
+    m = make_folder(tmp_path / "m", train="image,question,answer\nblue.jpeg,ban di dau?,ha noi\ncat.png,what?,cat\n"
+                    "photos/red.png,mau gi?,do\n", validation=VALIDATION, test=VALIDATION)
+    builder = build(Builder, m, tmp_path / "d", VqaFolderConfig(name="vi", ocr_engine="none", language="Vietnamese"))
+    assert {ex["language"] for ex in read(builder, "train").values()} == {"vi"}
+    assert {ex["language"] for ex in read(builder, "validation").values()} == {"vi"}  # v1 is English, not said
+    with pytest.raises(readers.DatasetInputError, match=r"config fr: language: language 'fr' is not one of vi, en"):
+        build(Builder, m, tmp_path / "d2", VqaFolderConfig(name="fr", ocr_engine="none", language="fr"))
+
+
 def test_detect_language():
     detect = annotation_rows.detect_language
     assert detect(["what colour is it ?", "red"]) == "en"

@@ -265,18 +265,24 @@ Then: python -m openvivqa_jax.main --config configs/folder/mlpag.py --workdir ru
         return self.dataset_info_from_configs(features=common.vqa_features(with_image=True),
                                               homepage="https://github.com/hieunghia-pat/OpenViVQA-dataset")
 
-    def _check_config(self) -> None:
+    def _check_config(self) -> str:
+        """Checks the config's values; returns its ``language`` as an ISO 639-1 code (or ``auto``).
+
+        Raises:
+            DatasetInputError: an unknown language or a held-out fraction outside [0, 0.5).
+        """
         cfg = self.builder_config
-        if cfg.language != "auto":
-            annotation_rows.parse_language(cfg.language, path=f"config {cfg.name}", record="language")
         if not 0 <= cfg.held_out_fraction < 0.5:
             raise readers.DatasetInputError(f"config {cfg.name}: held_out_fraction={cfg.held_out_fraction} is not "
                                             "in [0, 0.5)")
+        if cfg.language == "auto":
+            return "auto"
+        return annotation_rows.parse_language(cfg.language, path=f"config {cfg.name}", record="language")
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
         cfg = self.builder_config
         manual_dir = Path(dl_manager.manual_dir)
-        self._check_config()
+        language = self._check_config()
         files = annotation_files(manual_dir, cfg)
         self._ocr = readers.OcrSource(cfg.ocr_engine, manual_dir / cfg.ocr_file, auto_fallback="none",
                                       lang=cfg.ocr_lang, skip_invalid=cfg.skip_invalid_records)
@@ -292,7 +298,7 @@ Then: python -m openvivqa_jax.main --config configs/folder/mlpag.py --workdir ru
             unknown = self._field_counter(split, f"vqa_folder/{split}")
             read = [r for p in paths for r in annotation_rows.parse_file(
                 p, answers_required=split in cfg.answers_required_splits, policy=policy, unknown=unknown,
-                default_language=cfg.language, separator=cfg.answer_separator)]
+                default_language=language, separator=cfg.answer_separator)]
             rows[split] = _first_ids(read, policy)
             unknown.log_summary()
         rows, self.held_out = hold_out(rows, cfg.held_out_fraction)
