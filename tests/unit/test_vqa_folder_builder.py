@@ -255,6 +255,33 @@ def test_bad_rows_and_images_skipped_and_counted(tmp_path):
     assert sorted(read(builder, "test")) == ["7", "v1"]
 
 
+def test_missing_images_are_counted_in_their_file_split_and_never_held_out(tmp_path):
+    rows = "".join(f"p{i}.png,question {i}?,answer {i}\n" for i in range(10))
+    m = tmp_path / "m"
+    m.mkdir()
+    for i in range(3, 10):
+        Image.new("RGB", (16, 16), (i * 10, 0, 0)).save(m / f"p{i}.png")
+    (m / "train.csv").write_text("image,question,answer\n" + rows, encoding="utf-8")
+    config = VqaFolderConfig(name="skip_images", ocr_engine="none", skip_missing_images=True)
+    builder = build(Builder, m, tmp_path / "d", config)
+    assert builder.skip_counts["train"] == {"missing_or_corrupt_image": 3}
+    assert builder.held_out == {"validation": (1, 1), "test": (1, 1)}  # drawn from the 7 photos that exist
+    assert sum(builder.info.splits[s].num_examples for s in ("train", "validation", "test")) == 7
+
+
+def test_a_split_left_without_examples_is_a_one_line_error(tmp_path):
+    m = make_folder(tmp_path / "m", validation=VALIDATION)
+    (m / "test.csv").write_text("image,question,answer\n", encoding="utf-8")
+    with pytest.raises(readers.DatasetInputError, match=r"^vqa_folder/no_ocr split 'test' has no examples: its "
+                       r"annotation file holds no question; fix or drop its file$"):
+        build(Builder, m, tmp_path / "d", NO_OCR)
+    (m / "test.csv").write_text("image,question,answer\ngone.png,what?,x\n", encoding="utf-8")
+    config = VqaFolderConfig(name="skip_images", ocr_engine="none", skip_missing_images=True)
+    with pytest.raises(readers.DatasetInputError, match=r"split 'test' has no examples: every question was skipped "
+                       r"\(\{'missing_or_corrupt_image': 1\}\)"):
+        build(Builder, m, tmp_path / "d2", config)
+
+
 def test_annotation_files_and_their_errors(tmp_path):
     m = make_folder(tmp_path / "m")
     (m / "train.csv").unlink()

@@ -134,17 +134,18 @@ class ImageFinder:
         """Args: manual_dir: the folder; paths are looked up in it, then in its ``images/`` subfolder."""
         self.manual_dir = Path(manual_dir)
         self.dirs = [self.manual_dir, self.manual_dir / "images"]
+        self._found: dict[str, Path | None] = {}
         self._folded: dict[str, list[str]] | None = None  # folded path -> files, built at the first miss
         self._by_name: dict[str, list[str]] = {}  # folded file name -> files
 
     def find(self, name: str) -> Path | None:
         """The file of the image path ``name`` (``/``-separated), in its NFC or NFD form too; None if none."""
-        for form in dict.fromkeys([name, unicodedata.normalize("NFC", name), unicodedata.normalize("NFD", name)]):
-            for d in self.dirs:
-                p = d / form
-                if p.is_file():
-                    return p
-        return None
+        if name not in self._found:
+            self._found[name] = next(
+                (d / form for form in dict.fromkeys([name, unicodedata.normalize("NFC", name),
+                                                     unicodedata.normalize("NFD", name)])
+                 for d in self.dirs if (d / form).is_file()), None)
+        return self._found[name]
 
     def _fold(self, name: str) -> str:
         return unicodedata.normalize("NFC", name).casefold()
@@ -182,6 +183,19 @@ def _first_ids(rows: list[annotation_rows.Row], policy: readers.ErrorPolicy) -> 
     seen: dict[str, str] = {}
     return [r for r in rows if policy.first_time(seen, r.question_id, f"{r.source.name} {r.record}", path=r.source,
                                                  record=r.record, message="question id repeated (first at {first})")]
+
+
+def _with_images(rows: list[annotation_rows.Row], finder: ImageFinder,
+                 policy: readers.ErrorPolicy) -> list[annotation_rows.Row]:
+    """``rows`` whose image file exists; a missing one is an error naming the row, or counted under
+    ``skip_missing_images`` (before the held-out splits are drawn, so that they hold only images that exist)."""
+    kept = []
+    for r in rows:
+        if finder.find(r.image) is None:
+            policy.handle("missing_or_corrupt_image", finder.missing(r.image, source=r.source, record=r.record))
+        else:
+            kept.append(r)
+    return kept
 
 
 def _image_order(image: str) -> str:
@@ -292,6 +306,7 @@ Then: python -m openvivqa_jax.main --config configs/folder/mlpag.py --workdir ru
         self._settings = image_work.ImageSettings(ocr_engine=engine, ocr_lang=cfg.ocr_lang)
         logging.info("vqa_folder/%s: split files %s", cfg.name, {k: [p.name for p in v] for k, v in files.items()})
         self._policies: dict[str, tuple[readers.SkipCounter, readers.ErrorPolicy]] = {}
+        finder = ImageFinder(manual_dir)
         rows = {}
         for split, paths in files.items():
             counter, policy = self._policies[split] = self._skip_policy(split, f"vqa_folder/{split}")
@@ -299,10 +314,9 @@ Then: python -m openvivqa_jax.main --config configs/folder/mlpag.py --workdir ru
             read = [r for p in paths for r in annotation_rows.parse_file(
                 p, answers_required=split in cfg.answers_required_splits, policy=policy, unknown=unknown,
                 default_language=language, separator=cfg.answer_separator)]
-            rows[split] = _first_ids(read, policy)
+            rows[split] = _with_images(_first_ids(read, policy), finder, policy)
             unknown.log_summary()
         rows, self.held_out = hold_out(rows, cfg.held_out_fraction)
-        finder = ImageFinder(manual_dir)
         return {split: self._generate_examples(split, split_rows, finder) for split, split_rows in rows.items()}
 
     def _generate_examples(self, split: str, rows: list[annotation_rows.Row], finder: ImageFinder):
@@ -314,12 +328,8 @@ Then: python -m openvivqa_jax.main --config configs/folder/mlpag.py --workdir ru
             self._policies[split] = self._skip_policy(split, name)
         counter, policy = self._policies[split]
         planner = beam_build.GroupPlanner()
-        for row in rows:
-            image_path = finder.find(row.image)
-            if image_path is None:
-                policy.handle("missing_or_corrupt_image", finder.missing(row.image, source=row.source, record=row.record))
-                continue
-            planner.add(image_path, row.image, row.source, row.question_id, row.record, {
+        for row in rows:  # every image was found (_with_images)
+            planner.add(finder.find(row.image), row.image, row.source, row.question_id, row.record, {
                 "image_id": row.image,
                 "question_id": row.question_id,
                 "question": row.question,
