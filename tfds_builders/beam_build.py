@@ -148,8 +148,14 @@ class BeamWhenAsked(build_check.RecordsSources):
 
     def _expect(self, split: str, examples, planned: int | None = None):
         """Registers a split's examples for verification and returns them: an iterator is wrapped to count the
-        examples it yields; a Beam ``PTransform`` needs ``planned`` (questions sent to Beam)."""
+        examples it yields; a Beam ``PTransform`` needs ``planned`` (questions sent to Beam).
+
+        Raises:
+          DatasetInputError: (when the split is generated) it has no examples, naming the split and its skips.
+        """
         if planned is not None:
+            if not planned:
+                raise self._no_examples(split)
             self._planned[split] = int(planned)
             return examples
 
@@ -158,8 +164,17 @@ class BeamWhenAsked(build_check.RecordsSources):
             for item in examples:
                 self._yielded[split] += 1
                 yield item
+            if not self._yielded[split]:  # TFDS would stop with a traceback ("No examples were yielded")
+                raise self._no_examples(split)
 
         return counted()
+
+    def _no_examples(self, split: str) -> readers.DatasetInputError:
+        """The one-line error of a split left without examples (an empty file, or every question skipped)."""
+        skipped = dict(getattr(self, "skip_counts", {}).get(split) or {})
+        why = f"every question was skipped ({skipped})" if skipped else "its annotation file holds no question"
+        return readers.DatasetInputError(f"{self.name}/{self.builder_config.name} split {split!r} has no examples: "
+                                         f"{why}; fix or drop its file")
 
     def _process_pipeline_result(self, pipeline_result) -> None:  # noqa: D401 - TFDS hook
         """Reads the Beam skip counters of the planned splits (None where the runner reports no metrics)."""
