@@ -327,7 +327,7 @@ def test_detect_language():
 
 
 def test_folder_config_points_at_the_builder_and_drops_the_synthetic_probes():
-    from openvivqa_jax import evals
+    from openvivqa_jax.vqa import config as evals
 
     c = load_config("configs/folder/mlpag.py")
     assert (c.data.builder, c.data.builder_config, c.data.train_split, c.data.eval_split, c.data.test_split) == (
