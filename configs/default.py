@@ -103,6 +103,9 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # MLPAG: after the fusion layers, the question tokens attend over the image (MCAN's guided attention), so the
     # question in the memory (question_in_memory) carries the objects it names (docs/results.md, non-text).
     c.model.question_over_image = False
+    # MLPAG: question-guided glimpses over the image appended to the decoder's memory (models/grounding.py):
+    # num glimpse tokens (0: none, the paper's model), the width of their score MLP and the largest count bin.
+    c.model.visual_glimpses = ml_collections.ConfigDict(dict(num=0, hidden_dim=128, max_count=10))
     c.model.dtype = "float32"
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
     # less training memory for one more forward pass of each block. Used by M4C.

@@ -31,6 +31,7 @@ from flax import nnx
 from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.decoder import answer_decoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, question_word_dim, vision_encoder
+from openvivqa_jax.models.grounding import visual_glimpses
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock
 
 __all__ = ["MLPAG", "fuse_sum"]
@@ -106,6 +107,8 @@ class MLPAG(MemoryDecoderGenerator):
         self.decoder = answer_decoder(cfg, vocab_size, use_pointer=True, rngs=rngs, dtype=dtype)
         if self.question_over_image:  # made last, so the other parameters are those of the model without it
             self.question_image_attention = mk()
+        # Made after every other module for the same reason.
+        self.glimpses = visual_glimpses(cfg, rngs=rngs, dtype=dtype)
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
         """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
@@ -136,4 +139,8 @@ class MLPAG(MemoryDecoderGenerator):
         if self.question_in_memory:
             memory = jnp.concatenate([memory, x_q.astype(memory.dtype)], 1)
             mem_mask = jnp.concatenate([mem_mask, q_mask], 1)
+        if self.glimpses is not None:
+            g = self.glimpses(vis["feats"], i_mask, x_q, q_mask, vis["boxes"], **kw)
+            memory = jnp.concatenate([memory, g["tokens"].astype(memory.dtype)], 1)
+            mem_mask = jnp.concatenate([mem_mask, g["mask"]], 1)
         return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}

@@ -1,0 +1,96 @@
+"""Question-guided visual glimpses (``openvivqa_jax/models/grounding.py``) against numpy: the two-hot count
+embedding, the glimpse tokens, weights and soft counts (masked cells ignored), and MLPAG's memory with them."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from conftest import random_batch, tiny_model_config
+from openvivqa_jax.models import build_model
+from openvivqa_jax.models.grounding import VisualGlimpses, soft_count_embedding, visual_glimpses
+
+
+def _np(x):
+    return np.asarray(x, np.float64)
+
+
+def _lin(x, lin):
+    return x @ _np(lin.kernel[...]) + (_np(lin.bias[...]) if lin.bias is not None else 0.0)
+
+
+def _softmax(z, axis):
+    e = np.exp(z - z.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def _ln(x, ln, eps=1e-6):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * _np(ln.scale[...]) + _np(ln.bias[...])
+
+
+def test_soft_count_embedding_is_two_hot():
+    got = np.asarray(soft_count_embedding(jnp.array([0.0, 2.25, 3.0, 7.5, -1.0]), max_count=4))
+    want = np.array([[1, 0, 0, 0, 0],
+                     [0, 0, 0.75, 0.25, 0],
+                     [0, 0, 0, 1, 0],
+                     [0, 0, 0, 0, 1],  # clipped to max_count
+                     [1, 0, 0, 0, 0]])  # clipped to 0
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_glimpses_match_numpy_and_ignore_masked_cells():
+    d, s, l, g = 8, 5, 3, 2
+    m = VisualGlimpses(d_model=d, num_glimpses=g, hidden_dim=6, max_count=4, dropout=0.0, rngs=nnx.Rngs(3))
+    rng = np.random.default_rng(0)
+    x_i, x_q = rng.normal(size=(2, s, d)), rng.normal(size=(2, l, d))
+    boxes = rng.uniform(size=(2, s, 4))
+    i_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    q_mask = np.array([[1, 1, 0], [1, 1, 1]], bool)
+    out = m(jnp.asarray(x_i, jnp.float32), jnp.asarray(i_mask), jnp.asarray(x_q, jnp.float32), jnp.asarray(q_mask),
+            jnp.asarray(boxes, jnp.float32))
+    for b in range(2):
+        # the question pooled by attentional reduction over its valid tokens
+        qp = m.question_pool
+        xq = x_q[b][q_mask[b]]
+        alpha = _softmax(_lin(np.maximum(_lin(xq, qp.mlp_in), 0), qp.mlp_out), 0)
+        q = _lin((alpha * 1.0).T @ xq, qp.merge)[0]
+        xi = x_i[b][i_mask[b]]
+        e = _lin(np.maximum(_lin(xi, m.w_image) + _lin(q, m.w_question), 0), m.w_score)  # (valid, G)
+        w = _softmax(e, 0)
+        count = (1 / (1 + np.exp(-e))).sum(0)
+        two_hot = np.maximum(1 - np.abs(np.clip(count, 0, 4)[:, None] - np.arange(5)), 0)
+        tokens = _ln(_lin(w.T @ xi, m.value) + _lin(two_hot, m.count) + _lin(w.T @ boxes[b][i_mask[b]], m.where)
+                     + _np(m.slot[...]), m.norm)
+        np.testing.assert_allclose(np.asarray(out["counts"][b]), count, rtol=1e-4)
+        np.testing.assert_allclose(np.asarray(out["weights"][b])[i_mask[b]], w, rtol=1e-4, atol=1e-6)
+        assert np.all(np.asarray(out["weights"][b])[~i_mask[b]] == 0)
+        np.testing.assert_allclose(np.asarray(out["tokens"][b]), tokens, rtol=1e-3, atol=1e-4)
+    assert out["mask"].shape == (2, g) and bool(out["mask"].all())
+
+
+def test_visual_glimpses_factory():
+    cfg = tiny_model_config("mlpag").model
+    assert visual_glimpses(cfg, rngs=nnx.Rngs(0), dtype=jnp.float32) is None  # num 0: the paper's model
+    cfg.visual_glimpses.num = 3
+    assert visual_glimpses(cfg, rngs=nnx.Rngs(0), dtype=jnp.float32).num_glimpses == 3
+    cfg.visual_glimpses.max_count = 0
+    with pytest.raises(ValueError, match="max_count"):
+        visual_glimpses(cfg, rngs=nnx.Rngs(0), dtype=jnp.float32)
+
+
+def test_mlpag_memory_gains_the_glimpse_tokens():
+    cfg = tiny_model_config("mlpag")
+    batch = random_batch(cfg, 40)
+    base = build_model(cfg.model, 40, seed=0)
+    cfg.model.visual_glimpses.num = 2
+    model = build_model(cfg.model, 40, seed=0)
+    enc0, enc = base.encode(batch), model.encode(batch)
+    n0 = enc0["memory"].shape[1]
+    assert enc["memory"].shape[1] == n0 + 2 and enc["memory_mask"].shape[1] == n0 + 2
+    # the glimpse module is built last, so every other parameter (and the memory before it) is the base model's
+    np.testing.assert_allclose(np.asarray(enc["memory"][:, :n0]), np.asarray(enc0["memory"]), rtol=1e-5, atol=1e-6)
+    logits = model(batch)
+    assert np.isfinite(np.asarray(logits)).all()
