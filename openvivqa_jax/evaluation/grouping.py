@@ -42,7 +42,8 @@ import openvivqa_jax.evaluation.cider as cider_lib
 from openvivqa_jax.evaluation.formats import QA_TYPE_NON_TEXT, QA_TYPE_TEXT
 from openvivqa_jax.evaluation.ngrams import build_ngram_corpus
 
-__all__ = ["MEAN_METRICS", "QA_TYPE_NAMES", "exact_match", "qa_type_labels", "field_scores", "format_field_tables"]
+__all__ = ["MEAN_METRICS", "QA_TYPE_NAMES", "exact_match", "qa_type_labels", "field_scores", "field_scalars",
+           "format_field_tables"]
 
 #: Metrics whose part value is the mean of the per-question values.
 MEAN_METRICS = ("ROUGE-L", "ANLS", "VQA-accuracy", "EM", "F1", "EVJVQA-F1", "WMDRel", "CLinRel", "CMedRel")
@@ -125,6 +126,14 @@ def field_scores(
                 row[m] = float(np.asarray(per_question[m], np.float64)[idx].mean())
             out[field][value] = row
     return out
+
+
+def field_scalars(by_field: Mapping[str, Mapping[str, Mapping[str, Any]]], prefix: str) -> dict[str, float]:
+    """Flat scalars of :func:`field_scores`' result for TensorBoard and ``metrics.jsonl``:
+    ``{f"{prefix}/{field}/{value}/exact_match": share in [0, 1]}``, one per field value (e.g.
+    ``dev/kind/colour/exact_match``), so that a kind learned late shows as its own curve."""
+    return {f"{prefix}/{field}/{value}/exact_match": float(r["exact_match"])
+            for field, by_value in by_field.items() for value, r in by_value.items()}
 
 
 def format_field_tables(by_field: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:

@@ -35,6 +35,7 @@ from absl import logging
 from flax import nnx
 
 from openvivqa_jax.data import model_ready, pipeline
+from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.training.run_log import MeanAccumulator
@@ -319,9 +320,16 @@ def _eval_dev(exp: Experiment, state: TrainState, step: int, writer) -> float:
     metrics, _ = evals.evaluate_split(exp, state.params, int(jax.device_get(state.step)), cfg.data.eval_split,
                                       write=True, tag="dev", settings=settings)
     overall = metrics["overall"]
-    writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items() if v is not None})
-    exp.jsonl.write(step, "eval", {f"dev/{k}": v for k, v in overall.items() if v is not None})
+    # Exact match per question kind / QA type as curves of their own: a corpus score hides a kind that is
+    # learned late (or never) behind the kinds learned early.
+    per_field = grouping.field_scalars(metrics.get("by_field") or {}, "dev")
+    scalars = {**{f"dev/{k}": v for k, v in overall.items() if v is not None}, **per_field}
+    writer.write_scalars(step, scalars)
+    exp.jsonl.write(step, "eval", scalars)
     logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items() if v is not None})
+    for field, by_value in (metrics.get("by_field") or {}).items():
+        logging.info("step %d dev exact match by %s: %s", step, field,
+                     ", ".join(f"{value} {r['exact_match']:.1%}" for value, r in by_value.items()))
     return float(overall.get(cfg.train.best_metric) or 0.0)
 
 
@@ -371,8 +379,12 @@ def warn_cut_inputs(what: str, rates: dict, model_cfg) -> None:
     for kind, field in (("question", "max_question_len"), ("answer", "max_answer_len")):
         rate = rates.get(f"{kind}_truncation_rate")
         if rate is not None and rate > CUT_WARNING_RATE:
-            logging.warning("%s of the %s %ss were cut at model.%s=%d: raise --config.model.%s", _pct(rate), what,
-                            kind, field, model_cfg.get(field), field)
+            # A tokenizer trained on a few dozen sentences splits unseen words into letters or bytes, so
+            # short questions are cut too; the flag is the same fix, but the cause is worth naming.
+            hint = ("; a tokenizer trained on little text splits words into many short pieces "
+                    "(docs/datasets.md, Tiny folders)" if kind == "question" else "")
+            logging.warning("%s of the %s %ss were cut at model.%s=%d: raise --config.model.%s%s", _pct(rate), what,
+                            kind, field, model_cfg.get(field), field, hint)
 
 
 def warn_warmup(cfg) -> None:

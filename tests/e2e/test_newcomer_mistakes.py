@@ -97,7 +97,8 @@ def test_inputs_mostly_cut_warn(caplog):
                               cfg.model)
     msgs = [r.getMessage() for r in caplog.records]
     assert msgs == [f"100.0% of the evaluation questions were cut at model.max_question_len="
-                    f"{cfg.model.max_question_len}: raise --config.model.max_question_len"]
+                    f"{cfg.model.max_question_len}: raise --config.model.max_question_len; a tokenizer trained on "
+                    "little text splits words into many short pieces (docs/datasets.md, Tiny folders)"]
 
 
 def test_a_small_corpus_giving_fewer_pieces_than_vocab_size_warns(tmp_path, caplog):

@@ -116,6 +116,13 @@ def test_workdir_contents_and_predictions(tmp_path, data_dir):
 
     final = records("final")
     assert {k for r in final for k in r if "/" in k} >= {"dev/CIDEr", "test/CIDEr", "test_no_ocr/CIDEr"}
+    # Every periodic dev evaluation also logs exact match per template kind (a curve per kind).
+    periodic = records("eval")
+    assert periodic and all(r["step"] % 10 == 0 for r in periodic)
+    kinds = {k.split("/")[2] for r in periodic for k in r if k.startswith("dev/kind/")}
+    assert kinds and kinds <= set(TEXT_KINDS + NON_TEXT_KINDS)
+    assert all(0.0 <= r[k] <= 1.0 for r in periodic for k in r if k.endswith("/exact_match"))
+    assert re.search(r"step 10 dev exact match by kind: \w+ \d+\.\d%", out.stderr), out.stderr[-2000:]
     subprocess.run(_main_cmd(wd, data_dir, "--mode=evaluate", "--config.eval.decoding=greedy",
                              "--config.eval.ocr_ablation=False"), cwd=ROOT, env=subprocess_env(), check=True,
                    capture_output=True, text=True)

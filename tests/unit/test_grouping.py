@@ -105,3 +105,14 @@ def test_evaluate_cli_table_and_json_on_stdout(tmp_path, capsys):
     decoded, end = json.JSONDecoder().raw_decode(out)
     assert decoded["by_field"]["kind"]["colour"]["EM"] == 0.5
     assert re.search(r"^by kind\s+questions\s+exact match", out[end:], re.M), out[end:]
+
+
+def test_field_scalars_name_every_part_by_field_and_value(tmp_path):
+    result = evaluator.evaluate_split(RECORDS, tmp_path, "dev", metrics=["EM"])
+    scalars = grouping.field_scalars(result["by_field"], "dev")
+    # Exact match counted by hand from RECORDS (as in the test above).
+    assert scalars == pytest.approx({
+        "dev/qa_type/non_text/exact_match": 0.5, "dev/qa_type/text/exact_match": 0.5,
+        "dev/kind/count/exact_match": 0.5, "dev/kind/colour/exact_match": 0.5, "dev/kind/name/exact_match": 1.0,
+        "dev/language/vi/exact_match": 0.6})
+    assert grouping.field_scalars({}, "dev") == {}
