@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/vision_probe.py [--channels 32,64,96,128] [--image_size 128,96] [--train_images 300]
-                                      [--test_images 150] [--seed 0]
+                                      [--test_images 150] [--seed 0] [--workdir RUN]
 
 Renders synthetic street scenes (``tfds_builders.synthetic_openvivqa.generator``; train split images for
 fitting, validation split images for scoring) at 256x192, resizes them bilinearly to ``--image_size`` like the
@@ -14,8 +14,12 @@ one-vs-rest linear classifier (features standardized, ``lambda = 1``) is fitted 
 scored on the held-out ones, for the object's colour (12 classes) and kind (5 classes).
 
 Prints one JSON object: ``grid`` ``[gh, gw]``, ``colour_accuracy``, ``kind_accuracy``, their majority-class
-rates on the held-out objects, and the object counts. An untrained backbone is probed: the number says how
-much of an object's colour survives the downsampling, before any training.
+rates on the held-out objects, ``colour_accuracy_by_kind`` (the held-out colour accuracy of the objects of
+each kind, from the same classifier) and the object counts. Without ``--workdir`` an untrained backbone is
+probed: the number says how much of an object's colour survives the downsampling, before any training. With
+``--workdir`` the backbone of a trained run (a CNN config; its best checkpoint, channels, pixel features,
+space-to-depth and image size, which replace the flags') is probed instead: side by side with the untrained number, it says whether training taught the
+backbone an object's kind and colour, or left that to the layers after it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from openvivqa_jax import paths  # noqa: E402
 from openvivqa_jax.cli import run_script  # noqa: E402
+
+#: Path flags, checked before any work (openvivqa_jax/paths.py).
+PATH_FLAGS = {"--workdir": paths.INPUT_DIR}
 
 
 def _pairs(text: str) -> tuple[int, ...]:
@@ -71,13 +79,49 @@ def cell_features(grid: np.ndarray, objects) -> tuple[np.ndarray, np.ndarray, np
     return np.asarray(feats, np.float64), np.asarray(ys_colour), np.asarray(ys_kind)
 
 
-def ridge_accuracy(f_train, y_train, f_test, y_test, num_classes: int, lam: float = 1.0) -> float:
-    """Held-out accuracy of a ridge one-vs-rest linear classifier on standardized features."""
+def ridge_predictions(f_train, y_train, f_test, num_classes: int, lam: float = 1.0) -> np.ndarray:
+    """Held-out class predictions ``(num_test,)`` of a ridge one-vs-rest linear classifier on standardized
+    features."""
     mu, sd = f_train.mean(0), f_train.std(0) + 1e-6
     a = np.c_[(f_train - mu) / sd, np.ones(len(f_train))]
     b = np.c_[(f_test - mu) / sd, np.ones(len(f_test))]
     w = np.linalg.solve(a.T @ a + lam * np.eye(a.shape[1]), a.T @ np.eye(num_classes)[y_train])
-    return float(((b @ w).argmax(1) == y_test).mean())
+    return (b @ w).argmax(1)
+
+
+def ridge_accuracy(f_train, y_train, f_test, y_test, num_classes: int, lam: float = 1.0) -> float:
+    """Held-out accuracy of :func:`ridge_predictions`."""
+    return float((ridge_predictions(f_train, y_train, f_test, num_classes, lam) == y_test).mean())
+
+
+def _backbone(args):
+    """The probed backbone and the JSON's first fields: a fresh :class:`SmallCNN` from the flags, or the
+    trained one of ``args.workdir`` (whose channels and image size replace the flags').
+
+    Raises:
+      ValueError: the run's model has no CNN backbone (``model.vision.kind`` is not ``cnn``).
+    """
+    from flax import nnx
+
+    from openvivqa_jax.models.layers import SmallCNN
+
+    if args.workdir is None:
+        cnn = SmallCNN(tuple(args.channels), rngs=nnx.Rngs(args.seed), pixel_features=args.pixel_features,
+                       space_to_depth=args.space_to_depth)
+        return cnn, {"channels": list(args.channels), "image_size": list(args.image_size),
+                     "pixel_features": args.pixel_features, "space_to_depth": args.space_to_depth, "trained_step": None}
+    from openvivqa_jax.vqa.inference import load_for_inference
+
+    run = load_for_inference(args.workdir)
+    vision = run.cfg.model.get("vision")
+    if vision is None or vision.get("kind") != "cnn":
+        raise ValueError(f"{args.workdir}: model.vision.kind is {vision and vision.get('kind')!r}; the probe reads a "
+                         "CNN backbone (model.vision.kind = 'cnn')")
+    args.channels, args.image_size = tuple(vision.cnn_channels), tuple(run.cfg.data.image_size)
+    cnn = nnx.merge(run.graphdef, run.params).vision.backbone
+    return cnn, {"channels": list(args.channels), "image_size": list(args.image_size),
+                 "pixel_features": cnn.pixel_features, "space_to_depth": cnn.space_to_depth, "trained_step": run.step,
+                 "workdir": args.workdir}
 
 
 def main(argv=None) -> dict:
@@ -88,13 +132,12 @@ def main(argv=None) -> dict:
     p.add_argument("--train_images", type=int, default=300)
     p.add_argument("--test_images", type=int, default=150)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pixel_features", type=int, default=0, help="SmallCNN pixel_features (the default config: 4)")
+    p.add_argument("--space_to_depth", type=int, default=1, help="SmallCNN space_to_depth")
+    p.add_argument("--workdir", default=None, help="probe the backbone of this trained run (a CNN config)")
     args = p.parse_args(argv)
-    from flax import nnx
-
-    from openvivqa_jax.models.layers import SmallCNN
-
-    cnn = SmallCNN(tuple(args.channels), rngs=nnx.Rngs(args.seed))
-    out = {"channels": list(args.channels), "image_size": list(args.image_size)}
+    paths.check_args(args, PATH_FLAGS)
+    cnn, out = _backbone(args)
     data = {}
     for split, n in (("train", args.train_images), ("validation", args.test_images)):
         images, objects = render(split, n, tuple(args.image_size))
@@ -102,8 +145,13 @@ def main(argv=None) -> dict:
         out["grid"] = list(grid.shape[1:3])
         data[split] = cell_features(grid, objects)
     (f_tr, c_tr, k_tr), (f_te, c_te, k_te) = data["train"], data["validation"]
-    out.update(colour_accuracy=ridge_accuracy(f_tr, c_tr, f_te, c_te, 12),
+    from tfds_builders.synthetic_openvivqa import generator as g
+
+    hits = ridge_predictions(f_tr, c_tr, f_te, 12) == c_te
+    out.update(colour_accuracy=float(hits.mean()),
                kind_accuracy=ridge_accuracy(f_tr, k_tr, f_te, k_te, 5),
+               colour_accuracy_by_kind={k.key: float(hits[k_te == i].mean())
+                                        for i, k in enumerate(g.OBJECT_KINDS) if (k_te == i).any()},
                colour_majority_rate=float(np.bincount(c_te).max() / len(c_te)),
                kind_majority_rate=float(np.bincount(k_te).max() / len(k_te)),
                num_train_objects=int(len(c_tr)), num_test_objects=int(len(c_te)))

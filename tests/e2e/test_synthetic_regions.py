@@ -92,6 +92,28 @@ def test_grounded_config_trains_on_more_pictures_and_scores_the_same_test_pictur
     assert first_train["image_id"] == "syn-train-00000"
 
 
+def test_pixel_grounded_config_is_the_default_with_the_grounded_training():
+    """configs/synthetic/mlpag_pixels_grounded.py changes the default job in exactly the grounded region
+    config's training fields (pictures, kind weights, grounding options, steps) and keeps its pixel CNN."""
+    def flat(cfg, prefix=""):
+        out = {}
+        for k, v in cfg.items():
+            if hasattr(v, "items"):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    pix, base = flat(load_config("configs/synthetic/mlpag_pixels_grounded.py")), flat(load_config("configs/default.py"))
+    grounded = load_config("configs/synthetic/mlpag_regions_grounded.py")
+    assert set(pix) == set(base)
+    assert {k for k in pix if pix[k] != base[k]} == {
+        "data.builder_config", "data.train_kind_weights", "model.question_over_image", "model.question_in_memory",
+        "train.num_train_steps", "train.eval_every_steps", "eval.select_decoding"}
+    assert pix["model.vision.kind"] == "cnn" and pix["data.builder_config"] == grounded.data.builder_config
+    assert pix["data.train_kind_weights"] == grounded.data.train_kind_weights
+
+
 @pytest.mark.slow
 def test_mlpag_trains_on_tiny_regions(tmp_path):
     """The builder's tiny_regions variant stores each image's regions, and MLPAG on region features trains and

@@ -1,4 +1,5 @@
-"""benchmarks/vision_probe.py: the cell lookup and the ridge classifier on hand-made inputs."""
+"""benchmarks/vision_probe.py: the cell lookup and the ridge classifier on hand-made inputs, and the backbone
+of a trained run (--workdir)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 from conftest import ROOT
 
@@ -29,3 +31,34 @@ def test_ridge_accuracy_on_separable_and_swapped_labels():
     f_test = np.array([[-2.0], [2.0], [-0.5]])
     assert vision_probe.ridge_accuracy(f_train, y_train, f_test, np.array([0, 1, 0]), 2) == 1.0
     assert vision_probe.ridge_accuracy(f_train, y_train, f_test, np.array([1, 0, 0]), 2) == 1 / 3
+
+
+@pytest.mark.slow
+def test_workdir_probe_reads_the_trained_backbone_and_its_settings(tmp_path_factory, tmp_path):
+    """``--workdir``: the probed backbone is the run's trained CNN (its kernels equal the best checkpoint's,
+    not a fresh initialization), with the run's channels and image size in place of the flags'."""
+    import argparse
+
+    from conftest import build_tiny_tfds, load_config, run_main_cli
+
+    data = build_tiny_tfds(tmp_path_factory)
+    wd = tmp_path / "run"
+    done = run_main_cli("--config=configs/tiny.py", f"--workdir={wd}", f"--config.data.data_dir={data}",
+                        "--config.train.num_train_steps=10", "--config.evals.test_no_ocr.enabled=False")
+    assert done.returncode == 0, done.stderr[-2000:]
+    args = argparse.Namespace(channels=(32, 64), image_size=(64, 48), seed=0, pixel_features=0, space_to_depth=1,
+                              workdir=str(wd))
+    cnn, info = vision_probe._backbone(args)
+    cfg = load_config("configs/tiny.py")
+    assert info["channels"] == list(cfg.model.vision.cnn_channels) and info["image_size"] == list(cfg.data.image_size)
+    assert info["trained_step"] == 10
+    from openvivqa_jax.vqa.inference import load_for_inference
+
+    run = load_for_inference(str(wd))
+    from flax import nnx
+
+    trained = nnx.merge(run.graphdef, run.params).vision.backbone.convs[0].kernel.value
+    np.testing.assert_array_equal(np.asarray(cnn.convs[0].kernel.value), np.asarray(trained))
+    fresh, _ = vision_probe._backbone(argparse.Namespace(**{**vars(args), "workdir": None,
+                                                            "channels": tuple(cfg.model.vision.cnn_channels)}))
+    assert not np.allclose(np.asarray(fresh.convs[0].kernel.value), np.asarray(trained))
