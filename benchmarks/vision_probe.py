@@ -9,9 +9,10 @@ Renders synthetic street scenes (``tfds_builders.synthetic_openvivqa.generator``
 fitting, validation split images for scoring) at 256x192, resizes them bilinearly to ``--image_size`` like the
 input pipeline, and runs a freshly initialized :class:`openvivqa_jax.models.layers.SmallCNN` with
 ``--channels`` (one stride-2 stage per entry; grid ``(H / 2**stages, W / 2**stages)``). Each drawn object
-gives one sample: the backbone's ``(C,)`` feature of the grid cell holding the centre of its box. A ridge
-one-vs-rest linear classifier (features standardized, ``lambda = 1``) is fitted on the train objects and
-scored on the held-out ones, for the object's colour (12 classes) and kind (5 classes).
+gives one sample: the backbone's ``(C,)`` feature of the grid cell holding the centre of the pixels painted in
+its colour (:func:`paint_point`: an umbrella's canopy, not its pole). A ridge one-vs-rest linear classifier
+(features standardized, ``lambda = 1``) is fitted on the train objects and scored on the held-out ones, for the
+object's colour (12 classes) and kind (5 classes).
 
 Prints one JSON object: ``grid`` ``[gh, gw]``, ``colour_accuracy``, ``kind_accuracy``, their majority-class
 rates on the held-out objects, ``colour_accuracy_by_kind`` (the held-out colour accuracy of the objects of
@@ -48,7 +49,8 @@ def _pairs(text: str) -> tuple[int, ...]:
 
 
 def render(split: str, n: int, image_size: tuple[int, int]):
-    """``n`` scenes of ``split``: ``(images uint8 (n, H, W, 3), objects per image)``."""
+    """``n`` scenes of ``split``: ``(images uint8 (n, H, W, 3), objects per image)``; each object dict gains
+    ``point``, its :func:`paint_point` in the 256x192 render."""
     from PIL import Image
 
     from tfds_builders.synthetic_openvivqa import generator as g
@@ -56,13 +58,30 @@ def render(split: str, n: int, image_size: tuple[int, int]):
     images, objects = [], []
     for i in range(n):
         img, info = g.render_scene(g.image_rng(0, split, i), (256, 192), split=split)
+        full = np.asarray(img, np.uint8)
         images.append(np.asarray(img.resize(image_size, Image.BILINEAR), np.uint8))
-        objects.append(info["objects"])
+        objects.append([{**o, "point": paint_point(full, o["box"], g.COLORS[o["color"]])} for o in info["objects"]])
     return np.stack(images), objects
 
 
+def paint_point(image: np.ndarray, box, rgb) -> tuple[float, float]:
+    """Where an object's colour is painted: the mean ``(x, y)`` in [0, 1] of the pixels inside ``box`` (xyxy in
+    [0, 1]) that are exactly ``rgb`` in ``image`` ``(H, W, 3)`` uint8 (the renderer paints without
+    anti-aliasing), or the box centre when there are none. An umbrella's colour is in its canopy, above the
+    box centre (its pole); a person's in the shirt."""
+    h, w = image.shape[:2]
+    x0, y0, x1, y1 = box
+    c0, r0 = int(x0 * w), int(y0 * h)
+    c1, r1 = max(int(np.ceil(x1 * w)), c0 + 1), max(int(np.ceil(y1 * h)), r0 + 1)
+    rows, cols = np.nonzero((image[r0:r1, c0:c1] == np.asarray(rgb, np.uint8)).all(-1))
+    if len(rows) == 0:
+        return ((x0 + x1) / 2, (y0 + y1) / 2)
+    return (float((cols.mean() + c0 + 0.5) / w), float((rows.mean() + r0 + 0.5) / h))
+
+
 def cell_features(grid: np.ndarray, objects) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Features ``(num_objects, C)`` of the cell under each object's box centre, colour and kind indices."""
+    """Features ``(num_objects, C)`` of the cell holding each object's ``point`` (``(x, y)`` in [0, 1]; the box
+    centre when absent), colour and kind indices."""
     from tfds_builders.synthetic_openvivqa import generator as g
 
     colours, kinds = list(g.COLORS), [k.key for k in g.OBJECT_KINDS]
@@ -71,8 +90,9 @@ def cell_features(grid: np.ndarray, objects) -> tuple[np.ndarray, np.ndarray, np
     for j, objs in enumerate(objects):
         for o in objs:
             x0, y0, x1, y1 = o["box"]
-            row = min(int((y0 + y1) / 2 * gh), gh - 1)
-            col = min(int((x0 + x1) / 2 * gw), gw - 1)
+            x, y = o.get("point", ((x0 + x1) / 2, (y0 + y1) / 2))
+            row = min(int(y * gh), gh - 1)
+            col = min(int(x * gw), gw - 1)
             feats.append(grid[j, row, col])
             ys_colour.append(colours.index(o["color"]))
             ys_kind.append(kinds.index(o["kind"]))

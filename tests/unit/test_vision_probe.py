@@ -25,6 +25,23 @@ def test_cell_features_takes_the_cell_under_the_box_centre():
     assert kinds.tolist() == [0, 4]     # car first, stool last in OBJECT_KINDS
 
 
+def test_cell_features_prefers_the_paint_point():
+    grid = np.array([[[[1.0], [2.0]], [[3.0], [4.0]]]])
+    objects = [[{"box": (0.1, 0.1, 0.4, 0.9), "point": (0.3, 0.2), "color": "đỏ", "kind": "umbrella"}]]
+    feats, _, kinds = vision_probe.cell_features(grid, objects)
+    assert feats.tolist() == [[1.0]] and kinds.tolist() == [3]  # top-left cell, not the centre's bottom-left
+
+
+def test_paint_point_is_the_centre_of_the_pixels_in_the_colour():
+    image = np.zeros((10, 20, 3), np.uint8)
+    image[1:3, 4:8] = (215, 25, 30)   # canopy: rows 1-2, columns 4-7
+    image[3:10, 5:7] = (60, 60, 60)   # pole
+    image[0, 15] = (215, 25, 30)      # same colour outside the box: ignored
+    x, y = vision_probe.paint_point(image, (0.2, 0.1, 0.4, 1.0), (215, 25, 30))
+    assert (x, y) == pytest.approx(((5.5 + 0.5) / 20, (1.5 + 0.5) / 10))
+    assert vision_probe.paint_point(image, (0.2, 0.1, 0.4, 1.0), (1, 2, 3)) == pytest.approx((0.3, 0.55))
+
+
 def test_ridge_accuracy_on_separable_and_swapped_labels():
     f_train = np.array([[-1.0], [-1.2], [1.0], [1.2]])
     y_train = np.array([0, 0, 1, 1])
