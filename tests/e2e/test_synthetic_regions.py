@@ -94,7 +94,8 @@ def test_grounded_config_trains_on_more_pictures_and_scores_the_same_test_pictur
 
 def test_pixel_grounded_config_is_the_default_with_the_grounded_training():
     """configs/synthetic/mlpag_pixels_grounded.py changes the default job in exactly the grounded region
-    config's training fields (pictures, kind weights, grounding options, steps) and keeps its pixel CNN."""
+    config's training fields (pictures, kind weights, grounding options, steps) and its CNN's stages (one
+    fewer: a 16x12 grid at 128x96), and keeps a pixel CNN."""
     def flat(cfg, prefix=""):
         out = {}
         for k, v in cfg.items():
@@ -109,7 +110,8 @@ def test_pixel_grounded_config_is_the_default_with_the_grounded_training():
     assert set(pix) == set(base)
     assert {k for k in pix if pix[k] != base[k]} == {
         "data.builder_config", "data.train_kind_weights", "model.question_over_image", "model.question_in_memory",
-        "train.num_train_steps", "train.eval_every_steps", "eval.select_decoding"}
+        "train.num_train_steps", "train.eval_every_steps", "eval.select_decoding", "model.vision.cnn_channels"}
+    assert len(pix["model.vision.cnn_channels"]) == len(base["model.vision.cnn_channels"]) - 1 == 3
     assert pix["model.vision.kind"] == "cnn" and pix["data.builder_config"] == grounded.data.builder_config
     assert pix["data.train_kind_weights"] == grounded.data.train_kind_weights
 
