@@ -106,6 +106,11 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # MLPAG: question-guided glimpses over the image appended to the decoder's memory (models/grounding.py):
     # num glimpse tokens (0: none, the paper's model), the width of their score MLP and the largest count bin.
     c.model.visual_glimpses = ml_collections.ConfigDict(dict(num=0, hidden_dim=128, max_count=10))
+    # MLPAG, with question_over_image: a training-only contrastive loss that matches each question's words to
+    # its own picture's cells against the batch's other pictures, through the projections of the question-over-
+    # image attention (models/word_region.py): weight (0: off), temperature of the InfoNCE and sharpness of the
+    # pooling over cells (1: log-sum-exp; larger: nearer the max).
+    c.model.word_region_loss = ml_collections.ConfigDict(dict(weight=0.0, temperature=0.1, sharpness=1.0))
     c.model.dtype = "float32"
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
     # less training memory for one more forward pass of each block. Used by M4C.

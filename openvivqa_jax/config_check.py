@@ -68,6 +68,9 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.visual_glimpses.num", *_at_least(0)),
     ("model.visual_glimpses.hidden_dim", *_at_least(1)),
     ("model.visual_glimpses.max_count", *_at_least(1)),
+    ("model.word_region_loss.weight", (lambda v: _num(v) and v >= 0), "a number >= 0"),
+    ("model.word_region_loss.temperature", *_POSITIVE_NUMBER),
+    ("model.word_region_loss.sharpness", *_POSITIVE_NUMBER),
     ("data.max_ocr_pieces", *_at_least(1)),
     ("data.num_threads", *_at_least(0)),
     ("data.prefetch", *_at_least(0)),
@@ -122,7 +125,8 @@ def check_config(cfg) -> None:
     Raises:
       ConfigError: the first value out of range (one line: field, value, allowed range, flag), or a choice
         field (:data:`CHOICES`) with a value it does not know; also
-        ``model.d_model`` not divisible by ``model.num_heads``, a ``data.image_size`` that is not two
+        ``model.d_model`` not divisible by ``model.num_heads``, ``model.word_region_loss.weight`` > 0 without
+        ``model.question_over_image``, a ``data.image_size`` that is not two
         integers >= 8, or a ``data.train_kind_weights`` that :func:`parse_kind_weights` refuses.
     """
     for field, ok, allowed in _RULES:
@@ -149,6 +153,10 @@ def check_config(cfg) -> None:
     if _int(d) and _int(h) and d % h:
         raise ConfigError(f"config value model.d_model={d} is not divisible by model.num_heads={h} (attention "
                           "heads split d_model evenly; set --config.model.d_model or --config.model.num_heads)")
+    wr = _get(cfg, "model.word_region_loss.weight")
+    if _num(wr) and wr > 0 and _get(cfg, "model.question_over_image") is not True:
+        raise ConfigError(f"config value model.word_region_loss.weight={wr} trains the attention of the question over "
+                          "the image, which is off (set --config.model.question_over_image=True, or the weight to 0)")
     size = _get(cfg, "data.image_size")
     if size is not _MISSING and size is not None:
         if not (isinstance(size, (tuple, list)) and len(size) == 2 and all(_int(v) and v >= 8 for v in size)):

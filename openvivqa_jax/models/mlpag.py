@@ -33,6 +33,7 @@ from openvivqa_jax.models.decoder import answer_decoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, question_word_dim, vision_encoder
 from openvivqa_jax.models.grounding import visual_glimpses
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock
+from openvivqa_jax.models.word_region import alignment_scores, picture_fingerprint, word_region_loss
 
 __all__ = ["MLPAG", "fuse_sum"]
 
@@ -89,6 +90,13 @@ class MLPAG(MemoryDecoderGenerator):
         self.fusion = cfg.get("fusion", "sum")
         self.question_in_memory = bool(cfg.get("question_in_memory", False))
         self.question_over_image = bool(cfg.get("question_over_image", False))
+        wr = cfg.get("word_region_loss") or {}
+        self.word_region_weight = float(wr.get("weight", 0.0) or 0.0)
+        self.word_region_temperature = float(wr.get("temperature", 0.1) or 0.1)
+        self.word_region_sharpness = float(wr.get("sharpness", 1.0) or 1.0)
+        if self.word_region_weight and not self.question_over_image:
+            raise ValueError("model.word_region_loss.weight > 0 trains the attention of the question over the "
+                             "image: set model.question_over_image=True too")
         if self.fusion not in ("sum", "concat"):
             raise ValueError(f"MLPAG fusion must be 'sum' (eq. 9) or 'concat', got {self.fusion!r}")
         self.vision = vision_encoder(cfg, rngs=rngs, dtype=dtype)
@@ -130,6 +138,8 @@ class MLPAG(MemoryDecoderGenerator):
             x_s = ca(x_s, x_q, q_mask, **kw)
             x_i = spa(x_i, x_q, q_mask, **kw)
         if self.question_over_image:
+            if self.word_region_weight and not deterministic:
+                self._sow_word_region_loss(x_q, q_mask, vis)
             x_q = self.question_image_attention(x_q, x_i, i_mask, **kw)
         if self.fusion == "sum":
             memory, mem_mask = fuse_sum(x_s, s_mask, x_i, i_mask)
@@ -144,3 +154,16 @@ class MLPAG(MemoryDecoderGenerator):
             memory = jnp.concatenate([memory, g["tokens"].astype(memory.dtype)], 1)
             mem_mask = jnp.concatenate([mem_mask, g["mask"]], 1)
         return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
+
+    def _sow_word_region_loss(self, x_q, q_mask, vis) -> None:
+        """Sows the contrastive word–region alignment loss (:mod:`openvivqa_jax.models.word_region`) of the
+        question tokens ``x_q`` ``(batch, l, d)`` against the image before fusion, through the projections of
+        the question-over-image attention, as the ``nnx.Intermediate`` ``word_region_loss`` (already weighted
+        by ``model.word_region_loss.weight``); the training loss adds it."""
+        block = self.question_image_attention
+        attn = block.attn
+        q = attn._split(attn.query(block.norm_q(x_q)))
+        k = attn._split(attn.key(block.norm_kv(vis["feats"])))
+        scores = alignment_scores(q, q_mask, k, vis["mask"], self.word_region_sharpness)
+        loss = word_region_loss(scores, picture_fingerprint(vis["raw"]), self.word_region_temperature)
+        self.sow(nnx.Intermediate, "word_region_loss", self.word_region_weight * loss)

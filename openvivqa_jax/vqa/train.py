@@ -27,6 +27,7 @@ import os
 import time
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
@@ -44,7 +45,7 @@ from openvivqa_jax.vqa import decoding, evals
 from openvivqa_jax.vqa.config import parse_kind_weights
 from openvivqa_jax.vqa.experiment import Experiment, StateSpec, create_experiment
 
-__all__ = ["make_loss_fn", "make_train_step", "checkpoint_managers", "train_and_evaluate", "finished_step",
+__all__ = ["make_loss_fn", "add_auxiliary_losses", "forward_with_intermediates", "make_train_step", "checkpoint_managers", "train_and_evaluate", "finished_step",
            "warn_cut_inputs", "warn_warmup"]
 
 
@@ -60,18 +61,49 @@ def make_loss_fn(spec: StateSpec):
 
     def loss_fn(params, batch, key, deterministic: bool = False):
         model = nnx.merge(graphdef, params)
-        logits = model(batch, deterministic=deterministic, rngs=nnx.Rngs(dropout=key))
+        logits, sown = forward_with_intermediates(model, batch, deterministic=deterministic,
+                                                  rngs=nnx.Rngs(dropout=key))
         if not is_generator:
             return model.loss(logits, batch)
         if cfg.train.loss == "bce":
-            return pointer_bce_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
-                                    batch["ocr_mask"])
-        if cfg.train.loss not in ("softmax", "softmax_prefer_copy"):
+            loss, m = pointer_bce_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
+                                       batch["ocr_mask"])
+        elif cfg.train.loss in ("softmax", "softmax_prefer_copy"):
+            loss, m = pointer_softmax_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
+                                           prefer_copy=cfg.train.loss == "softmax_prefer_copy")
+        else:
             raise ValueError(f"unknown train.loss {cfg.train.loss!r}; expected softmax, softmax_prefer_copy, bce")
-        return pointer_softmax_loss(logits, batch["target_vocab"], batch["target_ocr"], batch["target_mask"],
-                                    prefer_copy=cfg.train.loss == "softmax_prefer_copy")
+        return add_auxiliary_losses(sown, loss, m)
 
     return loss_fn
+
+
+def forward_with_intermediates(model, batch, **kw):
+    """``(model(batch, **kw), sown)``: the forward pass and the ``nnx.Intermediate`` values the model sowed in it
+    (``nnx.capture``; on a Flax without it, popped from the model afterwards)."""
+    capture = getattr(nnx, "capture", None)
+    if capture is not None:
+        return capture(model, nnx.Intermediate)(batch, **kw)
+    out = model(batch, **kw)
+    return out, nnx.pop(model, nnx.Intermediate)
+
+
+def add_auxiliary_losses(sown, loss, metrics: dict):
+    """Adds the auxiliary losses a model sowed in its training forward pass (``sown``: the ``nnx.Intermediate``
+    state, e.g. MLPAG's ``word_region_loss``, already weighted) to ``loss``; each is also a metric under its
+    own name, ``loss`` becomes the sum and the answer loss alone is ``answer_loss``. Returns
+    ``(loss, metrics)``; with nothing sown they are returned unchanged."""
+    extra = {}
+    for path, value in nnx.to_flat_state(sown):
+        v = value.get_value() if hasattr(value, "get_value") else value.value
+        v = v[0] if isinstance(v, tuple) else v
+        extra[str(path[-1])] = jnp.asarray(v, jnp.float32)
+    if not extra:
+        return loss, metrics
+    total = loss + sum(extra.values())
+    metrics = dict(metrics, answer_loss=loss, **extra)
+    metrics["loss"] = total
+    return total, metrics
 
 
 def make_train_step(spec: StateSpec):
