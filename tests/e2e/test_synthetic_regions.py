@@ -94,8 +94,9 @@ def test_grounded_config_trains_on_more_pictures_and_scores_the_same_test_pictur
 
 def test_pixel_grounded_config_is_the_default_with_the_grounded_training():
     """configs/synthetic/mlpag_pixels_grounded.py changes the default job in exactly the grounded region
-    config's training fields (pictures, kind weights, grounding options, steps) and its CNN's stages (one
-    fewer: a 16x12 grid at 128x96), and keeps a pixel CNN."""
+    config's training fields (pictures, kind weights, grounding options, steps), its CNN's stages (one
+    fewer: a 16x12 grid at 128x96) and the word–region loss (which needs the question over the image), and
+    keeps a pixel CNN."""
     def flat(cfg, prefix=""):
         out = {}
         for k, v in cfg.items():
@@ -110,10 +111,12 @@ def test_pixel_grounded_config_is_the_default_with_the_grounded_training():
     assert set(pix) == set(base)
     assert {k for k in pix if pix[k] != base[k]} == {
         "data.builder_config", "data.train_kind_weights", "model.question_over_image", "model.question_in_memory",
-        "train.num_train_steps", "train.eval_every_steps", "eval.select_decoding", "model.vision.cnn_channels"}
+        "train.num_train_steps", "train.eval_every_steps", "eval.select_decoding", "model.vision.cnn_channels",
+        "model.word_region_loss.weight"}
     assert len(pix["model.vision.cnn_channels"]) == len(base["model.vision.cnn_channels"]) - 1 == 3
     assert pix["model.vision.kind"] == "cnn" and pix["data.builder_config"] == grounded.data.builder_config
     assert pix["data.train_kind_weights"] == grounded.data.train_kind_weights
+    assert pix["model.word_region_loss.weight"] > 0 and pix["model.question_over_image"] is True
 
 
 @pytest.mark.slow
