@@ -17,6 +17,9 @@ Components (Figure 10):
   2019), so each question token can carry the object it names; ``question_in_memory`` appends ``x_Q`` to the
   decoder's memory. Together they let the decoder read an object's colour through the question token that
   names it (docs/evaluation.md, "Non-text questions").
+* Option, training only: ``word_region_loss`` (weight > 0, with ``question_over_image``) sows a contrastive
+  loss that matches the question's words to its own picture's cells through that block's query/key
+  projections (:mod:`openvivqa_jax.models.word_region`); the training loss adds it.
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -74,13 +77,15 @@ class MLPAG(MemoryDecoderGenerator):
         ``x_Q`` to the decoder's memory, after the OCR tokens and the image; off in the paper's model),
         question_over_image (the question tokens attend over the image after the fusion layers; off in the
         paper's model; its block is created after every other one, so the other parameters are the same as
-        without it for a seed).
+        without it for a seed), word_region_loss (weight, temperature, sharpness; a training-only loss, no
+        parameters of its own).
       vocab_size: ``V``.
       rngs: parameter RNGs.
       dtype: compute dtype.
 
     Raises:
-      ValueError: for an unknown ``fusion``.
+      ValueError: for an unknown ``fusion``, or a ``word_region_loss.weight`` > 0 without
+        ``question_over_image``.
     """
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):

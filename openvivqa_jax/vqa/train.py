@@ -45,8 +45,8 @@ from openvivqa_jax.vqa import decoding, evals
 from openvivqa_jax.vqa.config import parse_kind_weights
 from openvivqa_jax.vqa.experiment import Experiment, StateSpec, create_experiment
 
-__all__ = ["make_loss_fn", "add_auxiliary_losses", "forward_with_intermediates", "make_train_step", "checkpoint_managers", "train_and_evaluate", "finished_step",
-           "warn_cut_inputs", "warn_warmup"]
+__all__ = ["make_loss_fn", "add_auxiliary_losses", "forward_with_intermediates", "make_train_step",
+           "checkpoint_managers", "train_and_evaluate", "finished_step", "warn_cut_inputs", "warn_warmup"]
 
 
 def make_loss_fn(spec: StateSpec):
