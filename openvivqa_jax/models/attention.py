@@ -95,6 +95,14 @@ class MultiHeadAttention(nnx.Module):
     def _split(self, x: jax.Array) -> jax.Array:
         return x.reshape(x.shape[:-1] + (self.num_heads, self.head_dim))
 
+    def project_q(self, x: jax.Array) -> jax.Array:
+        """Queries of ``x`` ``(batch, len, d)`` as ``(batch, len, H, head_dim)``."""
+        return self._split(self.query(x))
+
+    def project_k(self, x: jax.Array) -> jax.Array:
+        """Keys of ``x`` ``(batch, len, d)`` as ``(batch, len, H, head_dim)`` (without the values)."""
+        return self._split(self.key(x))
+
     def project_kv(self, kv: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Keys and values of ``kv`` ``(batch, kv_len, d)`` as ``(batch, kv_len, H, head_dim)`` each."""
         return self._split(self.key(kv)), self._split(self.value(kv))

@@ -96,9 +96,9 @@ class MLPAG(MemoryDecoderGenerator):
         self.question_in_memory = bool(cfg.get("question_in_memory", False))
         self.question_over_image = bool(cfg.get("question_over_image", False))
         wr = cfg.get("word_region_loss") or {}
-        self.word_region_weight = float(wr.get("weight", 0.0) or 0.0)
-        self.word_region_temperature = float(wr.get("temperature", 0.1) or 0.1)
-        self.word_region_sharpness = float(wr.get("sharpness", 1.0) or 1.0)
+        self.word_region_weight = float(wr.get("weight", 0.0))
+        self.word_region_temperature = float(wr.get("temperature", 0.1))
+        self.word_region_sharpness = float(wr.get("sharpness", 1.0))
         if self.word_region_weight and not self.question_over_image:
             raise ValueError("model.word_region_loss.weight > 0 trains the attention of the question over the "
                              "image: set model.question_over_image=True too")
@@ -167,8 +167,8 @@ class MLPAG(MemoryDecoderGenerator):
         by ``model.word_region_loss.weight``); the training loss adds it."""
         block = self.question_image_attention
         attn = block.attn
-        q = attn._split(attn.query(block.norm_q(x_q)))
-        k = attn._split(attn.key(block.norm_kv(vis["feats"])))
+        q = attn.project_q(block.norm_q(x_q))
+        k = attn.project_k(block.norm_kv(vis["feats"]))
         scores = alignment_scores(q, q_mask, k, vis["mask"], self.word_region_sharpness)
         loss = word_region_loss(scores, picture_fingerprint(vis["raw"]), self.word_region_temperature)
         self.sow(nnx.Intermediate, "word_region_loss", self.word_region_weight * loss)

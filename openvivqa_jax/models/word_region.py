@@ -51,7 +51,12 @@ def alignment_scores(q: jax.Array, q_mask: jax.Array, k: jax.Array, i_mask: jax.
     Returns:
       ``S[b, c]``: the mean over question ``b``'s tokens of the head-averaged log-sum-exp over picture ``c``'s
       cells of the scaled dot product.
+
+    Raises:
+      ValueError: a ``sharpness`` that is not positive.
     """
+    if not sharpness > 0:
+        raise ValueError(f"model.word_region_loss.sharpness must be > 0, got {sharpness}")
     scale = 1.0 / float(q.shape[-1]) ** 0.5
     logits = jnp.einsum("bthd,cihd->bcthi", q, k, preferred_element_type=jnp.float32) * scale
     logits = jnp.where(i_mask[None, :, None, None, :], logits, NEG_INF)

@@ -41,6 +41,9 @@ def test_alignment_scores_match_loops(beta):
                 words.append(np.mean(per_head))
             want[b, c] = np.mean(words)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="sharpness"):
+        alignment_scores(jnp.asarray(q, jnp.float32), jnp.asarray(q_mask), jnp.asarray(k, jnp.float32),
+                         jnp.asarray(i_mask), 0.0)
 
 
 def test_infonce_masks_other_questions_of_the_same_picture():
@@ -81,6 +84,10 @@ def test_mlpag_sows_the_loss_in_training_only():
     # at the start the four pictures are told apart at about chance: weight * log(4)
     assert 0.5 * np.log(4) * 0.5 < wr < 0.5 * np.log(4) * 2.0
     assert float(total) == pytest.approx(1.0 + wr) and float(metrics["answer_loss"]) == 1.0
+    cfg.model.word_region_loss.temperature = 0.0
+    with pytest.raises(ValueError, match="temperature"):
+        forward_with_intermediates(build_model(cfg.model, 40, seed=0), batch, deterministic=False,
+                                   rngs=nnx.Rngs(dropout=jax.random.key(0)))
     cfg.model.question_over_image = False
     with pytest.raises(ValueError, match="question_over_image"):
         build_model(cfg.model, 40, seed=0)
