@@ -25,6 +25,10 @@ INSTALL_REQUIRES = [
     # downloaded at run time.
     "rapidocr-onnxruntime>=1.3",
     "rapidfuzz>=3.0",
+    # Class-free region proposals from the pixels (model.vision.kind "proposals"): Felzenszwalb-Huttenlocher
+    # graph segmentation; scipy for the segments' bounding boxes.
+    "scikit-image>=0.22",
+    "scipy>=1.11",
     "matplotlib>=3.8",
     "absl-py>=2.0",
     # The user's pretrained text files (docs/pretrained.md): fastText .bin/.vec (gensim's reader, with subword

@@ -135,6 +135,12 @@ def _vision(c: ml_collections.ConfigDict) -> None:
     # cell; 0: none; models/layers.py SmallCNN): with them the signboard colours are learned
     # (docs/results.md, non-text questions).
     c.model.vision.pixel_features = 4
+    # Vision kind "proposals" (class-free region proposals from the pixels, openvivqa_jax/data/proposals.py):
+    # the largest num_regions segments of the picture resized to data.image_size, and the segmentation's
+    # smallest segment (pixels) and scale (Felzenszwalb & Huttenlocher's k).
+    c.model.vision.num_regions = 64
+    c.model.vision.proposal_min_size = 8
+    c.model.vision.proposal_scale = 400.0
 
 
 def _train(c: ml_collections.ConfigDict) -> None:

@@ -117,9 +117,10 @@ def load_run(workdir: str, beam: int | None = None):
     _input(check_workdir, workdir)  # before JAX is imported: bad input fails fast
     cfg = _input(load_config, workdir)
     kind = cfg.model.vision.get("kind", "cnn")
-    if kind not in ("cnn", "vit"):
+    if kind not in ("cnn", "vit", "proposals"):
         raise PredictError(f"workdir {workdir}: model.vision.kind is {kind!r}; predicting from a photo needs a "
-                           "pixel backbone ('cnn' or 'vit'), not pre-extracted region features")
+                           "vision input made from pixels ('cnn', 'vit' or 'proposals'), not pre-extracted region "
+                           "features")
     if beam is not None and beam < 1:
         raise PredictError(f"--beam must be >= 1, got {beam}")
     with cfg.unlocked():

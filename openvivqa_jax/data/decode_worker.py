@@ -1,5 +1,6 @@
-"""Image decoding for worker processes (light imports: numpy, PIL; no JAX), used by
-:mod:`openvivqa_jax.data.model_ready` to decode each distinct image of a split once."""
+"""Image decoding for worker processes (light imports: numpy, PIL, scikit-image; no JAX), used by
+:mod:`openvivqa_jax.data.model_ready` to decode each distinct image of a split once, or to make its class-free
+region proposals once (vision kind ``proposals``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 from PIL import Image
 
 from openvivqa_jax.data import images
+from openvivqa_jax.data.proposals import padded_proposals
 
 
 def decode_into(path: str, items: list, width: int, height: int, max_pixels: int) -> list[tuple[int, str]]:
@@ -38,3 +40,32 @@ def decode_into(path: str, items: list, width: int, height: int, max_pixels: int
     finally:
         os.close(fd)
     return errors
+
+
+def proposals_into(paths: dict, items: list, settings: dict) -> tuple[list[tuple[int, str]], int]:
+    """:func:`openvivqa_jax.data.proposals.padded_proposals` of each ``(row, name, encoded bytes)`` of
+    ``items`` (``settings``: its keyword arguments but the picture), written at row ``row`` of the raw files
+    ``paths["region_features"]`` (float32), ``paths["region_boxes"]`` (float32) and ``paths["region_mask"]``
+    (bool), which exist; rows may arrive in any order and from several processes.
+
+    Returns:
+      ``(errors, beyond)``: ``(row, message)`` for each picture that could not be decoded (rows left unwritten),
+      and the number of segments beyond ``num_regions`` over the job's pictures.
+    """
+    errors, beyond = [], 0
+    fds = {k: os.open(p, os.O_WRONLY) for k, p in paths.items()}
+    try:
+        for row, name, data in items:
+            try:
+                f, b, m, n = padded_proposals(data, name, **settings)
+            except images.ImageDecodeError as e:
+                errors.append((row, str(e)))
+                continue
+            beyond += max(0, n - settings["num_regions"])
+            for key, arr in (("region_features", f), ("region_boxes", b), ("region_mask", m)):
+                raw = np.ascontiguousarray(arr).tobytes()
+                os.pwrite(fds[key], raw, row * len(raw))
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return errors, beyond

@@ -21,7 +21,8 @@ token sets, ``I`` distinct images or region-feature sets)::
     ocr_pieces, ocr_piece_mask (G, N, P); ocr_phoc (G, N, phoc_dim) uint8 when binary, else float32;
     ocr_boxes (G, N, 4); ocr_mask (G, N)
     image (I, H, W, 3) uint8      vision kinds cnn / vit: each distinct image once
-    region_features (I, R, D) float32; region_boxes (I, R, 4); region_mask (I, R)
+    region_features (I, R, D) float32; region_boxes (I, R, 4); region_mask (I, R)   vision kind region, or
+                                  proposals (each distinct picture's, made once by the workers)
 
 The rows are collected and written by :mod:`openvivqa_jax.data.model_ready_rows`. Every array equals what
 ``Preprocessor.features`` returns for the same record and answer (the text fields are
@@ -60,8 +61,8 @@ from absl import logging
 
 from openvivqa_jax import jsonio
 from openvivqa_jax.data.pipeline import Preprocessor, _ProcessShare
-from openvivqa_jax.data.model_ready_rows import (ANSWER_FIELDS, OCR_FIELDS, QUESTION_FIELDS, ImageJobs, SplitRows,
-                                                 write_fields)
+from openvivqa_jax.data.model_ready_rows import (ANSWER_FIELDS, OCR_FIELDS, QUESTION_FIELDS, ImageJobs, ProposalJobs,
+                                                 SplitRows, write_fields)
 from openvivqa_jax.data.records import DatasetError, SkipCounter, decode_record
 
 __all__ = ["FORMAT", "ModelReady", "usable", "fingerprint", "build", "open_split", "train_iterator",
@@ -80,7 +81,7 @@ def usable(pre: Preprocessor) -> str | None:
         return "classifier answer scores are made per example"
     if pre.decode_dictionary != "none":
         return f"data.decode_dictionary={pre.decode_dictionary!r} batches are made per example"
-    if pre.vision_kind not in ("cnn", "vit", "region"):
+    if pre.vision_kind not in ("cnn", "vit", "region", "proposals"):
         return f"vision kind {pre.vision_kind!r}"
     return None
 
@@ -140,6 +141,8 @@ def fingerprint(builder, split: str, num_examples: int, pre: Preprocessor) -> di
               "max_question_len": pre.q_len, "max_answer_len": pre.vocab.max_len, "allow_copy": pre.vocab.allow_copy,
               "phoc_alphabet": pre.phoc_alphabet, "num_regions": pre.num_regions, "region_dim": pre.region_dim}
     shapes["pretrained"] = _pretrained_sources(pre)
+    if pre.vision_kind == "proposals":
+        shapes["proposals"] = {"min_size": pre.proposal_min_size, "scale": pre.proposal_scale}
     return {"dataset": dataset, "tokenizer": tokenizer, "shapes": shapes}
 
 
@@ -178,12 +181,17 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
     text_pre = _text_only(pre, counter)
     tmp = _fresh_tmp(out_dir)
     n = len(source)
-    cnn = pre.vision_kind in ("cnn", "vit")
-    rows = SplitRows(pre, n, tmp, cnn)
-    image_path = os.path.join(tmp, "image")
-    open(image_path, "wb").close()
+    by_picture = pre.vision_kind in ("cnn", "vit", "proposals")
+    rows = SplitRows(pre, n, tmp, by_picture)
     workers = int(num_workers) or os.cpu_count() or 1
-    images = ImageJobs(pre, image_path, workers) if cnn else None
+    if pre.vision_kind == "proposals":
+        images = ProposalJobs(pre, tmp, workers, counter)
+    elif by_picture:
+        image_path = os.path.join(tmp, "image")
+        open(image_path, "wb").close()
+        images = ImageJobs(pre, image_path, workers)
+    else:
+        images = None
     try:
         for i in range(n):
             rec = decode_record(source[i], i, source_name, counter)
@@ -199,13 +207,13 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
     finally:
         if images is not None:
             images.close()
-    files = write_fields(tmp, rows, pre, len(images.rows) if images is not None else 0)
+    files = write_fields(tmp, rows, images)
     _seal_files(tmp, files)
     manifest = {"format": FORMAT, "fingerprint": fp, "files": files, "num_questions": n,
                 "num_answer_rows": rows.num_answer_rows,
                 "num_images": len(images.rows) if images is not None else len(rows.regions.index),
                 "num_ocr_sets": len(rows.ocr.index), "counts": dict(counter.counts),
-                "build_s": round(time.perf_counter() - t0, 3), "workers": workers if cnn else 0}
+                "build_s": round(time.perf_counter() - t0, 3), "workers": workers if by_picture else 0}
     manifest["question_ids"] = rows.question_ids
     with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
@@ -234,10 +242,12 @@ def _seal_files(tmp: str, files: dict[str, dict]) -> None:
 
 
 def _text_only(pre: Preprocessor, counter: SkipCounter) -> Preprocessor:
-    """A shallow copy of ``pre`` that makes every field but the pixels (decoded in the workers instead)."""
+    """A shallow copy of ``pre`` that makes every field but the pixels or the proposals (made in the workers
+    instead)."""
     p = copy.copy(pre)
     p.counter = counter
     p._image = lambda image_id, data: None
+    p._proposals = lambda image_id, data: (None, None, None)
     return p
 
 

@@ -20,7 +20,7 @@ from openvivqa_jax.data.pipeline import Preprocessor
 from openvivqa_jax.data.records import DatasetError, SkipCounter
 
 __all__ = ["QUESTION_FIELDS", "ANSWER_FIELDS", "OCR_FIELDS", "REGION_FIELDS", "pretrained_fields", "Rows",
-           "write_array", "ImageJobs", "SplitRows", "write_fields"]
+           "write_array", "ImageJobs", "ProposalJobs", "SplitRows", "write_fields"]
 
 #: The fields of a question row, an answer row, an OCR token set and a region-feature set.
 QUESTION_FIELDS = ("question", "question_mask")
@@ -129,11 +129,19 @@ class ImageJobs:
     def _flush(self) -> None:
         """Submits the queued images as one job."""
         if self.pending:
-            self.futures.append(self.pool.submit(decode_worker.decode_into, self.path, list(self.pending),
-                                                 self.pre.image_w, self.pre.image_h, self.pre.max_image_pixels))
+            self.futures.append(self._submit(list(self.pending)))
             self.pending.clear()
         while len(self.futures) > self.max_in_flight:
             self._check(self.futures.popleft())
+
+    def files(self) -> dict[str, dict]:
+        """``{file name: {dtype, shape}}`` of what the workers write: ``image`` ``(I, H, W, 3)`` uint8."""
+        return {"image": {"dtype": "|u1", "shape": [len(self.rows), self.pre.image_h, self.pre.image_w, 3]}}
+
+    def _submit(self, items: list):
+        """Starts one job on ``items`` (``(row, name, encoded bytes)`` each); returns its future."""
+        return self.pool.submit(decode_worker.decode_into, self.path, items, self.pre.image_w, self.pre.image_h,
+                                self.pre.max_image_pixels)
 
     def _check(self, future) -> None:
         """Waits for one job.
@@ -169,6 +177,45 @@ class ImageJobs:
             self.pool.shutdown(wait=True)
 
 
+class ProposalJobs(ImageJobs):
+    """The class-free region proposals (vision kind ``proposals``) of a split's distinct pictures, made by
+    ``workers`` spawned processes, 16 pictures a job, each written at its picture's row of the raw files
+    ``region_features (I, R, D) float32``, ``region_boxes (I, R, 4) float32`` and ``region_mask (I, R) bool`` in
+    ``tmp`` (so the files are the same for any number of workers). Each picture is segmented once, however its
+    questions are ordered; the results are ``Preprocessor``'s (the same function and settings)."""
+
+    def __init__(self, pre: Preprocessor, tmp: str, workers: int, counter: SkipCounter):
+        paths = {k: os.path.join(tmp, k) for k in REGION_FIELDS}
+        for path in paths.values():
+            open(path, "wb").close()
+        super().__init__(pre, paths, workers)
+        self.settings = pre.proposal_settings()
+        self.counter = counter
+
+    def _submit(self, items: list):
+        return self.pool.submit(decode_worker.proposals_into, self.path, items, self.settings)
+
+    def _check(self, future) -> None:
+        """Waits for one job and counts the segments beyond ``num_regions``.
+
+        Raises:
+          DatasetError: a picture of the job could not be decoded (named by the first question that uses it).
+        """
+        bad, beyond = future.result()
+        if beyond:
+            self.counter.add("proposal_segments_beyond_num_regions", beyond)
+        if bad:
+            row, msg = bad[0]
+            raise DatasetError(f"question {self.first_question[row]!r}: {msg}")
+
+    def files(self) -> dict[str, dict]:
+        """``{file name: {dtype, shape}}`` of the three region files."""
+        n, R, D = len(self.rows), self.settings["num_regions"], self.pre.region_dim
+        return {"region_features": {"dtype": "<f4", "shape": [n, R, D]},
+                "region_boxes": {"dtype": "<f4", "shape": [n, R, 4]},
+                "region_mask": {"dtype": "|b1", "shape": [n, R]}}
+
+
 class SplitRows:
     """Every field but the pixels, collected in question order (``Q`` questions, ``A`` answer rows, ``G`` OCR
     sets, ``I`` region-feature sets).
@@ -179,9 +226,12 @@ class SplitRows:
     sets (vision kind region; ``region_features`` streamed to ``tmp``).
     """
 
-    def __init__(self, pre: Preprocessor, n: int, tmp: str, cnn: bool):
-        self.cnn = cnn
-        self.regions = Rows(REGION_FIELDS, tmp, stream=() if cnn else ("region_features",))
+    def __init__(self, pre: Preprocessor, n: int, tmp: str, image_rows: bool):
+        #: True: the vision input is stored once per distinct picture by worker processes (the pixels, or the
+        #: class-free proposals), and each question is given its picture's row; False: pre-extracted region
+        #: features, shared by content here.
+        self.cnn = image_rows
+        self.regions = Rows(REGION_FIELDS, tmp, stream=() if image_rows else ("region_features",))
         extra_ocr, extra_question = pretrained_fields(pre)
         self.ocr_fields, self.question_fields = (*OCR_FIELDS, *extra_ocr), (*QUESTION_FIELDS, *extra_question)
         self.ocr = Rows(self.ocr_fields)
@@ -233,13 +283,13 @@ class SplitRows:
         self.num_answer_rows += max(1, len(answers))
 
 
-def write_fields(tmp: str, rows: SplitRows, pre: Preprocessor, num_images: int) -> dict[str, dict]:
-    """Writes every field but ``image`` (written by the decoding workers) to ``tmp``; returns ``{file name:
-    {dtype, shape}}`` in the manifest's order (``image`` ``(I, H, W, 3)`` uint8 first for vision kinds cnn /
-    vit)."""
+def write_fields(tmp: str, rows: SplitRows, jobs: ImageJobs | None) -> dict[str, dict]:
+    """Writes every field but those the workers of ``jobs`` wrote (``image`` for vision kinds cnn / vit, the
+    three region files for proposals) to ``tmp``; returns ``{file name: {dtype, shape}}`` in the manifest's
+    order (the workers' files first)."""
     files: dict[str, dict] = {}
-    if rows.cnn:
-        files["image"] = {"dtype": "|u1", "shape": [num_images, pre.image_h, pre.image_w, 3]}
+    if jobs is not None:
+        files.update(jobs.files())
     else:
         # float32 (the batches' dtype, as Preprocessor.features gives it) even where the dataset stores float16:
         # numpy's float16 -> float32 conversion took 35 ms per batch of 64 x 50 x 2048 on a 2-core x86 VM, a

@@ -15,7 +15,9 @@ Batch layout (fixed shapes; ``N = num_ocr``, ``P = max_ocr_pieces``, ``L = max_a
 key                 shape                       meaning
 ==================  ==========================  ======================================
 image               (B, H, W, 3) uint8          resized pixels (vision kind ``cnn``)
-region_features     (B, R, D) float32           pre-extracted (vision kind ``region``)
+region_features     (B, R, D) float32           pre-extracted (vision kind ``region``), or the picture's
+                                                class-free proposals (kind ``proposals``,
+                                                :mod:`openvivqa_jax.data.proposals`)
 region_boxes/mask   (B, R, 4) / (B, R)
 question            (B, Lq) int32               pieces; ``question_mask`` (B, Lq) bool
 question_bert       (B, Lq) int32               ids of ``model.text_encoder``'s tokenizer;
@@ -59,6 +61,7 @@ from PIL import Image
 
 from openvivqa_jax.data import images
 from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
+from openvivqa_jax.data.proposals import PROPOSAL_FEATURE_DIM, padded_proposals
 from openvivqa_jax.data.records import (DatasetError, Record, SkipCounter, as_str, decode_record, kind_subset,
                                         kind_weighted_indices, load_source, read_dictionary_file, read_records)
 from openvivqa_jax.models.pretrained import FASTTEXT_HINT, fasttext_path
@@ -158,6 +161,10 @@ class Preprocessor:
         self.image_w, self.image_h = tuple(cfg.data.image_size)
         self.num_regions = m.vision.get("num_regions", 0)
         self.region_dim = m.vision.get("region_dim", 0)
+        if self.vision_kind == "proposals":
+            self.region_dim = PROPOSAL_FEATURE_DIM
+            self.proposal_min_size = int(m.vision.get("proposal_min_size", 8))
+            self.proposal_scale = float(m.vision.get("proposal_scale", 400.0))
         self.phoc_alphabet = m.get("phoc_alphabet", "vietnamese")
         self.phoc_dim = get_phoc_spec(self.phoc_alphabet).dim
         self.vocab = AnswerVocab(tokenizer, m.num_ocr, m.max_answer_len, allow_copy=allow_copy)
@@ -168,6 +175,8 @@ class Preprocessor:
         #: Largest stored image accepted (width * height), as the builders and predict check it.
         self.max_image_pixels = int(cfg.data.get("max_image_pixels", images.DEFAULT_MAX_PIXELS))
         self._image = functools.lru_cache(maxsize=cfg.data.get("image_cache_size", 8192))(self._decode_image)
+        self._proposals = functools.lru_cache(maxsize=cfg.data.get("image_cache_size", 8192))(
+            self._proposals_uncached)
         self.decode_dictionary = cfg.data.get("decode_dictionary", "none") or "none"
         if self.decode_dictionary not in ("none", "per_image", "global"):
             raise ValueError(f"data.decode_dictionary must be 'none', 'per_image' or 'global', "
@@ -232,16 +241,42 @@ class Preprocessor:
             raise DatasetError(str(e)) from None
         return np.asarray(rgb.resize((self.image_w, self.image_h), Image.BILINEAR), np.uint8)
 
+    def _proposals_uncached(self, image_id: str, data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Encoded bytes -> the class-free region proposals of the picture resized to ``data.image_size``
+        (:func:`openvivqa_jax.data.proposals.region_proposals`): ``region_features (num_regions,
+        PROPOSAL_FEATURE_DIM)``, ``region_boxes (num_regions, 4)``, ``region_mask (num_regions,)``, zero-padded;
+        segments beyond ``num_regions`` (the smallest) are counted as ``proposal_segments_beyond_num_regions``.
+
+        Raises:
+          DatasetError: (one line, naming the image) the bytes are not a usable image.
+        """
+        try:
+            feats, boxes, mask, n = padded_proposals(data, repr(image_id), **self.proposal_settings())
+        except images.ImageDecodeError as e:
+            raise DatasetError(str(e)) from None
+        if n > self.num_regions:
+            self.counter.add("proposal_segments_beyond_num_regions", n - self.num_regions)
+        return feats, boxes, mask
+
+    def proposal_settings(self) -> dict:
+        """The keyword arguments of :func:`openvivqa_jax.data.proposals.padded_proposals` but the picture."""
+        return dict(width=self.image_w, height=self.image_h, max_pixels=self.max_image_pixels,
+                    num_regions=self.num_regions, min_size=self.proposal_min_size, scale=self.proposal_scale)
+
     def features(self, rec: Record, answer: str | None, for_decoding: bool = False) -> dict:
         """Fixed-shape features of one record; ``answer`` (normalized) gives the targets; with
         ``for_decoding`` and ``data.decode_dictionary`` set, also ``allowed_vocab`` ``(V + N,)`` bool."""
         N, P = self.num_ocr, self.max_pieces
         out: dict[str, np.ndarray] = {}
-        if self.vision_kind in ("cnn", "vit"):
+        if self.vision_kind in ("cnn", "vit", "proposals"):
             if rec.image_bytes is None:
                 raise DatasetError(f"question {rec.question_id!r}: no image for vision kind {self.vision_kind!r}")
             try:
-                out["image"] = self._image(rec.image_id, bytes(rec.image_bytes))
+                if self.vision_kind == "proposals":
+                    feats, boxes, mask = self._proposals(rec.image_id, bytes(rec.image_bytes))
+                    out.update(region_features=feats, region_boxes=boxes, region_mask=mask)
+                else:
+                    out["image"] = self._image(rec.image_id, bytes(rec.image_bytes))
             except DatasetError as e:
                 raise DatasetError(f"question {rec.question_id!r}: {e}") from None
         else:

@@ -4,7 +4,9 @@ Batch keys read here (docs/design.md §5; built by :mod:`openvivqa_jax.data.pipe
 
 * ``image``: ``(batch, H, W, 3)`` uint8 pixels (vision kind ``cnn``), or
   ``region_features`` ``(batch, num_regions, region_dim)``, ``region_boxes`` ``(batch, num_regions, 4)``,
-  ``region_mask`` ``(batch, num_regions)`` (vision kind ``region``);
+  ``region_mask`` ``(batch, num_regions)`` (vision kind ``region``: a detector's, pre-extracted; vision kind
+  ``proposals``: the picture's class-free region proposals, ``region_dim = PROPOSAL_FEATURE_DIM``, made by the
+  input pipeline, :mod:`openvivqa_jax.data.proposals`);
 * ``question`` ``(batch, q_len)`` int32 piece ids, ``question_mask`` ``(batch, q_len)`` bool;
 * ``ocr_pieces`` ``(batch, N, P)`` int32 pieces of each OCR token, ``ocr_piece_mask`` ``(batch, N, P)``,
   ``ocr_phoc`` ``(batch, N, phoc_dim)``, ``ocr_boxes`` ``(batch, N, 4)`` xyxy in [0, 1],
@@ -21,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from openvivqa_jax.data.proposals import PROPOSAL_FEATURE_DIM
 from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, grid_boxes, layer_norm, masked_mean
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
@@ -57,7 +60,8 @@ class VisionEncoder(nnx.Module):
     embedding, layer-normed: ``LN(W_f f) + LN(W_b box)`` (M4C's object embedding).
 
     Args:
-      kind: ``"cnn"``, ``"vit"`` or ``"region"``.
+      kind: ``"cnn"``, ``"vit"``, ``"region"`` or ``"proposals"`` (read like ``region``, with
+        ``PROPOSAL_FEATURE_DIM`` features).
       d_model: output width.
       cnn_channels: channels of :class:`SmallCNN` (kind ``cnn``).
       space_to_depth: :class:`SmallCNN`'s space-to-depth block size (kind ``cnn``; 1: none).
@@ -78,8 +82,8 @@ class VisionEncoder(nnx.Module):
     def __init__(self, *, kind: str, d_model: int, cnn_channels=(32, 64, 128, 128), region_dim: int = 2048,
                  dropout: float = 0.1, rngs: nnx.Rngs, dtype: Any = jnp.float32, vision_cfg=None,
                  space_to_depth: int = 1, pixel_features: int = 0):
-        if kind not in ("cnn", "vit", "region"):
-            raise ValueError(f"vision kind must be 'cnn', 'vit' or 'region', got {kind!r}")
+        if kind not in ("cnn", "vit", "region", "proposals"):
+            raise ValueError(f"vision kind must be 'cnn', 'vit', 'region' or 'proposals', got {kind!r}")
         self.kind = kind
         if kind == "cnn":
             self.backbone = SmallCNN(tuple(cnn_channels), rngs=rngs, dtype=dtype, space_to_depth=space_to_depth,
@@ -95,6 +99,8 @@ class VisionEncoder(nnx.Module):
             if vision_cfg.get("checkpoint"):
                 load_big_vision_npz(self.backbone, os.path.expanduser(vision_cfg.get("checkpoint")))
             raw_dim = self.backbone.out_dim
+        elif kind == "proposals":
+            raw_dim = PROPOSAL_FEATURE_DIM
         else:
             raw_dim = region_dim
         self.raw_dim = raw_dim

@@ -307,3 +307,32 @@ def test_main_job_with_model_ready_records_matches_and_reuses_them(tmp_path):
     assert results(tmp_path / "mr") == results(tmp_path / "plain")
     log = run(tmp_path / "mr", "--config.data.model_ready=True", "--mode=evaluate")
     assert "building them" not in log and "Model-ready records of synthetic_openvivqa/test: reusing" in log
+
+
+def test_class_free_proposals_equal_the_per_example_path(tmp_path_factory):
+    """Vision kind proposals: each picture segmented once by the workers, at its row; every field equals
+    ``Preprocessor.features``, for one worker and for two."""
+    from openvivqa_jax.vqa import assets
+    from openvivqa_jax.data import datasets, model_ready, pipeline
+
+    cfg = load_config("configs/tiny.py")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 16
+    cfg.data.data_dir = str(tmp_path_factory.mktemp("tfds_proposals"))
+    builder = datasets.load_builder(cfg.data)
+    src = pipeline.load_source(builder, "train")
+    tok = assets.load_tokenizer(cfg, str(tmp_path_factory.mktemp("w")), pipeline.read_records(src, "train"))
+    pre = pipeline.Preprocessor(cfg, tok, allow_copy=True)
+    mrs = [model_ready.open_split(src, pre, str(tmp_path_factory.mktemp(f"mr{w}")), "train", builder,
+                                  num_workers=w) for w in (1, 2)]
+    m = mrs[0].manifest
+    assert m["files"]["region_features"]["shape"][1:] == [16, pre.region_dim] and "image" not in m["files"]
+    assert m["num_images"] < len(src)
+    # Segments past the 16 largest are counted, once per picture (the tiny set's pictures have more).
+    assert m["counts"]["proposal_segments_beyond_num_regions"] > 0
+    for i in range(len(src)):
+        rec = pipeline.decode_record(src[i], i, "train")
+        want = {k: np.asarray(v)[None] for k, v in pre.features(rec, rec.answers[0]).items()}
+        assert "image" not in want and want["region_mask"].any()
+        for mr in mrs:
+            assert_same_fields(mr.gather(np.array([i]), np.array([0])), want, f"question {i}")

@@ -440,3 +440,50 @@ def test_skip_bad_writes_every_good_answer_and_lists_the_bad(tmp_path, trained):
     assert err[0].startswith("skipped 1 questions whose question or image could not be used") and "sub.skipped.json" in err[0]
     assert err[1].startswith("  question '20': ") and "b.jpg" in err[1]
     assert "wrote " in res.stdout and ": 2 answers" in res.stdout
+
+
+def test_proposals_workdir_answers_a_photo_from_its_segments(tmp_path):
+    """A run whose vision input is the class-free region proposals (vision kind ``proposals``) answers a photo:
+    the regions predict feeds the model are the picture's segments (two shapes on a background), computed from
+    the photo as in training."""
+    import orbax.checkpoint as ocp
+
+    from conftest import tiny_model_config
+    from openvivqa_jax.data.proposals import padded_proposals
+    from openvivqa_jax.text.tokenizer import train_sentencepiece
+    from openvivqa_jax.vqa import experiment, inference, train
+
+    wd = tmp_path / "proposals"
+    wd.mkdir()
+    cfg = tiny_model_config("mlpag")
+    cfg.mesh.shape = (1, 1)
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 6
+    sents = ["có hai chiếc xe", "màu đỏ", "bên trái", "chiếc xe màu gì ?", "cái ô bên nào ?"] * 20
+    train_sentencepiece(sents, str(wd / "spm.model"), 300)
+    (wd / "config.json").write_text(cfg.to_json_best_effort(indent=2))
+    _, state = experiment.create_experiment(cfg, str(wd))
+    latest, _ = train.checkpoint_managers(str(wd), cfg.train)
+    latest.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data_iter=ocp.args.JsonSave({})))
+    latest.wait_until_finished()
+    pic = np.zeros((48, 64, 3), np.uint8)
+    pic[:] = (200, 200, 200)
+    pic[6:16, 4:24] = (220, 30, 30)
+    pic[30:38, 40:46] = (20, 40, 210)
+    path = tmp_path / "shapes.png"
+    Image.fromarray(pic).save(path)
+
+    run = inference.load_for_inference(str(wd))
+    data = path.read_bytes()
+    feats = run.photo_features(0, "q", "chiếc xe màu gì ?", data, str(path), [])
+    w, h = cfg.data.image_size
+    want = padded_proposals(data, "x", width=w, height=h, max_pixels=10 ** 8, num_regions=6,
+                            min_size=int(cfg.model.vision.proposal_min_size), scale=400.0)
+    np.testing.assert_array_equal(feats["region_features"], want[0])
+    np.testing.assert_array_equal(feats["region_mask"], want[2])
+    assert want[2].sum() == 3 and "image" not in feats  # background, red and blue
+
+    res = _predict("--workdir", wd, "--image", path, "--question", "chiếc xe màu gì ?", "--ocr", "none", "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    assert out["question"] == "chiếc xe màu gì ?" and isinstance(out["answer"], str)
