@@ -173,3 +173,36 @@ def test_pixel_cnn_learns_a_shapes_colour_and_side(tmp_path):
         assert len(held) == 100 and chance < 0.65, (question, len(held), chance)
         assert hits / len(held) >= chance + margin, (question, hits, chance)
         assert binomial_tail(len(held), hits, chance) < 1e-9, (question, hits, chance)
+
+
+@pytest.mark.slow
+def test_region_proposals_learn_a_shapes_colour_and_side(tmp_path):
+    """The same folder and model with the class-free region proposals instead of the CNN
+    (``model.vision.kind=proposals``, no detector): each shape is a segment of its own with its colour, so half
+    the steps of the CNN test give held-out colours and sides far above the question-only chance. Measured:
+    colour 100 of 100, side 99 of 100 after 300 steps of batch 32 (the CNN: 62 and 99 after 600), in
+    under a minute."""
+    from conftest import run_main_cli
+
+    rows = write_shapes_folder(tmp_path / "shapes", n_train=600, n_test=100)
+    wd = tmp_path / "run"
+    res = run_main_cli("--config=configs/folder/mlpag.py", f"--workdir={wd}",
+                       f"--config.data.manual_dir={tmp_path / 'shapes'}", f"--config.data.data_dir={tmp_path / 'tfds'}",
+                       "--config.model.vision.kind=proposals", "--config.model.vision.num_regions=8",
+                       "--config.model.d_model=64", "--config.model.num_heads=2", "--config.model.ffn_dim=128",
+                       "--config.model.num_fusion_layers=1", "--config.model.num_decoder_layers=1",
+                       "--config.model.num_ocr=4", "--config.data.image_size=(64, 48)",
+                       "--config.tokenizer.vocab_size=300", "--config.train.batch_size=32",
+                       "--config.train.num_train_steps=300", "--config.train.warmup_steps=50",
+                       "--config.train.eval_every_steps=100000", "--config.train.checkpoint_every_steps=100000",
+                       "--config.eval.decoding=greedy", timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    preds = json.loads((wd / "eval" / "test_predictions.json").read_text(encoding="utf-8"))
+    assert len(preds) == 200
+    for question, margin in ((COLOUR_Q, 0.6), (SIDE_Q, 0.3)):
+        held = [(p["question"], p["references"][0], p["prediction"]) for p in preds if p["question"] == question]
+        chance = question_only_chance([r for r in rows["train"] if r[0] == question], [(q, a) for q, a, _ in held])
+        hits = sum(pred == ref for _, ref, pred in held)
+        assert len(held) == 100 and chance < 0.65, (question, len(held), chance)
+        assert hits / len(held) >= chance + margin, (question, hits, chance)
+        assert binomial_tail(len(held), hits, chance) < 1e-9, (question, hits, chance)
