@@ -18,6 +18,9 @@ downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
 Variants (:data:`OPENVIVQA_VARIANTS`):
 
 * ``images`` (default): images + tesseract OCR at build time; a CNN backbone gives grid features.
+* ``proposals``: ``images`` with class-free region proposals from the pixels instead of the CNN
+  (``model.vision.kind = "proposals"``, no detector: the 100 largest segments of the 384x288 picture, which
+  cover 80-88% of it on the release's sample photos; docs/results.md, "Seeing without a detector").
 * ``features``: the authors' pre-extracted per-image feature files (region features 2048-d + boxes,
   scene-text tokens), i.e. the paper's setting.
 * ``benchmark``: ``features`` at docs/design.md §10's benchmark shapes (50 regions of 1024-d, 50 OCR tokens
@@ -43,7 +46,7 @@ from ml_collections.config_dict import placeholder
 from openvivqa_jax.config_files import load_config
 
 #: ``--config configs/openvivqa/<model>.py:<variant>``.
-OPENVIVQA_VARIANTS = ("images", "features", "benchmark")
+OPENVIVQA_VARIANTS = ("images", "proposals", "features", "benchmark")
 #: Models whose question tokens are embedded with FastText (OpenViVQA §4.2-4.3; LoRRA, whose English question
 #: embedding is GloVe, with FastText as there are no Vietnamese GloVe vectors):
 #: their ``images`` / ``features`` configs start the question embedding from ``model.fasttext.path``.

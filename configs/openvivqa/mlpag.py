@@ -1,6 +1,6 @@
 """MLPAG at the paper's sizes on the real OpenViVQA dataset (paper §4.3, §5; docs/design.md §6).
 
-``--config configs/openvivqa/mlpag.py[:images|features|benchmark]``; usage and variants: configs/common.py.
+``--config configs/openvivqa/mlpag.py[:images|proposals|features|benchmark]``; usage and variants: configs/common.py.
 In ``images`` and ``features`` the question and OCR tokens start from fastText vectors as in the paper: pass
 ``--config.model.fasttext.path=<cc.vi.300.bin>`` (docs/pretrained.md); ``benchmark`` keeps docs/design.md §10's
 shapes (learned question embeddings).
@@ -20,7 +20,7 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     common.check_variant(variant, VARIANTS)
     c = load_config("../default.py", relative_to=__file__)
     c.data.builder = "openvivqa"
-    c.data.builder_config = "default" if variant == "images" else "features"
+    c.data.builder_config = "default" if variant in ("images", "proposals") else "features"
     # c.data.manual_dir is required: --config.data.manual_dir=<folder with the release JSON + images>
     c.data.train_split = "train"
     c.data.eval_split = "dev"
@@ -48,6 +48,10 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     if variant == "images":
         m.vision.kind = "cnn"
         m.vision.cnn_channels = (64, 128, 256, 512, 512)
+    elif variant == "proposals":
+        m.vision.kind = "proposals"
+        m.vision.num_regions = 100
+        m.vision.proposal_min_size = 64  # the synthetic default's 8 pixels at 128x96, scaled to 384x288
     else:
         m.vision.kind = "region"
         m.vision.num_regions = 50

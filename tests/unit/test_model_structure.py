@@ -137,7 +137,8 @@ def test_every_config_file_loads_with_its_papers_values(tmp_path, monkeypatch):
                                                                                (512, 8, 2048))
             assert c.model.dropout == 0.1
             assert c.train.num_train_steps == (24_000 if m4c else 60_000)
-            assert c.data.builder_config == ("default" if v == "images" else "features")
+            assert c.data.builder_config == ("default" if v in ("images", "proposals") else "features")
+            assert c.model.vision.kind == {"images": "cnn", "proposals": "proposals"}.get(v, "region")
     assert base.model.vision.kind == "region" and base.model.vision.region_dim == 2048
     assert cfgs[("openvivqa/fst.py", "benchmark")].model.vision.region_dim == 1024
     assert cfgs[("openvivqa/saaa.py", "images")].model.lstm_dim == 1024
