@@ -102,3 +102,19 @@ def test_bad_pictures_and_arguments_are_one_line_errors():
         region_proposals(np.zeros((48, 64), np.float32), 4)
     with pytest.raises(ValueError, match="max_regions"):
         region_proposals(_scene(), 0)
+
+
+def test_recall_benchmark_finds_objects_only_in_the_segments_it_keeps(capsys):
+    """benchmarks/proposals.py: with every segment kept nearly every object has one inside its box; with the
+    two largest (road, buildings, sky: never inside an object's box) none has."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import proposals as bench
+
+    many = bench.main(["--images", "4", "--num_regions", "400"])
+    two = bench.main(["--images", "4", "--num_regions", "2"])
+    assert many["objects"] == two["objects"] > 0
+    assert many["objects_found"] >= 0.9 and two["objects_found"] == 0.0
+    assert many["kept_area_mean"] == pytest.approx(1.0) and two["kept_area_mean"] < 1.0
