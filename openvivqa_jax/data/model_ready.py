@@ -143,6 +143,8 @@ def fingerprint(builder, split: str, num_examples: int, pre: Preprocessor) -> di
     shapes["pretrained"] = _pretrained_sources(pre)
     if pre.vision_kind == "proposals":
         shapes["proposals"] = {"min_size": pre.proposal_min_size, "scale": pre.proposal_scale}
+    if pre.ocr_pixels:
+        shapes["ocr_pixels"] = True
     return {"dataset": dataset, "tokenizer": tokenizer, "shapes": shapes}
 
 
@@ -246,7 +248,8 @@ def _text_only(pre: Preprocessor, counter: SkipCounter) -> Preprocessor:
     instead)."""
     p = copy.copy(pre)
     p.counter = counter
-    p._image = lambda image_id, data: None
+    if not pre.ocr_pixels:  # the OCR tokens' pixels are made here, from the picture decoded once more
+        p._image = lambda image_id, data: None
     p._proposals = lambda image_id, data: (None, None, None)
     return p
 
@@ -302,7 +305,7 @@ class ModelReady:
         for k in (*QUESTION_FIELDS, "question_bert", "question_bert_mask"):
             if k in a:
                 out[k] = a[k][qidx]
-        for k in (*OCR_FIELDS, "ocr_fasttext"):
+        for k in (*OCR_FIELDS, "ocr_fasttext", "ocr_pixels"):
             if k in a:
                 out[k] = a[k][ocr]
         out["ocr_phoc"] = out["ocr_phoc"].astype(np.float32, copy=False)

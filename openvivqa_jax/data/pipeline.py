@@ -27,6 +27,8 @@ ocr_phoc            (B, N, phoc_dim) float32    PHOC (:mod:`openvivqa_jax.data.p
 ocr_boxes           (B, N, 4) float32           xyxy in [0, 1]
 ocr_mask            (B, N) bool                 real OCR tokens
 ocr_fasttext        (B, N, 300) float32         fastText vectors (``ocr_extra_features``)
+ocr_pixels          (B, N, 48) float32          each token box's pixels on a 4x4 grid (``ocr_extra_features``;
+                                                :func:`openvivqa_jax.data.proposals.box_pixels`)
 decoder_in          (B, L) int32                teacher-forced inputs
 target_vocab        (B, L) int32                positive piece or -1
 target_ocr          (B, L, N) bool              positive OCR slots
@@ -61,7 +63,7 @@ from PIL import Image
 
 from openvivqa_jax.data import images
 from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
-from openvivqa_jax.data.proposals import PROPOSAL_FEATURE_DIM, padded_proposals
+from openvivqa_jax.data.proposals import BOX_PIXELS_DIM, PROPOSAL_FEATURE_DIM, box_pixels, padded_proposals
 from openvivqa_jax.data.records import (DatasetError, Record, SkipCounter, as_str, decode_record, kind_subset,
                                         kind_weighted_indices, load_source, read_dictionary_file, read_records)
 from openvivqa_jax.models.pretrained import FASTTEXT_HINT, fasttext_path
@@ -186,6 +188,10 @@ class Preprocessor:
                              f"generator models; model {m.name!r} is a classifier")
         self._dictionary_mask = functools.lru_cache(maxsize=256)(self._dictionary_mask_uncached)
         self._ocr_fasttext = ocr_fasttext_source(cfg)
+        self.ocr_pixels = "ocr_pixels" in dict(m.get("ocr_extra_features", {}) or {})
+        if self.ocr_pixels and int(m.ocr_extra_features.ocr_pixels) != BOX_PIXELS_DIM:
+            raise ValueError(f"model.ocr_extra_features.ocr_pixels must be {BOX_PIXELS_DIM} (RGB on a 4x4 grid), "
+                             f"got {m.ocr_extra_features.ocr_pixels}")
         self._question_bert = question_tokenizer(m)
         self._global_words = None
         path = cfg.data.get("global_dictionary_file")
@@ -258,6 +264,24 @@ class Preprocessor:
             self.counter.add("proposal_segments_beyond_num_regions", n - self.num_regions)
         return feats, boxes, mask
 
+    def _ocr_pixels(self, rec: Record, boxes: np.ndarray) -> np.ndarray:
+        """``ocr_pixels`` ``(num_ocr, BOX_PIXELS_DIM)``: the pixels under each OCR token's box, from the picture
+        as the CNN gets it (:meth:`_decode_image`), zero-padded.
+
+        Raises:
+          DatasetError: the record has no picture, or its picture is not usable (one line, naming both).
+        """
+        out = np.zeros((self.num_ocr, BOX_PIXELS_DIM), np.float32)
+        if not len(boxes):
+            return out
+        if rec.image_bytes is None:
+            raise DatasetError(f"question {rec.question_id!r}: no image for model.ocr_extra_features.ocr_pixels")
+        try:
+            out[: len(boxes)] = box_pixels(self._image(rec.image_id, bytes(rec.image_bytes)), boxes)
+        except DatasetError as e:
+            raise DatasetError(f"question {rec.question_id!r}: {e}") from None
+        return out
+
     def proposal_settings(self) -> dict:
         """The keyword arguments of :func:`openvivqa_jax.data.proposals.padded_proposals` but the picture."""
         return dict(width=self.image_w, height=self.image_h, max_pixels=self.max_image_pixels,
@@ -326,6 +350,8 @@ class Preprocessor:
                    ocr_boxes=boxes, ocr_mask=np.arange(N) < n)
         if self._ocr_fasttext is not None:
             out["ocr_fasttext"] = ocr_fasttext_features(self._ocr_fasttext, texts, N)
+        if self.ocr_pixels:
+            out["ocr_pixels"] = self._ocr_pixels(rec, boxes[:n])
         enc = self.vocab.encode(answer or "", texts)
         if answer is not None:
             self.counter.add("answers_encoded")

@@ -32,10 +32,12 @@ from skimage.segmentation import felzenszwalb
 
 from openvivqa_jax.data import images
 
-__all__ = ["POOL", "PROPOSAL_FEATURE_DIM", "region_proposals", "padded_proposals"]
+__all__ = ["POOL", "PROPOSAL_FEATURE_DIM", "BOX_PIXELS_DIM", "region_proposals", "padded_proposals", "box_pixels"]
 
 POOL = 4
 PROPOSAL_FEATURE_DIM = 6 + 1 + POOL * POOL + 2 * 3 * POOL * POOL
+#: Width of :func:`box_pixels`: a box's RGB on a ``POOL x POOL`` grid.
+BOX_PIXELS_DIM = 3 * POOL * POOL
 
 
 def _bin_edges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,3 +142,27 @@ def padded_proposals(data: bytes, name: str, *, width: int, height: int, max_pix
     boxes = np.zeros((num_regions, 4), np.float32)
     feats[: len(f)], boxes[: len(f)] = f, b
     return feats, boxes, np.arange(num_regions) < len(f), n
+
+
+def box_pixels(image: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """The pixels under each box on a ``POOL x POOL`` grid: an OCR token's own appearance, from the picture
+    alone (M4C reads a detector's features of the token's box; this is its detector-free stand-in).
+
+    Args:
+      image: ``(height, width, 3)`` uint8 RGB.
+      boxes: ``(num_boxes, 4)`` xyxy in ``[0, 1]``; each covers at least one pixel (``floor`` of the start,
+        ``ceil`` of the end, within 1e-4 pixel of a boundary, clipped to the picture).
+
+    Returns:
+      ``(num_boxes, BOX_PIXELS_DIM)`` float32, RGB in ``[0, 1]``, row-major bins (as the proposals' pooled box).
+    """
+    h, w = image.shape[:2]
+    boxes = np.clip(np.asarray(boxes, np.float64).reshape(-1, 4), 0.0, 1.0)
+    eps = 1e-4  # an edge on a pixel boundary, stored as float32, must not take in the next pixel
+    x0 = np.minimum(np.floor(boxes[:, 0] * w + eps), w - 1).astype(np.int64)
+    y0 = np.minimum(np.floor(boxes[:, 1] * h + eps), h - 1).astype(np.int64)
+    x1 = np.clip(np.ceil(boxes[:, 2] * w - eps).astype(np.int64), x0 + 1, w)
+    y1 = np.clip(np.ceil(boxes[:, 3] * h - eps).astype(np.int64), y0 + 1, h)
+    if not len(boxes):
+        return np.zeros((0, BOX_PIXELS_DIM), np.float32)
+    return _pooled(_integral(image[:, :, :3].astype(np.float64) / 255.0), y0, y1, x0, x1).astype(np.float32)

@@ -310,14 +310,15 @@ def test_main_job_with_model_ready_records_matches_and_reuses_them(tmp_path):
 
 
 def test_class_free_proposals_equal_the_per_example_path(tmp_path_factory):
-    """Vision kind proposals: each picture segmented once by the workers, at its row; every field equals
-    ``Preprocessor.features``, for one worker and for two."""
+    """Vision kind proposals: each picture segmented once by the workers, at its row; every field (with the OCR
+    tokens' own pixels, ``ocr_pixels``) equals ``Preprocessor.features``, for one worker and for two."""
     from openvivqa_jax.vqa import assets
     from openvivqa_jax.data import datasets, model_ready, pipeline
 
     cfg = load_config("configs/tiny.py")
     cfg.model.vision.kind = "proposals"
     cfg.model.vision.num_regions = 16
+    cfg.model.ocr_extra_features = {"ocr_pixels": 48}  # the tokens' own pixels: decoded once more for the text rows
     cfg.data.data_dir = str(tmp_path_factory.mktemp("tfds_proposals"))
     builder = datasets.load_builder(cfg.data)
     src = pipeline.load_source(builder, "train")
@@ -334,5 +335,7 @@ def test_class_free_proposals_equal_the_per_example_path(tmp_path_factory):
         rec = pipeline.decode_record(src[i], i, "train")
         want = {k: np.asarray(v)[None] for k, v in pre.features(rec, rec.answers[0]).items()}
         assert "image" not in want and want["region_mask"].any()
+        assert want["ocr_pixels"].shape == (1, cfg.model.num_ocr, 48)
+        assert (want["ocr_pixels"][0, want["ocr_mask"][0]] > 0).all() and not want["ocr_pixels"][0, ~want["ocr_mask"][0]].any()
         for mr in mrs:
             assert_same_fields(mr.gather(np.array([i]), np.array([0])), want, f"question {i}")

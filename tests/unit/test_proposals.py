@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 from openvivqa_jax.data import images
-from openvivqa_jax.data.proposals import POOL, PROPOSAL_FEATURE_DIM, padded_proposals, region_proposals
+from openvivqa_jax.data.proposals import (POOL, PROPOSAL_FEATURE_DIM, box_pixels, padded_proposals,
+                                          region_proposals)
 
 BG, RED, BLUE = (200, 200, 200), (220, 30, 30), (20, 40, 210)
 
@@ -118,3 +119,20 @@ def test_recall_benchmark_finds_objects_only_in_the_segments_it_keeps(capsys):
     assert many["objects"] == two["objects"] > 0
     assert many["objects_found"] >= 0.9 and two["objects_found"] == 0.0
     assert many["kept_area_mean"] == pytest.approx(1.0) and two["kept_area_mean"] < 1.0
+
+
+def test_box_pixels_pool_each_box_like_a_per_pixel_loop():
+    a = _scene()
+    rng = np.random.default_rng(1)
+    a[20:28, 8:30] = rng.integers(0, 255, (8, 22, 3))
+    boxes = np.array([[4 / 64, 6 / 48, 24 / 64, 16 / 48],  # exactly the red rectangle
+                      [0.13, 0.41, 0.47, 0.59],  # the noisy patch, on fractional edges
+                      [0.99, 0.99, 1.0, 1.0]], np.float32)  # under one pixel: widened to the last pixel
+    got = box_pixels(a, boxes)
+    assert got.shape == (3, 48)
+    np.testing.assert_allclose(got[0], np.tile(np.array(RED) / 255.0, POOL * POOL), atol=1e-6)
+    px = a.astype(np.float64) / 255.0
+    x0, y0, x1, y1 = int(0.13 * 64), int(0.41 * 48), int(np.ceil(0.47 * 64)), int(np.ceil(0.59 * 48))
+    np.testing.assert_allclose(got[1], _loop_pool(px[y0:y1, x0:x1]), atol=1e-5)
+    np.testing.assert_allclose(got[2], np.tile(px[47, 63], POOL * POOL), atol=1e-6)
+    assert box_pixels(a, np.zeros((0, 4))).shape == (0, 48)
