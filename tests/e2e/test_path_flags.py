@@ -106,6 +106,8 @@ TABLE: dict[str, Row] = {
                                 required=("--out",), not_paths=("--features",)),
     "metrics": Row(_b("metrics.py"), no_paths="writes only temporary files of its own"),
     "ocr_engines": Row(_b("ocr_engines.py"), {"--examples": D}),
+    "proposals": Row(_b("proposals.py"), no_paths="renders its scenes in memory and prints JSON",
+                     not_paths=("--image_size",)),
     "relevance_evjvqa_standin": Row(_b("relevance_evjvqa_standin.py"), {"--out": OD}, required=("--out",)),
     "relevance_probe": Row(_b("relevance_probe.py"), {"--relevance_model": D, "--data_dir": DATA, "--predictions": I},
                            required=("--relevance_model",), not_paths=("--builder_config",)),
