@@ -99,6 +99,7 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("train.dropout_prng", ("threefry2x32", "rbg", "unsafe_rbg")),
     ("model.question_embedding", ("learned", "fasttext")),
     ("model.text_encoder.kind", ("learned", "bert")),
+    ("model.vision.kind", ("cnn", "vit", "region", "proposals")),
 )
 
 

@@ -56,6 +56,17 @@ def test_out_of_range_value_fails_before_tensorflow_and_jax_are_imported(tmp_pat
     assert res.stdout.strip() == "imported: []"
 
 
+def test_misspelled_vision_kind_is_checked_with_the_config():
+    """A vision kind the pipeline does not know would otherwise give every question empty regions."""
+    from openvivqa_jax.config_check import ConfigError, check_config
+
+    cfg = load_config("configs/default.py")
+    cfg.model.vision.kind = "proposal"
+    with pytest.raises(ConfigError, match=r"model.vision.kind='proposal' is out of range: must be one of 'cnn', "
+                                          r"'vit', 'region', 'proposals' \(set it with --config.model.vision.kind"):
+        check_config(cfg)
+
+
 def test_model_dtype_is_checked_with_the_config():
     from openvivqa_jax.config_check import ConfigError, check_config
 
