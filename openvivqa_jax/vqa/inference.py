@@ -79,7 +79,8 @@ def attention_heat(step_weights: np.ndarray, boxes: np.ndarray, mask: np.ndarray
     Args:
       step_weights: ``(steps, memory)`` the decoder's cross-attention at the answer's steps (mean over layers
         and heads), e.g. ``answer_attention(...)["weights"][i, :n]``.
-      boxes: ``(S, 4)`` the image cells' xyxy boxes in ``[0, 1]``; mask: ``(S,)`` the valid cells.
+      boxes: ``(S, 4)`` the image cells' or regions' xyxy boxes in ``[0, 1]``; mask: ``(S,)`` the valid ones
+        (the note says "cells" when the boxes tile a grid, else "regions").
       layout: ``(start, stop)`` of the ``S`` cells in the memory.
       num_ocr: ``N`` (MLPAG's eq. 9 sum fusion puts OCR token ``j`` on cell ``j``, which the note says).
 
@@ -94,14 +95,18 @@ def attention_heat(step_weights: np.ndarray, boxes: np.ndarray, mask: np.ndarray
     if share <= 0:
         return None, "no attention on the image"
     xs, ys = np.unique(np.round(boxes[:, 0], 6)), np.unique(np.round(boxes[:, 1], 6))
-    gh, gw = (len(ys), len(xs)) if len(xs) * len(ys) == S else (96, 128)
+    grid = len(xs) * len(ys) == S
+    gh, gw = (len(ys), len(xs)) if grid else (96, 128)
     heat = heat_from_boxes(boxes, vis / share, gh, gw)
-    note = (f"heat map: answer-decoder cross-attention over {S} image cells, mean over layers, heads and "
+    # Region features and proposals are regions of their own shapes, not cells of a grid.
+    what = f"{S} image cells" if grid else f"{int(np.count_nonzero(mask))} image regions"
+    slot = "image cell" if grid else "image region"
+    note = (f"heat map: answer-decoder cross-attention over {what}, mean over layers, heads and "
             f"{len(step_weights)} answer steps")
     if (lo, hi) != (0, step_weights.shape[-1]):
         note += f"; {share:.0%} of it is on image positions"
     else:
-        note += " (MLPAG eq. 9: memory slot j = image cell j + OCR token j)" if num_ocr and lo == 0 else ""
+        note += f" (MLPAG eq. 9: memory slot j = {slot} j + OCR token j)" if num_ocr and lo == 0 else ""
     return heat, note
 
 
