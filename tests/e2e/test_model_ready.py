@@ -336,6 +336,7 @@ def test_class_free_proposals_equal_the_per_example_path(tmp_path_factory):
         want = {k: np.asarray(v)[None] for k, v in pre.features(rec, rec.answers[0]).items()}
         assert "image" not in want and want["region_mask"].any()
         assert want["ocr_pixels"].shape == (1, cfg.model.num_ocr, 48)
-        assert (want["ocr_pixels"][0, want["ocr_mask"][0]] > 0).all() and not want["ocr_pixels"][0, ~want["ocr_mask"][0]].any()
+        on = want["ocr_mask"][0]
+        assert (want["ocr_pixels"][0, on] > 0).all() and not want["ocr_pixels"][0, ~on].any()
         for mr in mrs:
             assert_same_fields(mr.gather(np.array([i]), np.array([0])), want, f"question {i}")

@@ -36,7 +36,8 @@ def test_unknown_config_variant_lists_the_variants_without_a_traceback(tmp_path)
     res = _main("--config", "configs/openvivqa/mlpag.py:image", "--workdir", tmp_path / "w")
     assert res.returncode == 2
     assert _lines(res.stderr) == ["error: config file configs/openvivqa/mlpag.py:image did not load: ValueError: "
-                                  "unknown variant 'image'; expected one of ('images', 'proposals', 'features', 'benchmark')"]
+                                  "unknown variant 'image'; expected one of ('images', 'proposals', 'features', "
+                                  "'benchmark')"]
     assert "Traceback" not in res.stderr and "File " not in res.stderr
 
 
