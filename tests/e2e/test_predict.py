@@ -352,13 +352,24 @@ def test_real_openvivqa_examples_batch(tmp_path, trained):
 
 
 @pytest.mark.slow
+def _save_untrained_run(wd, cfg) -> None:
+    """Writes ``cfg`` and a step-1 checkpoint of a freshly initialized model into the run folder ``wd`` (which
+    already holds its ``spm.model``), as training would."""
+    import orbax.checkpoint as ocp
+
+    from openvivqa_jax.vqa import experiment, train
+
+    (wd / "config.json").write_text(cfg.to_json_best_effort(indent=2))
+    _, state = experiment.create_experiment(cfg, str(wd))
+    latest, _ = train.checkpoint_managers(str(wd), cfg.train)
+    latest.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data_iter=ocp.args.JsonSave({})))
+    latest.wait_until_finished()
+
+
 def test_classifier_workdir(tmp_path, good_image):
     """A classifier (LoRRA: K answer classes + N OCR classes) predicts through the same CLI; provenance is
     'answer class' or 'OCR token' (with the box given in the OCR file)."""
-    import orbax.checkpoint as ocp
-
     from conftest import tiny_model_config
-    from openvivqa_jax.vqa import experiment, train
     from openvivqa_jax.text.answer_list import AnswerList
     from openvivqa_jax.text.tokenizer import train_sentencepiece
 
@@ -371,11 +382,7 @@ def test_classifier_workdir(tmp_path, good_image):
     cfg.model.num_answers = len(answers)
     sents = answers + ["cửa hàng này tên là gì ?", "phở hùng", "xe màu gì ?"] * 20
     train_sentencepiece(sents, str(wd / "spm.model"), 300)
-    (wd / "config.json").write_text(cfg.to_json_best_effort(indent=2))
-    _, state = experiment.create_experiment(cfg, str(wd))
-    latest, _ = train.checkpoint_managers(str(wd), cfg.train)
-    latest.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data_iter=ocp.args.JsonSave({})))
-    latest.wait_until_finished()
+    _save_untrained_run(wd, cfg)
     ocr = [{"text": "phở", "box": [0.1, 0.1, 0.3, 0.2], "score": 0.9},
            {"text": "hùng", "box": [0.4, 0.1, 0.6, 0.2], "score": 0.8}]
     ocr_file = tmp_path / "ocr.json"
@@ -446,12 +453,10 @@ def test_proposals_workdir_answers_a_photo_from_its_segments(tmp_path):
     """A run whose vision input is the class-free region proposals (vision kind ``proposals``) answers a photo:
     the regions predict feeds the model are the picture's segments (two shapes on a background), computed from
     the photo as in training."""
-    import orbax.checkpoint as ocp
-
     from conftest import tiny_model_config
     from openvivqa_jax.data.proposals import padded_proposals
     from openvivqa_jax.text.tokenizer import train_sentencepiece
-    from openvivqa_jax.vqa import experiment, inference, train
+    from openvivqa_jax.vqa import inference
 
     wd = tmp_path / "proposals"
     wd.mkdir()
@@ -461,11 +466,7 @@ def test_proposals_workdir_answers_a_photo_from_its_segments(tmp_path):
     cfg.model.vision.num_regions = 6
     sents = ["có hai chiếc xe", "màu đỏ", "bên trái", "chiếc xe màu gì ?", "cái ô bên nào ?"] * 20
     train_sentencepiece(sents, str(wd / "spm.model"), 300)
-    (wd / "config.json").write_text(cfg.to_json_best_effort(indent=2))
-    _, state = experiment.create_experiment(cfg, str(wd))
-    latest, _ = train.checkpoint_managers(str(wd), cfg.train)
-    latest.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(state), data_iter=ocp.args.JsonSave({})))
-    latest.wait_until_finished()
+    _save_untrained_run(wd, cfg)
     pic = np.zeros((48, 64, 3), np.uint8)
     pic[:] = (200, 200, 200)
     pic[6:16, 4:24] = (220, 30, 30)
