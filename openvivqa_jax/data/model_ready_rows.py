@@ -232,7 +232,7 @@ class SplitRows:
         #: True: the vision input is stored once per distinct picture by worker processes (the pixels, or the
         #: class-free proposals), and each question is given its picture's row; False: pre-extracted region
         #: features, shared by content here.
-        self.cnn = image_rows
+        self.image_rows = image_rows
         self.regions = Rows(REGION_FIELDS, tmp, stream=() if image_rows else ("region_features",))
         extra_ocr, extra_question = pretrained_fields(pre)
         self.ocr_fields, self.question_fields = (*OCR_FIELDS, *extra_ocr), (*QUESTION_FIELDS, *extra_question)
@@ -249,19 +249,19 @@ class SplitRows:
 
     def add(self, i: int, rec, image_row: int | None, text_pre: Preprocessor, pre: Preprocessor,
             counter: SkipCounter) -> None:
-        """Adds question ``i`` (record ``rec``; ``image_row``: its ``image`` row, None for region features, which
-        are added as a row here): the fields ``text_pre.features`` makes with the first reference answer, and
+        """Adds question ``i`` (record ``rec``; ``image_row``: its picture's row of pixels or proposals, None for
+        region features, which are added as a row here): the fields ``text_pre.features`` makes with the first reference answer, and
         one answer row per other reference.
 
         Raises:
           DatasetError: from ``text_pre.features`` (a bad record).
         """
-        if self.cnn:
+        if self.image_rows:
             self.q_image[i] = image_row
         self.question_ids.append(rec.question_id)
         answers = rec.answers
         feats = text_pre.features(rec, answers[0] if answers else None)
-        if not self.cnn:
+        if not self.image_rows:
             self.q_image[i] = self.regions.add(feats)
         ph = feats["ocr_phoc"]
         if self.phoc_binary and np.all((ph == 0) | (ph == 1)):
