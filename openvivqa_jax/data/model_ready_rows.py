@@ -250,8 +250,8 @@ class SplitRows:
     def add(self, i: int, rec, image_row: int | None, text_pre: Preprocessor, pre: Preprocessor,
             counter: SkipCounter) -> None:
         """Adds question ``i`` (record ``rec``; ``image_row``: its picture's row of pixels or proposals, None for
-        region features, which are added as a row here): the fields ``text_pre.features`` makes with the first reference answer, and
-        one answer row per other reference.
+        region features, which are added as a row here): the fields ``text_pre.features`` makes with the first
+        reference answer, and one answer row per other reference.
 
         Raises:
           DatasetError: from ``text_pre.features`` (a bad record).
