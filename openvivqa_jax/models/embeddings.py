@@ -28,12 +28,16 @@ from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, gr
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
 __all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput",
-           "question_word_dim", "QUESTION_EMBEDDINGS"]
+           "question_word_dim", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS", "OCR_BOX_GRID"]
 
 #: ``model.question_embedding`` values: ``"learned"`` (piece embeddings trained from a random start) or
 #: ``"fasttext"`` (rows started from the fastText vectors of ``model.fasttext.path``,
 #: :func:`openvivqa_jax.models.pretrained.initialize_pretrained`; OpenViVQA §4.2-4.3).
 QUESTION_EMBEDDINGS = ("learned", "fasttext")
+#: OCR token feature groups of ``model.ocr_features`` (:class:`OcrEmbedding`).
+OCR_FEATURE_GROUPS = ("pieces", "phoc", "appearance", "box_grid")
+#: ``(rows, columns)`` of the fixed grid of the ``box_grid`` OCR feature: 12 x 16 cells of 8x8 pixels at 128x96.
+OCR_BOX_GRID = (12, 16)
 
 
 def question_word_dim(cfg) -> int | None:
@@ -163,6 +167,10 @@ class OcrEmbedding(nnx.Module):
     * ``pieces``: mean of the token's SentencePiece embeddings (padding pieces masked);
     * ``phoc``: the PHOC descriptor;
     * ``appearance``: vision ``raw`` features pooled under the token box by area overlap;
+    * ``box_grid``: a learned 2-D position embedding of the token's box: one vector per cell of a fixed
+      ``OCR_BOX_GRID`` grid over the picture, pooled under the box by area overlap (tokens on one text line
+      share cells, so their embeddings are alike; the linear box embedding alone does not make nearby boxes
+      alike under a dot product);
     * any extra batch key in ``extra_dims`` (e.g. ``ocr_fasttext``: 300).
 
     Args:
@@ -178,9 +186,9 @@ class OcrEmbedding(nnx.Module):
     def __init__(self, *, vocab_size: int, d_model: int, phoc_dim: int, appearance_dim: int,
                  features=("pieces", "phoc", "appearance"), extra_dims=None, dropout: float = 0.1,
                  rngs: nnx.Rngs, dtype: Any = jnp.float32):
-        unknown = set(features) - {"pieces", "phoc", "appearance"}
+        unknown = set(features) - set(OCR_FEATURE_GROUPS)
         if unknown:
-            raise ValueError(f"unknown OCR feature groups {sorted(unknown)}; known: pieces, phoc, appearance")
+            raise ValueError(f"unknown OCR feature groups {sorted(unknown)}; known: {', '.join(OCR_FEATURE_GROUPS)}")
         self.features = tuple(features)
         self.extra = tuple(sorted((extra_dims or {}).items()))
         if "pieces" in self.features:
@@ -190,6 +198,8 @@ class OcrEmbedding(nnx.Module):
             self.phoc_proj = dense(phoc_dim, d_model, rngs, dtype)
         if "appearance" in self.features:
             self.app_proj = dense(appearance_dim, d_model, rngs, dtype)
+        if "box_grid" in self.features:
+            self.grid_proj = dense(OCR_BOX_GRID[0] * OCR_BOX_GRID[1], d_model, rngs, dtype, use_bias=False)
         self.extra_proj = nnx.Dict({k.replace("/", "_"): dense(dim, d_model, rngs, dtype) for k, dim in self.extra})
         self.feat_norm = layer_norm(d_model, rngs, dtype)
         self.box_proj = dense(4, d_model, rngs, dtype)
@@ -208,6 +218,9 @@ class OcrEmbedding(nnx.Module):
             w = box_overlap_weights(batch["ocr_boxes"].astype(jnp.float32), vision["boxes"])
             pooled = jnp.einsum("bns,bsc->bnc", w.astype(vision["raw"].dtype), vision["raw"])
             parts.append(self.app_proj(pooled))
+        if "box_grid" in self.features:
+            cells = grid_boxes(*OCR_BOX_GRID)
+            parts.append(self.grid_proj(box_overlap_weights(batch["ocr_boxes"].astype(jnp.float32), cells)))
         for key, _ in self.extra:
             parts.append(self.extra_proj[key.replace("/", "_")](batch[key]))
         x = self.feat_norm(sum(parts)) + self.box_norm(self.box_proj(batch["ocr_boxes"].astype(jnp.float32)))

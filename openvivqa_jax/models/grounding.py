@@ -54,11 +54,15 @@ class VisualGlimpses(nnx.Module):
       hidden_dim: width of the score MLP.
       max_count: the largest count bin of the soft count embedding.
       dropout: on the score MLP's hidden units.
+      score_bias: the score MLP's starting output bias. The soft count is ``sum_s sigmoid(e_s)``: with a zero
+        bias it starts near ``S / 2`` (32 for 64 regions), above ``max_count``, where the clipped count embedding
+        passes no gradient; -4 starts it near ``0.018 S`` (about 1 for 64 regions). The softmax weights do not
+        depend on it.
       rngs: parameter RNGs; dtype: compute dtype.
     """
 
     def __init__(self, *, d_model: int, num_glimpses: int, hidden_dim: int, max_count: int, dropout: float,
-                 rngs: nnx.Rngs, dtype: Any = jnp.float32, score: str = "mlp"):
+                 rngs: nnx.Rngs, dtype: Any = jnp.float32, score: str = "mlp", score_bias: float = -4.0):
         self.score_kind = score
         self.num_glimpses = int(num_glimpses)
         self.max_count = int(max_count)
@@ -67,6 +71,7 @@ class VisualGlimpses(nnx.Module):
         self.w_image = dense(d_model, hidden_dim, rngs, dtype, use_bias=False)
         self.w_question = dense(d_model, hidden_dim, rngs, dtype)
         self.w_score = dense(hidden_dim, num_glimpses, rngs, dtype)
+        self.w_score.bias.value = jnp.full((num_glimpses,), score_bias, jnp.float32)
         if score in ("dot", "both"):
             self.key = dense(d_model, num_glimpses * hidden_dim, rngs, dtype)
             self.query = dense(d_model, num_glimpses * hidden_dim, rngs, dtype)

@@ -71,6 +71,31 @@ def test_glimpses_match_numpy_and_ignore_masked_cells():
     assert out["mask"].shape == (2, g) and bool(out["mask"].all())
 
 
+@pytest.mark.parametrize("score_bias", [-4.0, 0.0])
+def test_soft_count_of_64_regions_starts_where_it_can_learn(score_bias):
+    # A glimpse whose soft count is above max_count passes no gradient to the scores' bias through the clipped
+    # count embedding (the softmax weights are invariant to it), so its count is never learned. With a zero bias
+    # 64 regions start near a count of 32; the default bias starts it near 64 sigmoid(-4) = 1.15.
+    d, g, k = 32, 4, 10
+    m = VisualGlimpses(d_model=d, num_glimpses=g, hidden_dim=d, max_count=k, dropout=0.0, rngs=nnx.Rngs(1),
+                       score_bias=score_bias)
+    rng = np.random.default_rng(1)
+    x_i = jnp.asarray(rng.normal(size=(1, 64, d)), jnp.float32)  # layer-normed regions: unit scale
+    x_q = jnp.asarray(rng.normal(size=(1, 3, d)), jnp.float32)
+    rest = (jnp.ones((1, 3), bool), jnp.asarray(rng.uniform(size=(1, 64, 4)), jnp.float32))
+    counts = np.asarray(m(x_i, jnp.ones((1, 64), bool), x_q, *rest)["counts"])[0]
+    probe = jnp.asarray(rng.normal(size=(1, g, d)), jnp.float32)
+    grads = nnx.grad(lambda mod: jnp.sum(mod(x_i, jnp.ones((1, 64), bool), x_q, *rest)["tokens"] * probe))(m)
+    grad = np.asarray(grads["w_score"]["bias"][...])
+    if score_bias < 0:
+        assert np.all((counts > 0.1) & (counts < k)), counts
+        assert np.all(np.abs(grad) > 1e-3), grad
+    else:
+        clipped = counts > k
+        assert clipped.sum() >= g // 2, counts
+        np.testing.assert_allclose(grad[clipped], 0.0, atol=1e-5)  # softmax round-off only
+
+
 def test_visual_glimpses_factory():
     cfg = tiny_model_config("mlpag").model
     assert visual_glimpses(cfg, rngs=nnx.Rngs(0), dtype=jnp.float32) is None  # num 0: the paper's model
