@@ -1,8 +1,8 @@
 """Shared helpers of the throughput benchmarks (``benchmarks/decode.py``, ``train_step.py``, ``input_pipeline.py``).
 
-* configs: ``default`` is ``configs/default.py``; ``mlpag``, ``m4c``, ``qumlag``, ``fst`` are
-  ``configs/openvivqa/<name>.py:benchmark``, docs/design.md §10's shapes (batch 64, 50 regions x 1024 with boxes,
-  question 20, answer 20, 50 OCR tokens with det 256 / rec 256 / fastText 300 features and boxes,
+* configs: ``default`` is ``configs/synthetic/base.py`` (the pixel-CNN MLPAG); ``mlpag``, ``m4c``, ``qumlag``,
+  ``fst`` are ``configs/openvivqa/<name>.py:benchmark``, docs/design.md §10's shapes (batch 64, 50 regions x 1024
+  with boxes, question 20, answer 20, 50 OCR tokens with det 256 / rec 256 / fastText 300 features and boxes,
   vocabulary 4,000). ``--smoke`` shrinks every size so that a benchmark runs in seconds (tests only).
 * random model inputs: ``tests/conftest.py``'s ``random_batch`` plus the config's extra OCR features
   (``model.ocr_extra_features``, e.g. ``ocr_det`` ``(batch, N, 256)``), standard normal float32.
@@ -71,14 +71,15 @@ BENCHMARK_VOCAB = 4000
 
 
 def load_config(name: str):
-    """The config of benchmark model ``name``: ``default`` (``configs/default.py``) or one of
+    """The config of benchmark model ``name``: ``default`` (``configs/synthetic/base.py``: the synthetic-data
+    MLPAG with the pixel CNN, the zoo's base and the main job before its class-free region proposals) or one of
     :data:`PAPER_MODELS` (``configs/openvivqa/<name>.py`` variant ``benchmark``).
 
     Raises:
       ValueError: for an unknown name.
     """
     if name == "default":
-        path, args = os.path.join(ROOT, "configs", "default.py"), ()
+        path, args = os.path.join(ROOT, "configs", "synthetic", "base.py"), ()
     elif name in PAPER_MODELS:
         path, args = os.path.join(ROOT, "configs", "openvivqa", f"{name}.py"), ("benchmark",)
     else:

@@ -6,7 +6,7 @@ Usage::
 
 Configs (each measured in a fresh process, peak RSS per config):
 
-* ``default``: ``configs/default.py``, the synthetic ``default`` builder (1500/150/200 rendered images),
+* ``default``: ``configs/synthetic/base.py``, the synthetic ``default`` builder (1500/150/200 rendered images),
   batch 32, 128 x 96 images, 32 OCR tokens, the config's 2 grain threads and prefetch 8.
 * ``paper``: a stand-in for the paper-size inputs: the same synthetic data through
   ``configs/openvivqa/mlpag.py`` (variant ``images``) preprocessing: 384 x 288 images, 50 OCR tokens of up

@@ -9,7 +9,7 @@ Usage::
 Part 1, measured (``scaling``): for each device count K a fresh process runs with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=K`` and times the trainer's own step
 (:func:`openvivqa_jax.vqa.train.make_train_step` over :func:`benchmarks.common.bench_state`: forward, loss,
-gradients, Adam, donated state) at ``configs/default.py``'s shapes (global batch 32, mesh ``(-1, 1)``, i.e. the
+gradients, Adam, donated state) at ``configs/synthetic/base.py``'s shapes (global batch 32, mesh ``(-1, 1)``, i.e. the
 batch split K ways along ``data``) on random inputs (:func:`benchmarks.common.model_inputs`). Reported: the
 compile time and the median of ``--repeats`` steps after one warm-up step. The K fake devices are threads of
 one process on the same CPU cores, so this measures what partitioning costs (per-device overhead,
@@ -183,7 +183,7 @@ def main(argv=None) -> None:
     common.emit({
         "benchmark": "scaling",
         "machine": common.machine_info(),
-        "scaling": {"config": "configs/default.py", "note": "K fake CPU devices share this machine's cores: "
+        "scaling": {"config": "configs/synthetic/base.py", "note": "K fake CPU devices share this machine's cores: "
                     "the step time measures partitioning overhead, not a speed-up", "rows": rows},
         "flops": flops,
         "estimates": _estimate_block(flops, a),

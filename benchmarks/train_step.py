@@ -5,7 +5,8 @@ Usage::
     python benchmarks/train_step.py [--models mlpag,m4c,qumlag,fst] [--batch 64] [--repeats 5] [--smoke]
     python benchmarks/train_step.py --models default --profile      # where the default step's time goes
 
-Models: ``default`` (``configs/default.py``, the synthetic-data MLPAG, batch 32) or the ``benchmark`` variants
+Models: ``default`` (``configs/synthetic/base.py``, the synthetic-data MLPAG with the pixel CNN,
+batch 32) or the ``benchmark`` variants
 of ``configs/openvivqa/<name>.py`` (docs/design.md §10 shapes, batch 64, vocabulary 4,000), randomly initialized, on
 random inputs (:func:`benchmarks.common.model_inputs`). Each model runs in a fresh process. The step is the
 trainer's own (:func:`openvivqa_jax.vqa.train.make_train_step`: forward, loss, gradients, optimizer update,

@@ -17,10 +17,11 @@ downloaded to ``~/data/openvivqa``, see ``tfds_builders/openvivqa``)::
 
 Variants (:data:`OPENVIVQA_VARIANTS`):
 
-* ``images`` (default): images + tesseract OCR at build time; a CNN backbone gives grid features.
-* ``proposals``: ``images`` with class-free region proposals from the pixels instead of the CNN
-  (``model.vision.kind = "proposals"``, no detector: the 100 largest segments of the 384x288 picture, which
-  cover 80-88% of it on the release's sample photos; docs/results.md, "Seeing without a detector").
+* ``images`` (default): images + tesseract OCR at build time; the image is seen as the main job sees it, with no
+  detector: class-free region proposals from the pixels (``model.vision.kind = "proposals"``: the 100 largest
+  segments of the 384x288 picture, which cover 80-88% of it on the release's sample photos), and each OCR
+  token's box also as a learned 2-D position embedding (``box_grid``); docs/results.md, "The main job".
+* ``cnn``: ``images`` with a CNN backbone's grid features instead (no ``box_grid``).
 * ``features``: the authors' pre-extracted per-image feature files (region features 2048-d + boxes,
   scene-text tokens), i.e. the paper's setting.
 * ``benchmark``: ``features`` at docs/design.md §10's benchmark shapes (50 regions of 1024-d, 50 OCR tokens
@@ -30,8 +31,8 @@ Classifiers (SAAA, MCAN, LoRRA): ``model.num_answers`` is ``K``, the top-K train
 (:class:`openvivqa_jax.text.answer_list.AnswerList`; set it to ``len(answer_list)`` when the train split has
 fewer distinct answers). Predictions are decoded to text and scored by the same evaluator.
 
-**Synthetic configs** (``configs/synthetic/<model>.py``, :func:`synthetic`): configs/default.py (the
-embedded synthetic OpenViVQA set, small sizes for CPU minutes) with the model swapped.
+**Synthetic configs** (``configs/synthetic/<model>.py``, :func:`synthetic`): configs/synthetic/base.py (the
+embedded synthetic OpenViVQA set, small sizes for CPU minutes, the pixel CNN) with the model swapped.
 
 **Task configs** (configs/default.py, configs/viquad/reader.py, configs/relevance/w2vvpp.py) build their
 ``data`` with :func:`tfds_data` and set their run's logging, evaluation and checkpoints with :func:`train_loop`;
@@ -46,7 +47,7 @@ from ml_collections.config_dict import placeholder
 from openvivqa_jax.config_files import load_config
 
 #: ``--config configs/openvivqa/<model>.py:<variant>``.
-OPENVIVQA_VARIANTS = ("images", "proposals", "features", "benchmark")
+OPENVIVQA_VARIANTS = ("images", "cnn", "features", "benchmark")
 #: Models whose question tokens are embedded with FastText (OpenViVQA §4.2-4.3; LoRRA, whose English question
 #: embedding is GloVe, with FastText as there are no Vietnamese GloVe vectors):
 #: their ``images`` / ``features`` configs start the question embedding from ``model.fasttext.path``.
@@ -109,7 +110,7 @@ def openvivqa_paper(name: str, variant: str, *, d_model: int = 512, num_heads: i
 
 
 def synthetic(name: str) -> ml_collections.ConfigDict:
-    """configs/default.py (the synthetic set at small sizes) with ``model.name = name``.
+    """configs/synthetic/base.py (the synthetic set at small sizes, pixel CNN) with ``model.name = name``.
 
     The widths that the paper configs set per model follow ``model.d_model`` here, so that every model of the
     zoo compares at one small size: the question piece embeddings (``word_dim``) of
@@ -117,7 +118,7 @@ def synthetic(name: str) -> ml_collections.ConfigDict:
     :data:`CLASSIFIER_MODELS` a hidden layer of ``2 * d_model`` (MCAN's AttFlat width) over
     ``num_answers = 1000`` answers (an upper bound: the synthetic train split has fewer distinct answers).
     """
-    c = load_config("default.py", relative_to=__file__)
+    c = load_config("synthetic/base.py", relative_to=__file__)
     m = c.model
     m.name = name
     if name in LSTM_QUESTION_MODELS:

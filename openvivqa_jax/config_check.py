@@ -13,7 +13,7 @@ from typing import Any
 
 from openvivqa_jax.errors import ConfigError
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
-from openvivqa_jax.models import DTYPES, MODEL_REGISTRY
+from openvivqa_jax.models import DTYPES, MODEL_REGISTRY, OCR_FEATURE_GROUPS
 from openvivqa_jax.text.tokenizer import MODEL_TYPES
 from openvivqa_jax.vqa import config as vqa_config
 from openvivqa_jax.vqa.config import parse_kind_weights
@@ -128,7 +128,8 @@ def check_config(cfg) -> None:
 
     Raises:
       ConfigError: the first value out of range (one line: field, value, allowed range, flag), or a choice
-        field (:data:`CHOICES`) with a value it does not know; also
+        field (:data:`CHOICES`) with a value it does not know, or a ``model.ocr_features`` group that is not one of
+        :data:`openvivqa_jax.models.OCR_FEATURE_GROUPS`; also
         ``model.d_model`` not divisible by ``model.num_heads``, ``model.word_region_loss.weight`` > 0 without
         ``model.question_over_image``, a ``data.image_size`` that is not two
         integers >= 8, or a ``data.train_kind_weights`` that :func:`parse_kind_weights` refuses.
@@ -150,6 +151,9 @@ def check_config(cfg) -> None:
             _fail(field, value, "one of " + ", ".join(repr(v) for v in allowed_values))
     if answering:
         vqa_config.plan(cfg)  # the evaluations after training: kinds, fields and references
+    groups = _get(cfg, "model.ocr_features")
+    if isinstance(groups, (tuple, list)) and set(groups) - set(OCR_FEATURE_GROUPS):
+        _fail("model.ocr_features", tuple(groups), "a tuple of " + ", ".join(repr(v) for v in OCR_FEATURE_GROUPS))
     weights = _get(cfg, "data.train_kind_weights")
     if weights is not _MISSING and weights:
         parse_kind_weights(weights)

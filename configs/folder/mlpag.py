@@ -6,8 +6,11 @@ Usage::
     python -m openvivqa_jax.main --config configs/folder/mlpag.py --workdir runs/my_photos \
         --config.data.manual_dir=~/my_photos
 
-Everything else is configs/default.py: the small MLPAG (d_model 128) with the CNN over the pixels, 2,000 steps of
-batch 32. A train split of fewer than 32 questions stops with a one-line error: lower the batch, e.g.
+The model sees the photos as the main job (configs/default.py) sees its pictures, with no detector: class-free
+region proposals from the pixels (``model.vision.kind = "proposals"``, the 64 largest segments of the photo
+resized to 128x96) and each OCR token's box as a learned 2-D position embedding (``box_grid``). Everything else
+is configs/synthetic/base.py: the small MLPAG (d_model 128), 2,000 steps of batch 32; the CNN over the pixels
+instead: ``--config.model.vision.kind=cnn``. A train split of fewer than 32 questions stops with a one-line error: lower the batch, e.g.
 ``--config.train.batch_size=4``. Splits: ``train``, ``validation`` (the dev split: periodic scores, best
 checkpoint) and ``test``; where the folder has no validation or test file, the builder holds out 10% of the train
 photos for each.
@@ -33,13 +36,16 @@ FOLDER_METRICS = ("EM", "F1", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L",
 
 
 def get_config() -> ml_collections.ConfigDict:
-    """Returns the config that trains configs/default.py's MLPAG on a folder of photos."""
-    c = load_config("../default.py", relative_to=__file__)
+    """Returns the config that trains the main job's MLPAG (its proposals, not its synthetic-set training) on a
+    folder of photos."""
+    c = load_config("../synthetic/base.py", relative_to=__file__)
     # data.manual_dir is required: --config.data.manual_dir=<folder with train.csv (or .json) and the photos>
     common.use_dataset(c.data, "vqa_folder", eval_split="validation")
     # One data_dir holds the build of whichever folder was used last: a changed folder is rebuilt (logged) instead
     # of stopping with StaleDatasetError.
     c.data.rebuild = True
+    c.model.vision.kind = "proposals"
+    c.model.ocr_features = ("phoc", "appearance", "box_grid")
     c.eval.metrics = FOLDER_METRICS
     c.train.best_metric = "F1"
     c.eval.ocr_ablation = False  # no OCR tokens unless the folder has ocr.json or an OCR builder config is chosen

@@ -1,6 +1,6 @@
 """FST at paper sizes on the real OpenViVQA dataset (paper §4.1, eq. 5-7; docs/design.md §6).
 
-``--config configs/openvivqa/fst.py[:images|proposals|features|benchmark]``; usage, variants and the settings shared
+``--config configs/openvivqa/fst.py[:images|cnn|features|benchmark]``; usage, variants and the settings shared
 with configs/openvivqa/mlpag.py: configs/common.py.
 """
 

@@ -1,6 +1,6 @@
 """LoRRA at paper sizes on the real OpenViVQA dataset (Singh et al. 2019; paper §5.1; docs/design.md §6).
 
-``--config configs/openvivqa/lorra.py[:images|proposals|features|benchmark]``; usage, variants, ``num_answers`` and the
+``--config configs/openvivqa/lorra.py[:images|cnn|features|benchmark]``; usage, variants, ``num_answers`` and the
 settings shared with configs/openvivqa/mlpag.py: configs/common.py.
 
 ``images`` and ``features``: the question embedding starts from fastText vectors and the OCR tokens get their

@@ -1,6 +1,6 @@
 """M4C at paper sizes on the real OpenViVQA dataset (Hu et al. 2020; paper §5.1; docs/design.md §6).
 
-``--config configs/openvivqa/m4c.py[:images|proposals|features|benchmark]``; usage, variants and the settings shared
+``--config configs/openvivqa/m4c.py[:images|cnn|features|benchmark]``; usage, variants and the settings shared
 with configs/openvivqa/mlpag.py: configs/common.py.
 
 M4C's own recipe (Hu et al. §4): Adam 1e-4 with linear warmup over 1,000 steps, x0.1 at 14k and 19k of 24k

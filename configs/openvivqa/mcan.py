@@ -1,6 +1,6 @@
 """MCAN at paper sizes on the real OpenViVQA dataset (Yu et al. 2019; paper §5.1; docs/design.md §6).
 
-``--config configs/openvivqa/mcan.py[:images|proposals|features|benchmark]``; usage, variants, ``num_answers`` and the
+``--config configs/openvivqa/mcan.py[:images|cnn|features|benchmark]``; usage, variants, ``num_answers`` and the
 settings shared with configs/openvivqa/mlpag.py: configs/common.py.
 """
 

@@ -1,7 +1,7 @@
 """MLPAG at the paper's sizes on the real OpenViVQA dataset (paper §4.3, §5; docs/design.md §6).
 
-``--config configs/openvivqa/mlpag.py[:images|proposals|features|benchmark]``; usage and variants: configs/common.py.
-In ``images`` and ``features`` the question and OCR tokens start from fastText vectors as in the paper: pass
+``--config configs/openvivqa/mlpag.py[:images|cnn|features|benchmark]``; usage and variants: configs/common.py.
+In ``images``, ``cnn`` and ``features`` the question and OCR tokens start from fastText vectors as in the paper: pass
 ``--config.model.fasttext.path=<cc.vi.300.bin>`` (docs/pretrained.md); ``benchmark`` keeps docs/design.md §10's
 shapes (learned question embeddings).
 The other configs/openvivqa/*.py start from this file's data, tokenizer, training and evaluation settings.
@@ -18,9 +18,9 @@ VARIANTS = common.OPENVIVQA_VARIANTS
 def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     """Returns the paper-size MLPAG config for ``variant`` (ValueError for an unknown one)."""
     common.check_variant(variant, VARIANTS)
-    c = load_config("../default.py", relative_to=__file__)
+    c = load_config("../synthetic/base.py", relative_to=__file__)
     c.data.builder = "openvivqa"
-    c.data.builder_config = "default" if variant in ("images", "proposals") else "features"
+    c.data.builder_config = "default" if variant in ("images", "cnn") else "features"
     # c.data.manual_dir is required: --config.data.manual_dir=<folder with the release JSON + images>
     c.data.train_split = "train"
     c.data.eval_split = "dev"
@@ -46,12 +46,15 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     m.num_ocr = 50
     m.vision.pixel_features = 0  # the synthetic default's pooled cell pixels are not part of the paper models
     if variant == "images":
-        m.vision.kind = "cnn"
-        m.vision.cnn_channels = (64, 128, 256, 512, 512)
-    elif variant == "proposals":
+        # The main job's way of seeing without a detector (configs/default.py): class-free region proposals from
+        # the pixels, and each OCR token's box as a learned 2-D position embedding as well.
         m.vision.kind = "proposals"
         m.vision.num_regions = 100
         m.vision.proposal_min_size = 64  # the synthetic default's 8 pixels at 128x96, scaled to 384x288
+        m.ocr_features = ("phoc", "appearance", "box_grid")
+    elif variant == "cnn":
+        m.vision.kind = "cnn"
+        m.vision.cnn_channels = (64, 128, 256, 512, 512)
     else:
         m.vision.kind = "region"
         m.vision.num_regions = 50

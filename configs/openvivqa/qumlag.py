@@ -1,6 +1,6 @@
 """QuMLAG at paper sizes on the real OpenViVQA dataset (paper §4.2; docs/design.md §6).
 
-``--config configs/openvivqa/qumlag.py[:images|proposals|features|benchmark]``; usage, variants and the settings shared
+``--config configs/openvivqa/qumlag.py[:images|cnn|features|benchmark]``; usage, variants and the settings shared
 with configs/openvivqa/mlpag.py: configs/common.py.
 
 ``images`` and ``features``: the question embedding starts from fastText vectors (§4.2) when

@@ -1,6 +1,6 @@
 """SAAA at paper sizes on the real OpenViVQA dataset (Kazemi & Elqursh 2017; paper §5.1; docs/design.md §6).
 
-``--config configs/openvivqa/saaa.py[:images|proposals|features|benchmark]``; usage, variants, ``num_answers`` and the
+``--config configs/openvivqa/saaa.py[:images|cnn|features|benchmark]``; usage, variants, ``num_answers`` and the
 settings shared with configs/openvivqa/mlpag.py: configs/common.py.
 """
 

@@ -1,6 +1,6 @@
 """FST on the embedded synthetic OpenViVQA set (paper §4.1, eq. 5-7; small sizes for CPU minutes).
 
-configs/default.py with the model swapped: grid features from the small CNN, an LSTM question encoder,
+configs/synthetic/base.py with the model swapped: grid features from the small CNN, an LSTM question encoder,
 stacked attention with ``num_glimpses`` glimpses, the transformer decoder (vocabulary only). The embedding,
 LSTM (d_Q) and attention (W_I, W_Q of eq. 5) widths are ``d_model`` (configs/common.py ``synthetic``).
 """

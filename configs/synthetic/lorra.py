@@ -1,6 +1,6 @@
 """LoRRA on the embedded synthetic OpenViVQA set (Singh et al. 2019; small sizes for CPU minutes).
 
-configs/default.py with the model swapped: image and OCR (context) attention guided by the question, a
+configs/synthetic/base.py with the model swapped: image and OCR (context) attention guided by the question, a
 classifier over the top ``num_answers`` training answers plus ``num_ocr`` OCR slots, sigmoid BCE. Widths and
 ``num_answers``: configs/common.py ``synthetic``.
 """

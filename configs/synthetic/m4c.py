@@ -1,6 +1,6 @@
 """M4C on the embedded synthetic OpenViVQA set (Hu et al. 2020; small sizes for CPU minutes).
 
-configs/default.py with the model swapped: a small from-scratch text encoder, one multimodal transformer
+configs/synthetic/base.py with the model swapped: a small from-scratch text encoder, one multimodal transformer
 with the prefix-LM mask, tied previous-output embeddings and the dynamic pointer network; M4C's
 multi-label BCE loss.
 """

@@ -1,6 +1,6 @@
 """MCAN on the embedded synthetic OpenViVQA set (Yu et al. 2019; small sizes for CPU minutes).
 
-configs/default.py with the model swapped: SA/SGA co-attention, attentional reduction, a classifier over
+configs/synthetic/base.py with the model swapped: SA/SGA co-attention, attentional reduction, a classifier over
 the top ``num_answers`` training answers trained with sigmoid BCE on soft scores. Widths and ``num_answers``:
 configs/common.py ``synthetic``.
 """

@@ -1,10 +1,10 @@
 """MLPAG on the embedded synthetic set with fastText vectors, as the paper's MLPAG (§4.3): the question pieces'
 embeddings start from fastText and every OCR token gets its 300-d fastText vector (``ocr_fasttext``) beside PHOC
-and appearance. configs/default.py otherwise.
+and appearance. configs/synthetic/base.py otherwise.
 
 ``--config configs/synthetic/mlpag_fasttext.py --config.model.fasttext.path=<vectors .bin or .vec>``; without the
 path one warning line says the question embeddings start random and the OCR fastText features are zero. For the
-synthetic set, ``python -m openvivqa_jax.text.fasttext_train --config configs/default.py --out <file>.bin`` trains
+synthetic set, ``python -m openvivqa_jax.text.fasttext_train --config configs/synthetic/base.py --out <file>.bin`` trains
 a stand-in for cc.vi.300.bin on the train split (docs/pretrained.md).
 """
 

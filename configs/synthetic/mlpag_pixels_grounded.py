@@ -1,7 +1,7 @@
 """MLPAG from pixels with the grounded config's training: the pixel counterpart of
 ``mlpag_regions_grounded.py``, with a pixel CNN instead of the oracle detector's regions.
 
-Changes to ``configs/default.py``: a finer grid, the grounded region config's training and the word–region loss.
+Changes to ``configs/synthetic/base.py``: a finer grid, the grounded region config's training and the word–region loss.
 
 * a 16x12 grid of 8-pixel cells: three stride-2 stages (``model.vision.cnn_channels``) instead of four, so a
   6-pixel stool keeps most of its colour in its cell (``benchmarks/vision_probe.py``: 83% of held-out objects'
@@ -28,7 +28,7 @@ import ml_collections
 
 from openvivqa_jax.config_files import config_module
 
-default = config_module("../default.py", relative_to=__file__)
+default = config_module("base.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:

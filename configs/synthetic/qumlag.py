@@ -1,6 +1,6 @@
 """QuMLAG on the embedded synthetic OpenViVQA set (paper §4.2; small sizes for CPU minutes).
 
-configs/default.py with the model swapped: grid features stand in for region features, embeddings +
+configs/synthetic/base.py with the model swapped: grid features stand in for region features, embeddings +
 LSTM for the question, ``num_fusion_layers`` SA units per stream with question-guided attention, the
 transformer decoder (vocabulary only). The embedding width is ``d_model`` (configs/common.py ``synthetic``).
 """

@@ -1,6 +1,6 @@
 """SAAA on the embedded synthetic OpenViVQA set (Kazemi & Elqursh 2017; small sizes for CPU minutes).
 
-configs/default.py with the model swapped: a classifier over the top ``num_answers`` training answers
+configs/synthetic/base.py with the model swapped: a classifier over the top ``num_answers`` training answers
 (set ``model.num_answers = len(AnswerList)``), trained with softmax cross-entropy on soft scores. Widths and
 ``num_answers``: configs/common.py ``synthetic``.
 """

@@ -10,7 +10,7 @@ import importlib
 # JAX and Flax are imported by build_model, not here: the config check (openvivqa_jax.config_check) reads
 # MODEL_REGISTRY and DTYPES before anything heavy is imported.
 
-__all__ = ["MODEL_REGISTRY", "DTYPES", "build_model", "model_class"]
+__all__ = ["MODEL_REGISTRY", "DTYPES", "OCR_FEATURE_GROUPS", "build_model", "model_class"]
 
 #: ``name -> ".module:Class"``, the module relative to this package; modules are imported lazily. Each
 #: model module is a leaf: it imports only the shared modules (``layers``, ``encoders``, ``embeddings``,
@@ -27,6 +27,9 @@ MODEL_REGISTRY = {
 
 #: The compute dtypes ``config.model.dtype`` may name (parameters stay float32).
 DTYPES = ("float32", "bfloat16")
+#: OCR token feature groups of ``model.ocr_features`` (:class:`openvivqa_jax.models.embeddings.OcrEmbedding`);
+#: here, without JAX, so that the config check names a misspelled one before anything is built.
+OCR_FEATURE_GROUPS = ("pieces", "phoc", "appearance", "box_grid")
 
 
 def model_class(name: str):

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.data.proposals import PROPOSAL_FEATURE_DIM
+from openvivqa_jax.models import OCR_FEATURE_GROUPS
 from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, grid_boxes, layer_norm, masked_mean
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
@@ -34,8 +35,6 @@ __all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding
 #: ``"fasttext"`` (rows started from the fastText vectors of ``model.fasttext.path``,
 #: :func:`openvivqa_jax.models.pretrained.initialize_pretrained`; OpenViVQA §4.2-4.3).
 QUESTION_EMBEDDINGS = ("learned", "fasttext")
-#: OCR token feature groups of ``model.ocr_features`` (:class:`OcrEmbedding`).
-OCR_FEATURE_GROUPS = ("pieces", "phoc", "appearance", "box_grid")
 #: ``(rows, columns)`` of the fixed grid of the ``box_grid`` OCR feature: 12 x 16 cells of 8x8 pixels at 128x96.
 OCR_BOX_GRID = (12, 16)
 

@@ -15,8 +15,8 @@ which is why the test trains on one kind: in the mixed default job the object ki
 
 ``test_pixel_cnn_learns_a_shapes_colour_and_side``: the answer depends on the pixels only. The test writes a
 folder of photos as a user has them (one filled circle or square of one of six colours, on a random light
-background, on either side) with a CSV of questions, and trains ``configs/folder/mlpag.py`` (the default's
-pixel CNN, narrowed) on it with the README's command: the held-out shapes' colour and side are answered far
+background, on either side) with a CSV of questions, and trains ``configs/folder/mlpag.py`` (with
+``model.vision.kind=cnn``, narrowed) on it with the README's command: the held-out shapes' colour and side are answered far
 above the question-only chance. The tiny pixel-CNN MLPAG still answers the synthetic set's ``shop_count``
 (signboards in a street scene) at chance after 400 steps (43.5% of 23, chance 43.5%; the default job's model
 learns it: docs/results.md).
@@ -176,16 +176,16 @@ def _assert_shapes_learned(tmp_path, *flags: str, steps: int, colour_margin: flo
 
 @pytest.mark.slow
 def test_pixel_cnn_learns_a_shapes_colour_and_side(tmp_path):
-    """configs/folder/mlpag.py's model (the default's CNN over the pixels, narrowed to d_model 64) on a folder of
+    """configs/folder/mlpag.py's model with the CNN over the pixels (narrowed to d_model 64) on a folder of
     600 shape photos answers the colour and the side of held-out shapes far above the question-only chance
     (about 1/6 and 1/2). Measured: colour 62 of 100 (the misses are orange or yellow answered red), side 99 of 100
     after 600 steps of batch 32 (under two minutes on two cores)."""
-    _assert_shapes_learned(tmp_path, steps=600, colour_margin=0.3)
+    _assert_shapes_learned(tmp_path, "--config.model.vision.kind=cnn", steps=600, colour_margin=0.3)
 
 
 @pytest.mark.slow
 def test_region_proposals_learn_a_shapes_colour_and_side(tmp_path):
-    """The same folder and model with the class-free region proposals instead of the CNN
+    """The same folder and the folder config's own model, the class-free region proposals instead of the CNN
     (``model.vision.kind=proposals``, no detector): each shape is a segment of its own with its colour, so half
     the steps of the CNN test give held-out colours and sides far above the question-only chance. Measured:
     colour 100 of 100, side 99 of 100 after 300 steps of batch 32 (the CNN: 62 and 99 after 600), in

@@ -36,7 +36,7 @@ def test_unknown_config_variant_lists_the_variants_without_a_traceback(tmp_path)
     res = _main("--config", "configs/openvivqa/mlpag.py:image", "--workdir", tmp_path / "w")
     assert res.returncode == 2
     assert _lines(res.stderr) == ["error: config file configs/openvivqa/mlpag.py:image did not load: ValueError: "
-                                  "unknown variant 'image'; expected one of ('images', 'proposals', 'features', "
+                                  "unknown variant 'image'; expected one of ('images', 'cnn', 'features', "
                                   "'benchmark')"]
     assert "Traceback" not in res.stderr and "File " not in res.stderr
 
@@ -65,6 +65,16 @@ def test_misspelled_vision_kind_is_checked_with_the_config():
     cfg.model.vision.kind = "proposal"
     with pytest.raises(ConfigError, match=r"model.vision.kind='proposal' is out of range: must be one of 'cnn', "
                                           r"'vit', 'region', 'proposals' \(set it with --config.model.vision.kind"):
+        check_config(cfg)
+
+
+def test_misspelled_ocr_feature_group_is_checked_with_the_config():
+    from openvivqa_jax.config_check import ConfigError, check_config
+
+    cfg = load_config("configs/default.py")
+    cfg.model.ocr_features = ("phoc", "appearance", "boxgrid")
+    with pytest.raises(ConfigError, match=r"model.ocr_features=\('phoc', 'appearance', 'boxgrid'\) is out of range: "
+                                          r"must be a tuple of 'pieces', 'phoc', 'appearance', 'box_grid'"):
         check_config(cfg)
 
 

@@ -92,21 +92,42 @@ def test_grounded_config_trains_on_more_pictures_and_scores_the_same_test_pictur
     assert first_train["image_id"] == "syn-train-00000"
 
 
-def test_pixel_grounded_config_is_the_default_with_the_grounded_training():
-    """configs/synthetic/mlpag_pixels_grounded.py changes the default job in exactly the grounded region
-    config's training fields (pictures, kind weights, grounding options, steps), its CNN's stages (one
+def _flat(cfg, prefix=""):
+    out = {}
+    for k, v in cfg.items():
+        if hasattr(v, "items"):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def test_main_job_is_the_base_with_proposals_and_the_grounded_training():
+    """configs/default.py changes the zoo's base (configs/synthetic/base.py) in exactly the vision input
+    (proposals), the OCR boxes' position embedding, and the grounded config's training (pictures, kind
+    weights, grounding options, word–region loss, steps), and reads the grounded region config's data."""
+    main, base = _flat(load_config("configs/default.py")), _flat(load_config("configs/synthetic/base.py"))
+    grounded = load_config("configs/synthetic/mlpag_regions_grounded.py")
+    assert set(main) == set(base)
+    assert {k: main[k] for k in main if main[k] != base[k]} == {
+        "data.builder_config": grounded.data.builder_config,
+        "data.train_kind_weights": grounded.data.train_kind_weights,
+        "data.model_ready": True, "model.vision.kind": "proposals",
+        "model.ocr_features": ("phoc", "appearance", "box_grid"), "model.question_over_image": True,
+        "model.question_in_memory": True, "model.word_region_loss.weight": 1.0, "train.num_train_steps": 4000,
+        "train.eval_every_steps": 1000}
+    prop = _flat(load_config("configs/synthetic/mlpag_proposals.py"))
+    assert {k for k in prop if prop[k] != main[k]} == {"model.ocr_features"}
+
+
+def test_pixel_grounded_config_is_the_base_with_the_grounded_training():
+    """configs/synthetic/mlpag_pixels_grounded.py changes the zoo's base (the pixel CNN) in exactly the grounded
+    region config's training fields (pictures, kind weights, grounding options, steps), its CNN's stages (one
     fewer: a 16x12 grid at 128x96) and the word–region loss (which needs the question over the image), and
     keeps a pixel CNN."""
-    def flat(cfg, prefix=""):
-        out = {}
-        for k, v in cfg.items():
-            if hasattr(v, "items"):
-                out.update(flat(v, f"{prefix}{k}."))
-            else:
-                out[f"{prefix}{k}"] = v
-        return out
-
-    pix, base = flat(load_config("configs/synthetic/mlpag_pixels_grounded.py")), flat(load_config("configs/default.py"))
+    flat = _flat
+    pix = flat(load_config("configs/synthetic/mlpag_pixels_grounded.py"))
+    base = flat(load_config("configs/synthetic/base.py"))
     grounded = load_config("configs/synthetic/mlpag_regions_grounded.py")
     assert set(pix) == set(base)
     assert {k for k in pix if pix[k] != base[k]} == {

@@ -120,8 +120,10 @@ def test_every_config_file_loads_with_its_papers_values(tmp_path, monkeypatch):
     base = cfgs[("openvivqa/mlpag.py", "features")]
     for (rel, v), c in cfgs.items():
         if rel.startswith("synthetic/"):
-            # synthetic/<model>.py, or synthetic/<model>_<variant>.py (mlpag_regions.py)
-            assert c.model.name == rel[len("synthetic/"):-3].split("_")[0] and c.data.builder == "synthetic_openvivqa"
+            # synthetic/<model>.py, or synthetic/<model>_<variant>.py (mlpag_regions.py); base.py is MLPAG's
+            stem = rel[len("synthetic/"):-3]
+            assert c.model.name == ("mlpag" if stem == "base" else stem.split("_")[0])
+            assert c.data.builder == "synthetic_openvivqa"
             # the synthetic default size; the tiny region config (learnability test) is configs/tiny.py's
             assert c.model.d_model == (32 if rel.endswith("_tiny.py") else 128)
         if rel.startswith("openvivqa/"):
@@ -137,8 +139,10 @@ def test_every_config_file_loads_with_its_papers_values(tmp_path, monkeypatch):
                                                                                (512, 8, 2048))
             assert c.model.dropout == 0.1
             assert c.train.num_train_steps == (24_000 if m4c else 60_000)
-            assert c.data.builder_config == ("default" if v in ("images", "proposals") else "features")
-            assert c.model.vision.kind == {"images": "cnn", "proposals": "proposals"}.get(v, "region")
+            assert c.data.builder_config == ("default" if v in ("images", "cnn") else "features")
+            assert c.model.vision.kind == {"images": "proposals", "cnn": "cnn"}.get(v, "region")
+            # the images variant sees as the main job does: proposals, and the OCR boxes' 2-D position embedding
+            assert ("box_grid" in c.model.ocr_features) == (v == "images")
     assert base.model.vision.kind == "region" and base.model.vision.region_dim == 2048
     assert cfgs[("openvivqa/fst.py", "benchmark")].model.vision.region_dim == 1024
     assert cfgs[("openvivqa/saaa.py", "images")].model.lstm_dim == 1024
