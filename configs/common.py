@@ -34,7 +34,7 @@ fewer distinct answers). Predictions are decoded to text and scored by the same 
 **Synthetic configs** (``configs/synthetic/<model>.py``, :func:`synthetic`): configs/synthetic/base.py (the
 embedded synthetic OpenViVQA set, small sizes for CPU minutes, the pixel CNN) with the model swapped.
 
-**Task configs** (configs/default.py, configs/viquad/reader.py, configs/relevance/w2vvpp.py) build their
+**Task configs** (configs/synthetic/base.py, configs/viquad/reader.py, configs/relevance/w2vvpp.py) build their
 ``data`` with :func:`tfds_data` and set their run's logging, evaluation and checkpoints with :func:`train_loop`;
 the two that train with :func:`openvivqa_jax.training.state.make_optimizer` and a SentencePiece tokenizer take
 :func:`adam_noam` and :func:`bpe_tokenizer`. Configs on another dataset point the inherited ``data`` at it with

@@ -6,7 +6,7 @@ from openvivqa_jax.config_files import load_config
 
 
 def get_config() -> ml_collections.ConfigDict:
-    """Returns the tiny config (the default config shrunk)."""
+    """Returns the tiny config (configs/synthetic/base.py shrunk)."""
     c = load_config("synthetic/base.py", relative_to=__file__)
     c.data.builder_config = "tiny"
     c.data.image_size = (64, 48)

@@ -10,10 +10,10 @@ The model sees the photos as the main job (configs/default.py) sees its pictures
 region proposals from the pixels (``model.vision.kind = "proposals"``, the 64 largest segments of the photo
 resized to 128x96) and each OCR token's box as a learned 2-D position embedding (``box_grid``). Everything else
 is configs/synthetic/base.py: the small MLPAG (d_model 128), 2,000 steps of batch 32; the CNN over the pixels
-instead: ``--config.model.vision.kind=cnn``. A train split of fewer than 32 questions stops with a one-line error: lower the batch, e.g.
-``--config.train.batch_size=4``. Splits: ``train``, ``validation`` (the dev split: periodic scores, best
-checkpoint) and ``test``; where the folder has no validation or test file, the builder holds out 10% of the train
-photos for each.
+instead: ``--config.model.vision.kind=cnn``. A train split of fewer than 32 questions stops with a one-line
+error: lower the batch, e.g. ``--config.train.batch_size=4``. Splits: ``train``, ``validation`` (the dev
+split: periodic scores, best checkpoint) and ``test``; where the folder has no validation or test file, the
+builder holds out 10% of the train photos for each.
 
 OCR: none, unless the folder has an ``ocr.json`` (builder config ``default``); with
 ``--config.data.builder_config=tesseract`` (or ``detector_tesseract``) the builder reads the text in the photos at

@@ -1,8 +1,8 @@
 """MLPAG at the paper's sizes on the real OpenViVQA dataset (paper §4.3, §5; docs/design.md §6).
 
 ``--config configs/openvivqa/mlpag.py[:images|cnn|features|benchmark]``; usage and variants: configs/common.py.
-In ``images``, ``cnn`` and ``features`` the question and OCR tokens start from fastText vectors as in the paper: pass
-``--config.model.fasttext.path=<cc.vi.300.bin>`` (docs/pretrained.md); ``benchmark`` keeps docs/design.md §10's
+In ``images``, ``cnn`` and ``features`` the question and OCR tokens start from fastText vectors as in the paper:
+pass ``--config.model.fasttext.path=<cc.vi.300.bin>`` (docs/pretrained.md); ``benchmark`` keeps docs/design.md §10's
 shapes (learned question embeddings).
 The other configs/openvivqa/*.py start from this file's data, tokenizer, training and evaluation settings.
 """

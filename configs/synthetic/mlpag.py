@@ -1,4 +1,5 @@
-"""MLPAG on the embedded synthetic OpenViVQA set: configs/synthetic/base.py as it is (paper §4.3, small sizes; the pixel CNN).
+"""MLPAG on the embedded synthetic OpenViVQA set: configs/synthetic/base.py as it is (paper §4.3, small sizes;
+the pixel CNN).
 
 Run: ``python -m openvivqa_jax.main --config configs/synthetic/mlpag.py --workdir runs/syn_mlpag``.
 """

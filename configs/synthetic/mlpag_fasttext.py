@@ -4,8 +4,8 @@ and appearance. configs/synthetic/base.py otherwise.
 
 ``--config configs/synthetic/mlpag_fasttext.py --config.model.fasttext.path=<vectors .bin or .vec>``; without the
 path one warning line says the question embeddings start random and the OCR fastText features are zero. For the
-synthetic set, ``python -m openvivqa_jax.text.fasttext_train --config configs/synthetic/base.py --out <file>.bin`` trains
-a stand-in for cc.vi.300.bin on the train split (docs/pretrained.md).
+synthetic set, ``python -m openvivqa_jax.text.fasttext_train --config configs/synthetic/base.py --out <file>.bin``
+trains a stand-in for cc.vi.300.bin on the train split (docs/pretrained.md).
 """
 
 import ml_collections

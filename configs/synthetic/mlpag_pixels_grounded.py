@@ -1,7 +1,8 @@
 """MLPAG from pixels with the grounded config's training: the pixel counterpart of
 ``mlpag_regions_grounded.py``, with a pixel CNN instead of the oracle detector's regions.
 
-Changes to ``configs/synthetic/base.py``: a finer grid, the grounded region config's training and the word–region loss.
+Changes to ``configs/synthetic/base.py``: a finer grid, the grounded region config's training and the word–region
+loss.
 
 * a 16x12 grid of 8-pixel cells: three stride-2 stages (``model.vision.cnn_channels``) instead of four, so a
   6-pixel stool keeps most of its colour in its cell (``benchmarks/vision_probe.py``: 83% of held-out objects'
