@@ -9,7 +9,7 @@ Configs (each measured in a fresh process, peak RSS per config):
 * ``default``: ``configs/synthetic/base.py``, the synthetic ``default`` builder (1500/150/200 rendered images),
   batch 32, 128 x 96 images, 32 OCR tokens, the config's 2 grain threads and prefetch 8.
 * ``paper``: a stand-in for the paper-size inputs: the same synthetic data through
-  ``configs/openvivqa/mlpag.py`` (variant ``images``) preprocessing: 384 x 288 images, 50 OCR tokens of up
+  ``configs/openvivqa/mlpag.py`` (variant ``cnn``, the image path) preprocessing: 384 x 288 images, 50 OCR tokens of up
   to 8 pieces with PHOC, question 20, answer 20, SentencePiece vocabulary up to 4,000, batch 64. (The
   ``benchmark`` variant's pre-extracted region, det/rec and fastText features are not produced by any
   builder, so the image path stands in.)
@@ -28,11 +28,11 @@ issue asks for at least 3). Prints one JSON object on stdout.
 
 Model-ready records on the release stand-in (``--standin DIR``, made by ``benchmarks/make_release_standin.py``)::
 
-    python benchmarks/input_pipeline.py --standin /tmp/standin1k --variants images,features \
+    python benchmarks/input_pipeline.py --standin /tmp/standin1k --variants cnn,features \
         --data_dir /tmp/tfds_standin [--batches 200]
 
-For each variant of ``configs/openvivqa/mlpag.py`` (``images``: 384 x 288 pixels; ``features``: 50 x 2048
-region features), in its own process: the TFDS build if the data dir has none (``tfds_build_s``, not part of the
+For each variant of ``configs/openvivqa/mlpag.py`` (``cnn``: 384 x 288 pixels, named ``images`` before the
+``images`` variant read region proposals; ``features``: 50 x 2048 region features), in its own process: the TFDS build if the data dir has none (``tfds_build_s``, not part of the
 pipeline), the tokenizer (untimed), then ``preprocess_s``: the one-time pass of
 :func:`openvivqa_jax.data.model_ready.open_split` over the train split in ``data.preprocess_workers`` processes
 (``preprocess_s_dev`` for dev), then ``--batches`` timed batches of
@@ -65,7 +65,7 @@ def pipeline_config(name: str, smoke: bool, data_dir: str | None, batch: int | N
     if name == "paper":
         from openvivqa_jax.config_files import load_config
 
-        paper = load_config(os.path.join(common.ROOT, "configs", "openvivqa", "mlpag.py"), "images")
+        paper = load_config(os.path.join(common.ROOT, "configs", "openvivqa", "mlpag.py"), "cnn")
         with cfg.unlocked():
             cfg.model = paper.model
             cfg.tokenizer = paper.tokenizer
@@ -280,7 +280,8 @@ def main(argv=None) -> dict:
     p.add_argument("--standin", default=None,
                    help="manual_dir of a release stand-in (benchmarks/make_release_standin.py): measure the "
                         "model-ready records of configs/openvivqa/mlpag.py instead")
-    p.add_argument("--variants", default="images,features", help="with --standin: images and/or features")
+    p.add_argument("--variants", default="cnn,features",
+                   help="with --standin: variants of configs/openvivqa/mlpag.py, e.g. cnn, features, images")
     p.add_argument("--reference_batches", type=int, default=4, help="with --standin: per-example batches timed")
     p.add_argument("--cache_root", default=None, help="with --standin: where the model-ready records are written")
     p.add_argument("--keep_cache", action="store_true", help="with --standin: keep the model-ready records")

@@ -352,7 +352,7 @@ def test_the_issue_command_stops_at_once_with_one_line(tmp_path):
     t0 = time.perf_counter()
     res = subprocess.run([PY, "benchmarks/input_pipeline.py", "--standin", str(tmp_path / "s"), "--data_dir",
                           str(tmp_path / "d"), "--cache_root", str(tmp_path / "c" / "does-not-exist"), "--variants",
-                          "images,features"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                          "cnn,features"], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                          timeout=120)
     wall = time.perf_counter() - t0
     assert res.returncode == 2 and res.stdout == ""
