@@ -71,6 +71,7 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.visual_glimpses.num", *_at_least(0)),
     ("model.visual_glimpses.hidden_dim", *_at_least(1)),
     ("model.visual_glimpses.max_count", *_at_least(1)),
+    ("model.visual_glimpses.count_loss", (lambda v: _num(v) and v >= 0), "a number >= 0"),
     ("model.word_region_loss.weight", (lambda v: _num(v) and v >= 0), "a number >= 0"),
     ("model.word_region_loss.temperature", *_POSITIVE_NUMBER),
     ("model.word_region_loss.sharpness", *_POSITIVE_NUMBER),
@@ -165,6 +166,12 @@ def check_config(cfg) -> None:
     if _num(wr) and wr > 0 and _get(cfg, "model.question_over_image") is not True:
         raise ConfigError(f"config value model.word_region_loss.weight={wr} trains the attention of the question over "
                           "the image, which is off (set --config.model.question_over_image=True, or the weight to 0)")
+    cl = _get(cfg, "model.visual_glimpses.count_loss")
+    if _num(cl) and cl > 0 and not (_int(_get(cfg, "model.visual_glimpses.num"))
+                                    and _get(cfg, "model.visual_glimpses.num") >= 1):
+        raise ConfigError(f"config value model.visual_glimpses.count_loss={cl} trains the first glimpse's soft count, "
+                          "and there are no glimpses (set --config.model.visual_glimpses.num=1 or more, or the "
+                          "weight to 0)")
     size = _get(cfg, "data.image_size")
     if size is not _MISSING and size is not None:
         if not (isinstance(size, (tuple, list)) and len(size) == 2 and all(_int(v) and v >= 8 for v in size)):

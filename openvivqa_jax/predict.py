@@ -50,7 +50,7 @@ from openvivqa_jax.errors import UserError
 from openvivqa_jax.evaluation import formats
 from openvivqa_jax.plot import plot_prediction
 from openvivqa_jax.training import interrupts
-from openvivqa_jax.vqa.report import format_result, json_result, write_submission
+from openvivqa_jax.vqa.report import format_result, json_result, no_text_note, write_submission
 from openvivqa_jax.vqa.workdir import check_workdir, load_config
 
 __all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
@@ -219,6 +219,10 @@ def _run(args) -> int:
               f"{skipped_path}):", file=sys.stderr)
         for qid, why in skipped.items():
             print(f"  question {qid!r}: {why}", file=sys.stderr)
+    if args.ocr in OCR_ENGINES and args.ocr != "none":  # an engine ran (not --ocr none, not a tokens file)
+        note = no_text_note(args.ocr, items)
+        if note:
+            print(note, file=sys.stderr)
     if stats:
         logging.info("OCR counters: %s", stats)
     return 0

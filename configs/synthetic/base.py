@@ -108,8 +108,10 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # question in the memory (question_in_memory) carries the objects it names (docs/results.md, non-text).
     c.model.question_over_image = False
     # MLPAG: question-guided glimpses over the image appended to the decoder's memory (models/grounding.py):
-    # num glimpse tokens (0: none, the paper's model), the width of their score MLP and the largest count bin.
-    c.model.visual_glimpses = ml_collections.ConfigDict(dict(num=0, hidden_dim=128, max_count=10))
+    # num glimpse tokens (0: none, the paper's model), the width of their score MLP, the largest count bin, and
+    # the weight of a training-only loss that fits the first glimpse's soft count to the count a counting
+    # question's answer gives (0: off).
+    c.model.visual_glimpses = ml_collections.ConfigDict(dict(num=0, hidden_dim=128, max_count=10, count_loss=0.0))
     # MLPAG, with question_over_image: a training-only contrastive loss that matches each question's words to
     # its own picture's cells against the batch's other pictures, through the projections of the question-over-
     # image attention (models/word_region.py): weight (0: off), temperature of the InfoNCE and sharpness of the

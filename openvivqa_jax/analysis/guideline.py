@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import re
 import unicodedata
 from collections.abc import Callable, Sequence
 
 from openvivqa_jax.analysis.linguistic import level_of_tokens
 from openvivqa_jax.analysis.records import QA, syllables
+from openvivqa_jax.text.counts import COUNT_NOUNS, NUMBER_WORDS, count_question, number_value, quantities
 from openvivqa_jax.text.normalize import normalize_prices
 
 __all__ = [
@@ -83,47 +83,11 @@ OFF_LIST_COLORS: tuple[str, ...] = (
 )
 _BARE_OFF_LIST = frozenset({"xanh", "tía"})
 
-#: Classifiers and nouns that a count directly precedes (``ba người``, ``hai chiếc xe``).
-COUNT_NOUNS = frozenset({
-    "người", "cái", "chiếc", "con", "quả", "trái", "cây", "tờ", "cuốn", "quyển", "ngôi", "tòa", "căn", "bức",
-    "tấm", "chai", "lon", "ly", "cốc", "tách", "bát", "chén", "tô", "đĩa", "dĩa", "đôi", "bó", "ổ", "viên",
-    "miếng", "lát", "chú", "cô", "bạn", "em", "ông", "bà", "anh", "chị", "cậu", "đứa", "cháu", "bé", "lá", "hộp",
-    "gói", "túi", "bao", "thùng", "chậu", "bông", "đóa", "khẩu", "cặp", "bộ", "tầng", "lầu", "món", "loại",
-    "chữ", "dòng", "biển", "bảng", "cửa", "xe", "gian", "sạp", "quầy", "nhà", "bàn", "ghế", "thanh", "cục",
-    "hình", "ô", "cột", "vật", "đèn", "bình", "lọ", "hũ", "cuộn", "sợi", "mảnh", "hạt", "cành",
-})
-
-#: Vietnamese number words and their roles in :func:`number_value`.
-NUMBER_WORDS: dict[str, int] = {
-    "một": 1, "mốt": 1, "hai": 2, "ba": 3, "bốn": 4, "tư": 4, "năm": 5, "lăm": 5, "sáu": 6, "bảy": 7, "bẩy": 7,
-    "tám": 8, "chín": 9, "mười": 10, "mươi": -10, "chục": -10, "linh": 0, "lẻ": 0, "trăm": -100, "nghìn": -1000,
-    "ngàn": -1000, "triệu": -1_000_000,
-}
-
-#: Words after a number that make it a measure, time or price rather than a count.
-_NOT_COUNT_AFTER = frozenset({
-    "đồng", "vnđ", "vnd", "k", "nghìn", "ngàn", "triệu", "giờ", "phút", "giây", "ngày", "tháng", "năm", "tuổi",
-    "km", "m", "cm", "mm", "kg", "g", "lít", "l", "ml", "độ", "phần", "%", "h",
-})
-#: Words before a number that make it a label (house, kiosk, room number, a date), not a count.
-_LABEL_BEFORE = frozenset({
-    "số", "thứ", "ngày", "tháng", "năm", "lúc", "đường", "phố", "hẻm", "ngõ", "kiốt", "ki-ốt", "phòng", "sạp",
-    "quầy", "tầng", "lầu", "bàn", "xe", "tuyến", "mã", "kênh", "lớp", "khu", "lô", "nhà", "quận", "phường",
-    "hotline", "đt", "sđt",
-})
-#: Question words asking for a count, and words that make such a question ask for something else.
-_COUNT_QUESTION = frozenset({"bao nhiêu", "mấy"})
-_NOT_COUNT_QUESTION = frozenset({"tiền", "giá", "đồng", "giờ", "tuổi", "năm", "số", "ngày", "tháng", "phần", "lúc"})
-
-#: Words before ``chục``/``trăm``/... that make a vague count of tens or more (``hàng chục``, ``vài trăm``).
-_VAGUE_BEFORE = frozenset({"hàng", "vài", "mấy", "nhiều", "dăm"})
-
 #: The guideline's minimum number of QAs per image (Table 1, "Number of QAs").
 MIN_QAS_PER_IMAGE = 3
 #: The guideline's largest quantity (Table 1, "Quantities").
 MAX_QUANTITY = 10
 
-_DIGITS_RE = re.compile(r"^\d+$")
 
 
 @dataclasses.dataclass
@@ -258,81 +222,11 @@ def rule_question_type(qas: Sequence[QA]) -> RuleResult:
     return r
 
 
-def number_value(words: Sequence[str]) -> int:
-    """The value of a run of Vietnamese number words (:data:`NUMBER_WORDS`).
-
-    ``["ba"]`` -> 3, ``["mười", "một"]`` -> 11, ``["hai", "mươi", "lăm"]`` -> 25, ``["một", "trăm", "linh",
-    "năm"]`` -> 105, ``["hai", "nghìn"]`` -> 2000; ``["hàng", "chục"]``-style vague counts give the multiplier
-    (``["chục"]`` -> 10).
-
-    Raises:
-      KeyError: a word is not a number word.
-    """
-    total = hundreds = current = 0
-    for w in words:
-        v = NUMBER_WORDS[w]
-        if v == 10:  # mười
-            current += 10
-        elif v == -10:  # mươi / chục: the units so far are tens
-            current = max(current, 1) * 10
-        elif v == -100:
-            hundreds = max(current, 1) * 100
-            current = 0
-        elif v in (-1000, -1_000_000):
-            total += max(hundreds + current, 1) * -v
-            hundreds = current = 0
-        else:
-            current += v
-    return total + hundreds + current
-
-
-def _count_question(question_tokens: Sequence[str]) -> bool:
-    text = " ".join(question_tokens)
-    asks_count = any(f" {w} " in f" {text} " for w in _COUNT_QUESTION)
-    return asks_count and not any(t in _NOT_COUNT_QUESTION for t in question_tokens)
-
-
-def _quantities(tokens: Sequence[str], count_question: bool) -> list[tuple[str, int, str]]:
-    """Counts in a syllable list: ``[(kind "digits" | "words", value, the words)]``.
-
-    A count is a pure-digit token or a maximal run of number words that is directly followed by a
-    :data:`COUNT_NOUNS` word, or (answers to a ``bao nhiêu`` / ``mấy`` question that asks for no price, time or
-    age) is not followed by a measure/price/time word; a number right after a label word (``số``, ``đường``,
-    ``sạp``, ...) is a label, not a count. A vague count (``hàng chục``, ``vài trăm``) is valued at twice its
-    multiplier.
-    """
-    out = []
-    i = 0
-    while i < len(tokens):
-        t = tokens[i]
-        if _DIGITS_RE.match(t):
-            kind, j = "digits", i + 1
-        elif t in NUMBER_WORDS and NUMBER_WORDS[t] != 0 and t not in ("mươi", "lăm", "mốt", "tư"):
-            j = i + 1
-            while j < len(tokens) and tokens[j] in NUMBER_WORDS:
-                j += 1
-            kind = "words"
-        else:
-            i += 1
-            continue
-        before = tokens[i - 1] if i else ""
-        after = tokens[j] if j < len(tokens) else ""
-        run = tokens[i:j]
-        if before not in _LABEL_BEFORE and (after in COUNT_NOUNS or (count_question and after not in _NOT_COUNT_AFTER
-                                                                        and not (after and _DIGITS_RE.match(after)))):
-            value = int(t) if kind == "digits" else number_value(run)
-            if kind == "words" and before in _VAGUE_BEFORE and NUMBER_WORDS[run[0]] < 0:
-                value *= 2  # "vài chục" (a few tens) is at least twenty
-            out.append((kind, value, " ".join(run)))
-        i = j
-    return out
-
-
 def rule_quantities(qas: Sequence[QA]) -> RuleResult:
     """Table 1, Quantities: "Write quantities in alphabet characters rather than numeric characters" and
     "Quantities are not greater than 10".
 
-    Counts are found by :func:`_quantities` in the question and the answers. Reasons: ``digits`` (a count
+    Counts are found by :func:`openvivqa_jax.text.counts.quantities` in the question and the answers. Reasons: ``digits`` (a count
     written with digits, ``3 người``) and ``over_ten`` (a count above :data:`MAX_QUANTITY`, in digits or words:
     ``mười hai chiếc xe``, ``hàng chục người``).
     """
@@ -340,9 +234,9 @@ def rule_quantities(qas: Sequence[QA]) -> RuleResult:
     for q in qas:
         r.checked += 1
         q_toks = syllables(q.question)
-        count_q = _count_question(q_toks)
+        count_q = count_question(q_toks)
         for text, toks, is_answer in [(q.question, q_toks, False)] + [(a, syllables(a), True) for a in q.answers]:
-            for kind, value, words in _quantities(toks, count_q and is_answer):
+            for kind, value, words in quantities(toks, count_q and is_answer):
                 if kind == "digits":
                     r.add(q, "digits", text, f"count in digits ({words!r})")
                 if value > MAX_QUANTITY:

@@ -145,6 +145,8 @@ def fingerprint(builder, split: str, num_examples: int, pre: Preprocessor) -> di
         shapes["proposals"] = {"min_size": pre.proposal_min_size, "scale": pre.proposal_scale}
     if pre.ocr_pixels:
         shapes["ocr_pixels"] = True
+    if getattr(pre, "count_targets", False):
+        shapes["count_targets"] = True
     return {"dataset": dataset, "tokenizer": tokenizer, "shapes": shapes}
 
 
@@ -157,6 +159,19 @@ def _fresh_tmp(out_dir: str) -> str:
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     return tmp
+
+
+#: Seconds between the progress lines of a model-ready build.
+PROGRESS_EVERY_S = 30.0
+
+
+def _log_progress(source_name: str, done: int, n: int, elapsed: float, vision_kind: str) -> None:
+    """One progress line of a build: questions read of ``n``, the rate and the time left at that rate."""
+    what = {"proposals": " (segmenting each picture into region proposals)",
+            "cnn": " (decoding and resizing each picture)", "vit": " (decoding and resizing each picture)"}
+    left = elapsed / done * (n - done)
+    logging.info("Model-ready records of %s: %d/%d questions (%.0f%%) in %.0f s, about %.0f s left%s", source_name,
+                 done, n, 100.0 * done / n, elapsed, left, what.get(vision_kind, ""))
 
 
 def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str = "",
@@ -194,10 +209,14 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
         images = ImageJobs(pre, image_path, workers)
     else:
         images = None
+    last = t0
     try:
         for i in range(n):
             rec = decode_record(source[i], i, source_name, counter)
             rows.add(i, rec, images.add(rec) if images is not None else None, text_pre, pre, counter)
+            if time.perf_counter() - last >= PROGRESS_EVERY_S:  # a long build must not look like a hang
+                last = time.perf_counter()
+                _log_progress(source_name, i + 1, n, last - t0, pre.vision_kind)
         if images is not None:
             images.finish()
     except BaseException:
@@ -302,7 +321,7 @@ class ModelReady:
             out["region_features"] = a["region_features"][img]
             out["region_boxes"] = a["region_boxes"][img]
             out["region_mask"] = a["region_mask"][img]
-        for k in (*QUESTION_FIELDS, "question_bert", "question_bert_mask"):
+        for k in (*QUESTION_FIELDS, "question_bert", "question_bert_mask", "count_target"):
             if k in a:
                 out[k] = a[k][qidx]
         for k in (*OCR_FIELDS, "ocr_fasttext", "ocr_pixels"):

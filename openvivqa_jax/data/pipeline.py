@@ -61,6 +61,7 @@ import numpy as np
 from absl import logging
 from PIL import Image
 
+from openvivqa_jax.text.counts import answer_count
 from openvivqa_jax.data import images
 from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
 from openvivqa_jax.data.proposals import BOX_PIXELS_DIM, PROPOSAL_FEATURE_DIM, box_pixels, padded_proposals
@@ -193,6 +194,10 @@ class Preprocessor:
             raise ValueError(f"model.ocr_extra_features.ocr_pixels must be {BOX_PIXELS_DIM} (RGB on a 4x4 grid), "
                              f"got {m.ocr_extra_features.ocr_pixels}")
         self._question_bert = question_tokenizer(m)
+        #: The count-question targets of the glimpses' count loss (``count_target``, :func:`answer_count`).
+        glimpses = m.get("visual_glimpses") or {}
+        self.count_targets = bool(float(glimpses.get("count_loss", 0.0) or 0.0) > 0
+                                  and int(glimpses.get("num", 0) or 0) > 0)
         self._global_words = None
         path = cfg.data.get("global_dictionary_file")
         if self.decode_dictionary == "global" and path:
@@ -287,6 +292,18 @@ class Preprocessor:
         return dict(width=self.image_w, height=self.image_h, max_pixels=self.max_image_pixels,
                     num_regions=self.num_regions, min_size=self.proposal_min_size, scale=self.proposal_scale)
 
+    def _question_extras(self, rec: Record, out: dict) -> None:
+        """Adds the optional question fields to ``out``: the pretrained text encoder's own ids
+        (``question_bert``, ``question_bert_mask``; models/bert.py) and ``count_target`` (the glimpses' count
+        loss: the count the first reference answer gives, 0 for none)."""
+        if self._question_bert is not None:
+            out["question_bert"], out["question_bert_mask"], cut = self._question_bert.encode_padded(rec.question,
+                                                                                                     self.q_len)
+            if cut:
+                self.counter.add("question_bert_truncated")
+        if self.count_targets:
+            out["count_target"] = np.int32((rec.answers and answer_count(rec.question, rec.answers[0])) or 0)
+
     def features(self, rec: Record, answer: str | None, for_decoding: bool = False) -> dict:
         """Fixed-shape features of one record; ``answer`` (normalized) gives the targets; with
         ``for_decoding`` and ``data.decode_dictionary`` set, also ``allowed_vocab`` ``(V + N,)`` bool."""
@@ -327,11 +344,7 @@ class Preprocessor:
         out["question"] = np.zeros((self.q_len,), np.int32)
         out["question"][: len(q)] = q
         out["question_mask"] = np.arange(self.q_len) < len(q)
-        if self._question_bert is not None:  # the pretrained text encoder's own ids (models/bert.py)
-            out["question_bert"], out["question_bert_mask"], cut = self._question_bert.encode_padded(rec.question,
-                                                                                                     self.q_len)
-            if cut:
-                self.counter.add("question_bert_truncated")
+        self._question_extras(rec, out)
         texts = [] if self.mask_ocr else rec.ocr_texts
         if len(texts) > N:
             self.counter.add("ocr_tokens_truncated", len(texts) - N)

@@ -15,6 +15,12 @@ reduction (Yu et al. 2019) pool an image for a classifier. Each glimpse token ca
 The scores are an MLP of each cell and the pooled question, ``e_s = W_e relu(W_x x_s + W_q q)``, so a score can
 require several things at once (a kind *and* a side). The module reads the image features before the fusion
 layers, so the path from the pixels to the answer is short.
+
+Option, training only: the count loss (``count_loss`` weight > 0) supervises the first glimpse's soft count
+``c_0`` directly with the count the answer gives a counting question (``có ba người`` -> 3, the Vietnamese
+rules of :func:`openvivqa_jax.text.counts.answer_count`), a Huber loss, so which regions to count (one
+part of each object: a segmentation cuts a person into head, shirt and legs) is learned from the count itself
+instead of only through the answer tokens.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from flax import nnx
 from openvivqa_jax.models.encoders import AttentionReduce
 from openvivqa_jax.models.layers import NEG_INF, Dropout, dense, layer_norm
 
-__all__ = ["VisualGlimpses", "soft_count_embedding", "visual_glimpses"]
+__all__ = ["VisualGlimpses", "soft_count_embedding", "visual_glimpses", "count_loss", "counting_targets"]
 
 
 def soft_count_embedding(count: jax.Array, max_count: int) -> jax.Array:
@@ -54,6 +60,7 @@ class VisualGlimpses(nnx.Module):
       hidden_dim: width of the score MLP.
       max_count: the largest count bin of the soft count embedding.
       dropout: on the score MLP's hidden units.
+      count_loss_weight: weight of the training-only count loss of the first glimpse (module doc); 0: none.
       score_bias: the score MLP's starting output bias. The soft count is ``sum_s sigmoid(e_s)``: with a zero
         bias it starts near ``S / 2`` (32 for 64 regions), above ``max_count``, where the clipped count embedding
         passes no gradient; -4 starts it near ``0.018 S`` (about 1 for 64 regions). The softmax weights do not
@@ -62,8 +69,10 @@ class VisualGlimpses(nnx.Module):
     """
 
     def __init__(self, *, d_model: int, num_glimpses: int, hidden_dim: int, max_count: int, dropout: float,
-                 rngs: nnx.Rngs, dtype: Any = jnp.float32, score: str = "mlp", score_bias: float = -4.0):
+                 rngs: nnx.Rngs, dtype: Any = jnp.float32, score: str = "mlp", score_bias: float = -4.0,
+                 count_loss_weight: float = 0.0):
         self.score_kind = score
+        self.count_loss_weight = float(count_loss_weight)
         self.num_glimpses = int(num_glimpses)
         self.max_count = int(max_count)
         self.question_pool = AttentionReduce(d_model=d_model, hidden_dim=d_model, num_glimpses=1, flat_dim=d_model,
@@ -116,12 +125,43 @@ class VisualGlimpses(nnx.Module):
         return {"tokens": tokens, "mask": mask, "weights": weights, "counts": counts}
 
 
-def visual_glimpses(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisualGlimpses | None:
-    """The :class:`VisualGlimpses` of ``config.model.visual_glimpses`` (``num``: ``G``, 0 for none; ``hidden_dim``;
-    ``max_count``), or None when ``num`` is 0 or the config has no ``visual_glimpses`` entry (the paper's models).
+def counting_targets(batch: dict) -> jax.Array:
+    """The batch's ``count_target`` ``(batch,)`` int32 (0: no count target), which the input pipeline adds when
+    ``model.visual_glimpses.count_loss`` > 0.
 
     Raises:
-      ValueError: a negative ``num`` or a ``max_count`` below 1.
+      ValueError: the batch has no ``count_target`` (made by a pipeline of another config).
+    """
+    if "count_target" not in batch:
+        raise ValueError("model.visual_glimpses.count_loss > 0 needs the batches' count_target, which the input "
+                         "pipeline adds when that config value is set; these batches were made without it")
+    return batch["count_target"]
+
+
+def count_loss(counts: jax.Array, targets: jax.Array, delta: float = 1.0) -> jax.Array:
+    """Huber loss of soft counts against answer counts, averaged over the rows that have one.
+
+    Args:
+      counts: ``(batch,)`` float soft counts (``sum_s sigmoid(e_s)``).
+      targets: ``(batch,)`` int, the answer's count; rows with a target below 1 do not count.
+      delta: the Huber threshold, in objects (quadratic within it, linear beyond).
+
+    Returns:
+      A float32 scalar: ``mean_rows huber(c - n)``, 0 when no row has a target.
+    """
+    has = targets >= 1
+    err = jnp.abs(counts.astype(jnp.float32) - targets.astype(jnp.float32))
+    huber = jnp.where(err <= delta, 0.5 * err ** 2, delta * (err - 0.5 * delta))
+    return jnp.sum(jnp.where(has, huber, 0.0)) / jnp.maximum(jnp.sum(has), 1)
+
+
+def visual_glimpses(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisualGlimpses | None:
+    """The :class:`VisualGlimpses` of ``config.model.visual_glimpses`` (``num``: ``G``, 0 for none; ``hidden_dim``;
+    ``max_count``; ``count_loss``: the count loss's weight, 0 for none), or None when ``num`` is 0 or the config
+    has no ``visual_glimpses`` entry (the paper's models).
+
+    Raises:
+      ValueError: a negative ``num`` or ``count_loss``, or a ``max_count`` below 1.
     """
     g = cfg.get("visual_glimpses")
     num = int(g.get("num", 0) or 0) if g is not None else 0
@@ -132,5 +172,9 @@ def visual_glimpses(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisualGlimpses | None
     max_count = int(g.get("max_count", 10))
     if max_count < 1:
         raise ValueError(f"model.visual_glimpses.max_count must be >= 1, got {max_count}")
+    weight = float(g.get("count_loss", 0.0) or 0.0)
+    if weight < 0:
+        raise ValueError(f"model.visual_glimpses.count_loss must be >= 0, got {weight}")
     return VisualGlimpses(d_model=cfg.d_model, num_glimpses=num, hidden_dim=int(g.get("hidden_dim", cfg.d_model)),
-                          max_count=max_count, dropout=cfg.dropout, rngs=rngs, dtype=dtype)
+                          max_count=max_count, dropout=cfg.dropout, rngs=rngs, dtype=dtype,
+                          count_loss_weight=weight)

@@ -34,7 +34,7 @@ from flax import nnx
 from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.decoder import answer_decoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, question_word_dim, vision_encoder
-from openvivqa_jax.models.grounding import visual_glimpses
+from openvivqa_jax.models.grounding import count_loss, counting_targets, visual_glimpses
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock
 from openvivqa_jax.models.word_region import alignment_scores, picture_fingerprint, word_region_loss
 
@@ -156,6 +156,9 @@ class MLPAG(MemoryDecoderGenerator):
             mem_mask = jnp.concatenate([mem_mask, q_mask], 1)
         if self.glimpses is not None:
             g = self.glimpses(vis["feats"], i_mask, x_q, q_mask, vis["boxes"], **kw)
+            if self.glimpses.count_loss_weight and not deterministic:
+                self.sow(nnx.Intermediate, "count_loss", self.glimpses.count_loss_weight * count_loss(
+                    g["counts"][:, 0], counting_targets(batch)))
             memory = jnp.concatenate([memory, g["tokens"].astype(memory.dtype)], 1)
             mem_mask = jnp.concatenate([mem_mask, g["mask"]], 1)
         return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["format_result", "json_result", "write_submission"]
+__all__ = ["format_result", "json_result", "no_text_note", "write_submission"]
 
 
 def _fmt_box(b) -> str:
@@ -42,6 +42,21 @@ def json_result(res: dict) -> dict:
     out["ocr"] = [{"text": t["text"], "box": [round(float(v), 4) for v in t["box"]], "score": round(float(t.get("score", 1.0)), 4)}
                   for t in res["ocr"]]
     return out
+
+
+def no_text_note(engine: str, items: list) -> str | None:
+    """The note for pictures in which the OCR engine ``engine`` read no text (``items``: the answered
+    ``PhotoQuestion`` s, ``image`` a PIL image), or None when every picture has tokens: such answers can copy
+    nothing, and the usual cause is letters too small for the engine."""
+    empty = {it.image_path: it.image.size for it in items if not it.ocr}
+    if not empty:
+        return None
+    path, (w, h) = next(iter(empty.items()))
+    pictures = len({it.image_path for it in items})
+    return (f"note: OCR ({engine}) read no text in {len(empty)} of {pictures} picture(s) (e.g. "
+            f"{os.path.basename(path)}, {w}x{h} px), so those answers copy nothing; OCR engines seldom read "
+            f"letters under about 10 px high: a larger photo, or --ocr <tokens.json> with the text's boxes, "
+            f"gives the pointer network words to copy")
 
 
 def write_submission(output: str | None, results: list[dict], skipped: dict[str, str]) -> tuple[str, str | None]:

@@ -340,3 +340,46 @@ def test_class_free_proposals_equal_the_per_example_path(tmp_path_factory):
         assert (want["ocr_pixels"][0, on] > 0).all() and not want["ocr_pixels"][0, ~on].any()
         for mr in mrs:
             assert_same_fields(mr.gather(np.array([i]), np.array([0])), want, f"question {i}")
+
+
+def test_count_targets_are_stored_and_equal_the_per_example_path(setup, tmp_path):
+    """With the glimpses' count loss on, each question carries ``count_target``: the count its first reference
+    answer gives a counting question (``có ba ...`` -> 3), 0 for every other question; the records equal the
+    per-example path and the rule is checked here on the decoded text, word by word."""
+    from openvivqa_jax.data import model_ready, pipeline
+
+    cfg, builder, src, pre, _ = setup
+    cfg = cfg.copy_and_resolve_references()
+    with cfg.unlocked():
+        cfg.model.visual_glimpses.num = 1
+        cfg.model.visual_glimpses.count_loss = 1.0
+    pre2 = pipeline.Preprocessor(cfg, pre.tok, allow_copy=True)
+    mr = model_ready.open_split(src, pre2, str(tmp_path / "mr"), "train", builder, source_name="train")
+    words = {"một": 1, "hai": 2, "ba": 3, "bốn": 4, "năm": 5, "sáu": 6}
+    counted = 0
+    for i in range(len(src)):
+        rec = pipeline.decode_record(src[i], i, "train")
+        got = mr.gather(np.array([i]), np.array([0]))
+        assert_same_fields(got, {k: np.asarray(v)[None] for k, v in pre2.features(rec, rec.answers[0]).items()},
+                           f"question {i}")
+        toks = rec.answers[0].split()
+        want = words[toks[1]] if rec.question.startswith(("có bao nhiêu", "có mấy", "trong ảnh có")) else 0
+        assert int(got["count_target"][0]) == want, (rec.question, rec.answers[0])
+        counted += want > 0
+    assert counted > 0  # the tiny set has counting questions
+
+
+def test_a_long_build_logs_its_progress(setup, caplog, absl_info, monkeypatch):
+    """A build logs progress lines (questions read of the split, time left), so a long segmentation does not
+    look like a hang; here every question logs one (the interval set to 0)."""
+    from openvivqa_jax.data import model_ready
+
+    _, _, src, _, root = setup
+    monkeypatch.setattr(model_ready, "PROGRESS_EVERY_S", 0.0)
+    caplog.set_level(logging.INFO)
+    _open(setup, root / "progress")
+    lines = [r.getMessage() for r in caplog.records if "questions (" in r.getMessage()]
+    n = len(src)
+    assert len(lines) == n, lines[:3]
+    assert lines[0].startswith(f"Model-ready records of train: 1/{n} questions (") and "s left" in lines[0]
+    assert lines[-1].startswith(f"Model-ready records of train: {n}/{n} questions (100%)"), lines[-1]

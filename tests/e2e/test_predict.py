@@ -434,6 +434,24 @@ def test_skip_bad_with_no_usable_image(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_picture_without_readable_text_gets_a_note(tmp_path, trained):
+    """The default OCR engine reads nothing on a plain picture: the answer is still given, and stderr says why
+    nothing can be copied and what to do; with ``--ocr none`` (asked for no OCR) there is no note."""
+    from PIL import Image
+
+    photo = tmp_path / "plain.png"
+    Image.new("RGB", (120, 90), (200, 180, 60)).save(photo)
+    res = _predict("--workdir", trained, "--image", photo, "--question", "cửa hàng này tên là gì?")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "ocr: 0 tokens" in res.stdout
+    notes = [ln for ln in res.stderr.splitlines() if ln.startswith("note: OCR")]
+    assert len(notes) == 1 and "no text in 1 of 1 picture(s) (e.g. plain.png, 120x90 px)" in notes[0], res.stderr
+    assert "--ocr <tokens.json>" in notes[0]
+    res = _predict("--workdir", trained, "--image", photo, "--question", "cửa hàng này tên là gì?", "--ocr", "none")
+    assert res.returncode == 0 and "note: OCR" not in res.stderr, res.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_skip_bad_writes_every_good_answer_and_lists_the_bad(tmp_path, trained):
     q = _batch_with_one_bad_image(tmp_path)
     sub = tmp_path / "out" / "sub.json"

@@ -119,3 +119,55 @@ def test_mlpag_memory_gains_the_glimpse_tokens():
     np.testing.assert_allclose(np.asarray(enc["memory"][:, :n0]), np.asarray(enc0["memory"]), rtol=1e-5, atol=1e-6)
     logits = model(batch)
     assert np.isfinite(np.asarray(logits)).all()
+
+
+def test_count_loss_is_huber_over_rows_with_a_count():
+    from openvivqa_jax.models.grounding import count_loss
+    counts = np.array([2.5, 0.2, 7.0, 3.0], np.float32)
+    targets = np.array([3, 0, 4, -1], np.int32)  # rows 1 and 3 have no count
+    want = (0.5 * 0.5 ** 2 + (3.0 - 0.5)) / 2  # |2.5-3| = 0.5 quadratic; |7-4| = 3 linear (delta 1)
+    assert float(count_loss(jnp.asarray(counts), jnp.asarray(targets))) == pytest.approx(want)
+    assert float(count_loss(jnp.asarray(counts), jnp.zeros(4, jnp.int32))) == 0.0
+
+
+def test_mlpag_count_loss_fits_the_first_glimpse_in_training_only():
+    import jax
+    from openvivqa_jax.vqa.train import add_auxiliary_losses, forward_with_intermediates
+    cfg = tiny_model_config("mlpag")
+    cfg.model.visual_glimpses.num = 2
+    cfg.model.visual_glimpses.count_loss = 0.5
+    batch = random_batch(cfg, 40, batch=3)
+    model = build_model(cfg.model, 40, seed=0)
+    with pytest.raises(ValueError, match="count_target"):
+        forward_with_intermediates(model, batch, deterministic=False, rngs=nnx.Rngs(dropout=jax.random.key(0)))
+    batch["count_target"] = np.array([2, 0, 5], np.int32)
+    _, sown = forward_with_intermediates(model, batch, deterministic=True)
+    assert add_auxiliary_losses(sown, jnp.float32(1.0), {"loss": 1.0})[1] == {"loss": 1.0}  # nothing sown
+    _, sown = forward_with_intermediates(model, batch, deterministic=False, rngs=nnx.Rngs(dropout=jax.random.key(0)))
+    _, metrics = add_auxiliary_losses(sown, jnp.float32(1.0), {"loss": 1.0})
+    # the soft counts of the training pass, recomputed: the same dropout key gives the same glimpses
+    enc = model.glimpses
+    vis = model.vision(batch, deterministic=True)
+    assert enc.count_loss_weight == 0.5 and np.isfinite(float(metrics["count_loss"]))
+    # with every region scored near sigmoid(-4) the soft count starts near 0.018 * S: below both targets
+    s = int(np.asarray(vis["mask"]).sum(1)[0])
+    c0 = 1 / (1 + np.exp(4.0)) * s
+    want = 0.5 * np.mean([(2 - c0) - 0.5 if 2 - c0 > 1 else 0.5 * (2 - c0) ** 2, (5 - c0) - 0.5])
+    assert float(metrics["count_loss"]) == pytest.approx(want, rel=0.25)
+    cfg.model.visual_glimpses.count_loss = -1.0
+    with pytest.raises(ValueError, match="count_loss"):
+        build_model(cfg.model, 40, seed=0)
+
+
+def test_check_config_refuses_the_count_loss_without_glimpses():
+    from openvivqa_jax.config_check import ConfigError, check_config
+    cfg = tiny_model_config("mlpag")
+    cfg.model.visual_glimpses.count_loss = 1.0
+    with pytest.raises(ConfigError, match=r"visual_glimpses.count_loss=1.0 .*visual_glimpses.num=1") as e:
+        check_config(cfg)
+    assert "\n" not in str(e.value)
+    cfg.model.visual_glimpses.num = 1
+    check_config(cfg)
+    cfg.model.visual_glimpses.count_loss = -0.5
+    with pytest.raises(ConfigError, match="model.visual_glimpses.count_loss"):
+        check_config(cfg)
