@@ -15,9 +15,9 @@ each measured in docs/results.md ("The main job", "Seeing without a detector"):
 * the question grounded in the image (``model.question_over_image``, ``model.question_in_memory``) and taught
   where to look by the word–region contrastive loss (``model.word_region_loss``);
 * the 12,000-picture set (``large_clean_regions``: the same validation and test pictures as
-  ``default_clean``; its oracle region features are not read here) with the colour questions oversampled most
-  (``data.train_kind_weights``: 41% of the examples; the plateau before the grounding is counted in colour
-  examples) and the count questions not at all (no region model here learns them), 3,500 steps;
+  ``default_clean``; its oracle region features are not read here) with the object questions oversampled
+  (``data.train_kind_weights``: colour 37% and side 30% of the examples; the plateau before each is counted
+  in examples of its kind) but not the count questions (no region model here learns them), 4,000 steps;
 * model-ready records (``data.model_ready``): each picture is segmented once, by every core.
 
 Override any field from the command line, e.g. ``--config.train.num_train_steps=500``.
@@ -34,7 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
     """Returns the main job's config (see the module docstring)."""
     c = base.get_config()
     c.data.builder_config = "large_clean_regions"
-    c.data.train_kind_weights = "colour=6,count=1,position=2,shop_count=2"
+    c.data.train_kind_weights = "colour=6,count=1,position=3,shop_count=2"
     c.data.model_ready = True
     m = c.model
     m.vision.kind = "proposals"
@@ -43,6 +43,6 @@ def get_config() -> ml_collections.ConfigDict:
     m.question_over_image = True
     m.question_in_memory = True
     m.word_region_loss.weight = 1.0
-    c.train.num_train_steps = 3500
+    c.train.num_train_steps = 4000
     c.train.eval_every_steps = 1000
     return c

@@ -1,6 +1,6 @@
 """The main job (``configs/default.py``: class-free region proposals, the grounded training, the word–region
-loss) without the OCR tokens' ``box_grid`` feature, with the grounded config's kind weights
-(``colour=4,count=3,position=2,shop_count=2``) and 4,000 steps: the proposals config as first measured.
+loss, 4,000 steps) without the OCR tokens' ``box_grid`` feature, with the grounded config's kind weights
+(``colour=4,count=3,position=2,shop_count=2``): the proposals config as first measured.
 
 Without the box's learned 2-D position embedding the pointer network copies unseen shop names less often from
 region inputs (77-81% against 90%; docs/results.md, "Seeing without a detector"); kept to reproduce those rows.
@@ -16,10 +16,9 @@ default = config_module("../default.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
-    """Returns the main job's config with the OCR tokens' features of the zoo (PHOC and appearance), the
-    grounded config's kind weights and 4,000 steps."""
+    """Returns the main job's config with the OCR tokens' features of the zoo (PHOC and appearance) and the
+    grounded config's kind weights."""
     c = default.get_config()
     c.model.ocr_features = ("phoc", "appearance")
     c.data.train_kind_weights = "colour=4,count=3,position=2,shop_count=2"
-    c.train.num_train_steps = 4000
     return c

@@ -105,23 +105,22 @@ def _flat(cfg, prefix=""):
 def test_main_job_is_the_base_with_proposals_and_the_grounded_training():
     """configs/default.py changes the zoo's base (configs/synthetic/base.py) in exactly the vision input
     (proposals), the OCR boxes' position embedding, the grounded config's training (pictures, grounding
-    options, word–region loss) with its own kind weights (colour most, count not oversampled) and steps, and
-    reads the grounded region config's data. The proposals config is it without box_grid, with the grounded
-    config's kind weights and 4,000 steps (as first measured)."""
+    options, word–region loss, steps) with its own kind weights (colour and side oversampled, count not),
+    and reads the grounded region config's data. The proposals config is it without box_grid, with the
+    grounded config's kind weights (as first measured)."""
     main, base = _flat(load_config("configs/default.py")), _flat(load_config("configs/synthetic/base.py"))
     grounded = load_config("configs/synthetic/mlpag_regions_grounded.py")
     assert set(main) == set(base)
     assert {k: main[k] for k in main if main[k] != base[k]} == {
         "data.builder_config": grounded.data.builder_config,
-        "data.train_kind_weights": "colour=6,count=1,position=2,shop_count=2",
+        "data.train_kind_weights": "colour=6,count=1,position=3,shop_count=2",
         "data.model_ready": True, "model.vision.kind": "proposals",
         "model.ocr_features": ("phoc", "appearance", "box_grid"), "model.question_over_image": True,
-        "model.question_in_memory": True, "model.word_region_loss.weight": 1.0, "train.num_train_steps": 3500,
+        "model.question_in_memory": True, "model.word_region_loss.weight": 1.0, "train.num_train_steps": 4000,
         "train.eval_every_steps": 1000}
     prop = _flat(load_config("configs/synthetic/mlpag_proposals.py"))
     assert {k: prop[k] for k in prop if prop[k] != main[k]} == {
-        "model.ocr_features": ("phoc", "appearance"), "data.train_kind_weights": grounded.data.train_kind_weights,
-        "train.num_train_steps": 4000}
+        "model.ocr_features": ("phoc", "appearance"), "data.train_kind_weights": grounded.data.train_kind_weights}
 
 
 def test_pixel_grounded_config_is_the_base_with_the_grounded_training():
