@@ -226,8 +226,8 @@ def rule_quantities(qas: Sequence[QA]) -> RuleResult:
     """Table 1, Quantities: "Write quantities in alphabet characters rather than numeric characters" and
     "Quantities are not greater than 10".
 
-    Counts are found by :func:`openvivqa_jax.text.counts.quantities` in the question and the answers. Reasons: ``digits`` (a count
-    written with digits, ``3 người``) and ``over_ten`` (a count above :data:`MAX_QUANTITY`, in digits or words:
+    Counts are found by :func:`openvivqa_jax.text.counts.quantities` in the question and the answers.
+    Reasons: ``digits`` (a count written with digits, ``3 người``) and ``over_ten`` (a count above :data:`MAX_QUANTITY`, in digits or words:
     ``mười hai chiếc xe``, ``hàng chục người``).
     """
     r = RuleResult("quantities", "Table 1: Quantities", "quantities written in words, not greater than 10")

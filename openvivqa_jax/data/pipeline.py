@@ -61,7 +61,6 @@ import numpy as np
 from absl import logging
 from PIL import Image
 
-from openvivqa_jax.text.counts import answer_count
 from openvivqa_jax.data import images
 from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
 from openvivqa_jax.data.proposals import BOX_PIXELS_DIM, PROPOSAL_FEATURE_DIM, box_pixels, padded_proposals
@@ -70,6 +69,7 @@ from openvivqa_jax.data.records import (DatasetError, Record, SkipCounter, as_st
 from openvivqa_jax.models.pretrained import FASTTEXT_HINT, fasttext_path
 from openvivqa_jax.text.answer_vocab import AnswerVocab
 from openvivqa_jax.text.checkpoint_tokenizer import question_tokenizer
+from openvivqa_jax.text.counts import answer_count
 from openvivqa_jax.text.tokenizer import Tokenizer
 from openvivqa_jax.text.word_vectors import WordVectorsError, open_word_vectors
 

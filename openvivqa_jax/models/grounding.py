@@ -29,6 +29,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 from flax import nnx
 
 from openvivqa_jax.models.encoders import AttentionReduce
@@ -150,8 +151,7 @@ def count_loss(counts: jax.Array, targets: jax.Array, delta: float = 1.0) -> jax
       A float32 scalar: ``mean_rows huber(c - n)``, 0 when no row has a target.
     """
     has = targets >= 1
-    err = jnp.abs(counts.astype(jnp.float32) - targets.astype(jnp.float32))
-    huber = jnp.where(err <= delta, 0.5 * err ** 2, delta * (err - 0.5 * delta))
+    huber = optax.losses.huber_loss(counts.astype(jnp.float32), targets.astype(jnp.float32), delta=delta)
     return jnp.sum(jnp.where(has, huber, 0.0)) / jnp.maximum(jnp.sum(has), 1)
 
 

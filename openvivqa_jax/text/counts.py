@@ -131,10 +131,11 @@ def quantities(tokens: Sequence[str], count_question: bool) -> list[tuple[str, i
 def answer_count(question: str, answer: str) -> int | None:
     """The count an answer gives to a counting question, or None.
 
-    The question must ask for a count (``bao nhiêu`` or ``mấy``, not of a price, time, age or label: the rules
-    of :func:`openvivqa_jax.analysis.guideline.rule_quantities`), and the answer must hold exactly one count (:func:`quantities`: number words
-    or digits before a count noun, ``có ba người`` -> 3); answers with none (``không có``) or several
-    (``hai người và một chiếc xe``) give None, as do counts below 1.
+    The question must ask for a count (:func:`count_question`: ``bao nhiêu`` or ``mấy``, not of a price, time,
+    age or label; the rules of ``openvivqa_jax.analysis.guideline.rule_quantities``), and the answer must hold
+    exactly one count (:func:`quantities`: number words or digits before a count noun, ``có ba người`` -> 3);
+    answers with none (``không có``) or several (``hai người và một chiếc xe``) give None, as do counts
+    below 1.
     """
     q_toks = _syllables(question)
     if not count_question(q_toks):
