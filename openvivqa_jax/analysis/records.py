@@ -19,12 +19,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
-import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openvivqa_jax import jsonio
 from openvivqa_jax.evaluation import formats
+from openvivqa_jax.text.counts import is_punctuation, syllables  # noqa: F401 - re-exported
 from openvivqa_jax.text.normalize import normalize_text
 from openvivqa_jax.errors import UserError
 
@@ -69,21 +69,6 @@ class QA:
     answers: tuple[str, ...]
     qa_type: int
     ocr: tuple[str, ...] | None = None
-
-
-def is_punctuation(token: str) -> bool:
-    """Whether every character of ``token`` is Unicode punctuation (P*) or a symbol (S*)."""
-    return bool(token) and all(unicodedata.category(ch)[0] in "PS" for ch in token)
-
-
-def syllables(text: str) -> list[str]:
-    """The syllables of ``text``: whitespace tokens of :func:`normalize_text` that are not punctuation.
-
-    ``"Cửa tiệm này tên gì?"`` -> ``["cửa", "tiệm", "này", "tên", "gì"]``; ``"20.000đ"`` -> ``["20,000",
-    "đồng"]``. This is the paper's token count for Vietnamese without word segmentation (§3.3.1 counts
-    "tokens"; §3.3.2 word-segments with VnCoreNLP first, which this does not).
-    """
-    return [t for t in normalize_text(text).split() if not is_punctuation(t)]
 
 
 _SPLIT_ORDER = {"train": 0, "training": 0, "validation": 1, "dev": 1, "val": 1, "valid": 1, "test": 2}

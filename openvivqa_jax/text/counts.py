@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from openvivqa_jax.text.normalize import normalize_text
 
-__all__ = ["COUNT_NOUNS", "NUMBER_WORDS", "number_value", "count_question", "quantities", "answer_count"]
+__all__ = ["COUNT_NOUNS", "NUMBER_WORDS", "number_value", "count_question", "quantities", "answer_count",
+           "syllables", "is_punctuation"]
 
 #: Classifiers and nouns that a count directly precedes (``ba người``, ``hai chiếc xe``).
 COUNT_NOUNS = frozenset({
@@ -137,17 +138,26 @@ def answer_count(question: str, answer: str) -> int | None:
     answers with none (``không có``) or several (``hai người và một chiếc xe``) give None, as do counts
     below 1.
     """
-    q_toks = _syllables(question)
+    q_toks = syllables(question)
     if not count_question(q_toks):
         return None
-    found = quantities(_syllables(answer), True)
+    found = quantities(syllables(answer), True)
     if len(found) != 1 or found[0][1] < 1:
         return None
     return int(found[0][1])
 
 
-def _syllables(text: str) -> list[str]:
-    """Whitespace tokens of :func:`normalize_text` that are not all punctuation or symbols (as
-    ``openvivqa_jax.analysis.records.syllables``)."""
-    return [t for t in normalize_text(text).split()
-            if not all(unicodedata.category(ch)[0] in "PS" for ch in t)]
+
+def is_punctuation(token: str) -> bool:
+    """Whether every character of ``token`` is Unicode punctuation (P*) or a symbol (S*)."""
+    return bool(token) and all(unicodedata.category(ch)[0] in "PS" for ch in token)
+
+
+def syllables(text: str) -> list[str]:
+    """The syllables of ``text``: whitespace tokens of :func:`normalize_text` that are not punctuation.
+
+    ``"Cửa tiệm này tên gì?"`` -> ``["cửa", "tiệm", "này", "tên", "gì"]``; ``"20.000đ"`` -> ``["20,000",
+    "đồng"]``. This is the paper's token count for Vietnamese without word segmentation (§3.3.1 counts
+    "tokens"; §3.3.2 word-segments with VnCoreNLP first, which this does not).
+    """
+    return [t for t in normalize_text(text).split() if not is_punctuation(t)]
