@@ -23,7 +23,6 @@ Ctrl-C / SIGTERM save the current step and stop with one line (:mod:`openvivqa_j
 from __future__ import annotations
 
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +39,7 @@ from openvivqa_jax.reading.data import read_split, reader_windows, setup
 from openvivqa_jax.reading.model import build_reader, span_loss
 from openvivqa_jax.text.tokenizer import Tokenizer
 from openvivqa_jax.training import checkpoints, interrupts
-from openvivqa_jax.training.run_log import MeanAccumulator, write_jsonl
+from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, write_jsonl
 from openvivqa_jax.training.state import TrainState, make_optimizer
 
 __all__ = ["train_and_evaluate"]
@@ -119,22 +118,27 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             data_iter=ocp.args.JsonSave({"iterator": stream.get_state(), "best_score": float(best_score)})))
 
     acc = MeanAccumulator()
-    t0 = time.time()
+    timer = IntervalTimer()
     step = start
     with interrupts.StopSignals() as signals:
         for step in range(start + 1, t.num_train_steps + 1):
-            state, m = train_step(state, windows.batch(stream.next()))
+            with timer.waiting():
+                batch = windows.batch(stream.next())
+            state, m = train_step(state, batch)
             report(step)
             acc.add(m)
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
-                t0 = _log_train_means(cfg, workdir, writer, step, acc, t0)
+                _log_train_means(cfg, workdir, writer, step, acc, timer)
             if dev_records is not None and t.eval_every_steps and (
                     step % t.eval_every_steps == 0 or step == t.num_train_steps):
-                score = _eval_dev(cfg, workdir, writer, graphdef, state.params, tokenizer, dev_records, step)
-                best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), metrics={"score": score})
+                with timer.excluded():
+                    score = _eval_dev(cfg, workdir, writer, graphdef, state.params, tokenizer, dev_records, step)
+                    best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
+                              metrics={"score": score})
                 best_score = max(best_score, score)
             if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps:
-                save(step)
+                with timer.excluded():
+                    save(step)
             if signals.requested:
                 checkpoints.stop_with_checkpoint(signals.requested, step, save, latest, best)
     latest.wait_until_finished()
@@ -202,17 +206,18 @@ def _make_train_step(graphdef, tx: optax.GradientTransformation, schedule: optax
     return train_step
 
 
-def _log_train_means(cfg, workdir: str, writer, step: int, acc: MeanAccumulator, t0: float) -> float:
-    """Writes the training means accumulated since the last log to TensorBoard, ``metrics.jsonl`` and one log
-    line (with steps per second since ``t0``); returns the time the next interval starts."""
+def _log_train_means(cfg, workdir: str, writer, step: int, acc: MeanAccumulator, timer: IntervalTimer) -> None:
+    """Writes the training means accumulated since the last log, the training steps per second and the input
+    wait (:class:`~openvivqa_jax.training.run_log.IntervalTimer`) to TensorBoard, ``metrics.jsonl`` and one log
+    line."""
     t = cfg.train
     vals = acc.pop_means()
-    writer.write_scalars(step, {f"train/{k}": v for k, v in vals.items()})
-    write_jsonl(workdir, step, "train", vals)
-    logging.info("step %d/%d loss %.4f start acc %.3f end acc %.3f lr %.2e (%.1f steps/s)", step,
+    speed = timer.pop()
+    writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()}, **speed})
+    write_jsonl(workdir, step, "train", {**vals, **speed})
+    logging.info("step %d/%d loss %.4f start acc %.3f end acc %.3f lr %.2e (%.1f steps/s, input wait %.0f%%)", step,
                  t.num_train_steps, vals["loss"], vals["start_accuracy"], vals["end_accuracy"],
-                 vals["learning_rate"], t.log_every_steps / max(1e-9, time.time() - t0))
-    return time.time()
+                 vals["learning_rate"], speed["steps_per_sec"], 100 * speed["input_wait"])
 
 
 def _eval_dev(cfg, workdir: str, writer, graphdef, params, tokenizer: Tokenizer, dev_records, step: int) -> float:

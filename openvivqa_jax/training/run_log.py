@@ -7,6 +7,7 @@ Each line of ``metrics.jsonl`` is one JSON object ``{"step", "kind", "time", <na
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -16,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["JsonlWriter", "MeanAccumulator", "write_jsonl"]
+__all__ = ["IntervalTimer", "JsonlWriter", "MeanAccumulator", "peak_device_memory_mib", "write_jsonl"]
 
 
 class JsonlWriter:
@@ -54,6 +55,64 @@ class MeanAccumulator:
         means = {k: float(np.mean(jax.device_get(v))) for k, v in self._values.items()}
         self._values = {}
         return means
+
+
+class IntervalTimer:
+    """Training speed between two log lines: steps per second and the input wait, the fraction of the interval
+    the loop spent blocked on its next batch.
+
+    The loop wraps ``next(iterator)`` in :meth:`waiting` and evaluations and checkpoint saves in
+    :meth:`excluded`, whose time counts in neither the interval nor its steps per second. Train steps are
+    dispatched asynchronously, so a device that is the bottleneck lets the host run ahead and fill the input
+    queue (input wait near 0); an input pipeline that is the bottleneck keeps the loop in ``next`` (input wait
+    near 1). Times are wall-clock seconds (``time.perf_counter``).
+    """
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self._wait = 0.0
+        self._excluded = 0.0
+        self._steps = 0
+
+    @contextlib.contextmanager
+    def waiting(self):
+        """Counts the time inside the ``with`` block as input wait, and one step."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._wait += time.perf_counter() - t
+            self._steps += 1
+
+    @contextlib.contextmanager
+    def excluded(self):
+        """Leaves the time inside the ``with`` block out of the interval (evaluations, checkpoint saves)."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._excluded += time.perf_counter() - t
+
+    def pop(self) -> dict[str, float]:
+        """``{"steps_per_sec", "input_wait"}`` of the interval since the last call (or since construction), and
+        starts the next one."""
+        now = time.perf_counter()
+        elapsed = max(1e-9, now - self._start - self._excluded)
+        out = {"steps_per_sec": self._steps / elapsed, "input_wait": min(1.0, self._wait / elapsed)}
+        self._start, self._wait, self._excluded, self._steps = now, 0.0, 0.0, 0
+        return out
+
+
+def peak_device_memory_mib() -> float | None:
+    """The most memory this process's first local device has held so far (``memory_stats()``'s
+    ``peak_bytes_in_use``, MiB), or None where the backend reports none (CPU)."""
+    try:
+        stats = jax.local_devices()[0].memory_stats()
+    except Exception:  # backends without memory statistics raise instead of returning None
+        return None
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return stats["peak_bytes_in_use"] / 2**20
 
 
 def write_jsonl(workdir: str, step: int, kind: str, values: Mapping[str, Any]) -> None:

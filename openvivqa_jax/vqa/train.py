@@ -24,7 +24,6 @@ import contextlib
 import copy
 import json
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +38,7 @@ from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
-from openvivqa_jax.training.run_log import MeanAccumulator
+from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, peak_device_memory_mib
 from openvivqa_jax.training.state import TrainState, make_schedule
 from openvivqa_jax.vqa import decoding, evals
 from openvivqa_jax.vqa.config import parse_kind_weights
@@ -197,7 +196,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                                          "bad_evals": int(bad_evals)})))
 
     acc = MeanAccumulator()
-    t0 = time.time()
+    timer = IntervalTimer()
     step = start
     stopped_early = False
     # Ctrl-C / SIGTERM: finish the step, save it, stop with one line (openvivqa_jax.training.interrupts). With several
@@ -205,20 +204,23 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     signals = interrupts.StopSignals() if jax.process_count() == 1 else contextlib.nullcontext()
     with signals:
         for step in range(start + 1, t.num_train_steps + 1):
-            batch = pipeline.to_global(next(it), spec.batch_sharding)
+            with timer.waiting():
+                batch = pipeline.to_global(next(it), spec.batch_sharding)
             with sharding.mesh_context(spec.mesh):
                 state, m = step_fn(state, batch)
             for h in hooks:
                 h(step)
             acc.add(m)
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
-                t0 = _log_train_means(exp, writer, step, acc, t0)
+                _log_train_means(exp, writer, step, acc, timer)
             if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
-                score = _eval_dev(exp, state, step, writer)
-                best_score, bad_evals, stopped_early = _record_dev_score(exp, best, state, step, score, best_score,
-                                                                         bad_evals)
+                with timer.excluded():
+                    score = _eval_dev(exp, state, step, writer)
+                    best_score, bad_evals, stopped_early = _record_dev_score(exp, best, state, step, score,
+                                                                             best_score, bad_evals)
             if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps or stopped_early:
-                save(step)
+                with timer.excluded():
+                    save(step)
             if stopped_early:
                 break
             signal_name = signals.requested if jax.process_count() == 1 else (
@@ -327,18 +329,22 @@ def _profile_hooks(exp: Experiment) -> list:
     return hooks
 
 
-def _log_train_means(exp: Experiment, writer, step: int, acc: MeanAccumulator, t0: float) -> float:
-    """Writes the training means accumulated since the last log (and steps per second since ``t0``) to
-    TensorBoard, ``metrics.jsonl`` and one log line; returns the time the next interval starts."""
+def _log_train_means(exp: Experiment, writer, step: int, acc: MeanAccumulator, timer: IntervalTimer) -> None:
+    """Writes the training means accumulated since the last log, the training steps per second, the input wait
+    (:class:`~openvivqa_jax.training.run_log.IntervalTimer`) and, on accelerators, the peak device memory to
+    TensorBoard, ``metrics.jsonl`` and one log line."""
     t = exp.cfg.train
     vals = acc.pop_means()
-    steps_per_sec = t.log_every_steps / max(1e-9, time.time() - t0)
-    writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()}, "steps_per_sec": steps_per_sec})
-    exp.jsonl.write(step, "train", vals)
-    logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s)", step, t.num_train_steps,
+    speed = timer.pop()
+    memory = peak_device_memory_mib()
+    if memory is not None:
+        speed["peak_device_memory_mib"] = memory
+    writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()}, **speed})
+    exp.jsonl.write(step, "train", {**vals, **speed})
+    logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s, input wait %.0f%%%s)", step, t.num_train_steps,
                  vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
-                 vals["learning_rate"], steps_per_sec)
-    return time.time()
+                 vals["learning_rate"], speed["steps_per_sec"], 100 * speed["input_wait"],
+                 "" if memory is None else f", peak device memory {memory:.0f} MiB")
 
 
 def _eval_dev(exp: Experiment, state: TrainState, step: int, writer) -> float:

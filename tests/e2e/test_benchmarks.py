@@ -180,3 +180,51 @@ def test_accelerator_published_peaks():
     tpu = accelerator.chip_peak("TPU v5 lite", "tpu", "float32")  # float32 dots: one bf16 pass on TPU
     assert (tpu["chip"], tpu["precision"], tpu["tflops"]) == ("Google TPU v5e", "bf16", 197.0)
     assert accelerator.chip_peak("cpu", "cpu", "float32") is None
+
+
+def test_main_job_phases_from_log_stamps():
+    """benchmarks/main_job.py's phases, from absl stamps of a process that started at 23:59:50 and passed
+    midnight: training from its start line to the input-count line, the rest before and after it."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import datetime
+
+    import main_job
+
+    start = datetime.datetime(2026, 12, 3, 23, 59, 50)
+    end = datetime.datetime(2026, 12, 4, 0, 2, 0)  # 130 s in all
+    lines = ["I1203 23:59:58.000000 1 model_ready.py:244] Model-ready records of x/train: 4 questions, 2 images, "
+             "2 OCR sets in 7.5 s (2 workers) -> /w\n",
+             "I1204 00:00:05.500000 1 train.py:303] No checkpoint in /w/checkpoints: training starts at step 0\n",
+             "I1204 00:01:45.500000 1 records.py:69] Training input counts (truncated/skipped): {}\n",
+             "an unstamped line\n"]
+    got = main_job.phases(lines, start, end)
+    assert got == pytest.approx({"before_training": 15.5, "model_ready_train": 7.5, "training": 100.0,
+                                 "after_training": 14.5})
+    assert main_job.phases(lines[:1], start, end)["training"] is None
+
+
+@pytest.mark.slow
+def test_main_job_benchmark_on_the_tiny_set(tmp_path):
+    """The main-job benchmark on configs/tiny.py for 6 steps: its JSON agrees with the run's own files."""
+    wd = tmp_path / "run"
+    proc = subprocess.run([PY, os.path.join(ROOT, "benchmarks", "main_job.py"), "--workdir", str(wd),
+                           "--config", "configs/tiny.py", "--data_dir", str(tmp_path / "tfds"),
+                           "--set", "train.num_train_steps=6", "--set", "train.log_every_steps=2",
+                           "--set", "eval.decoding=greedy"],
+                          cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["benchmark"] == "main_job" and out["machine"]["backend"] == "cpu"
+    ph = out["phases_s"]
+    assert all(_positive(ph[k]) for k in ("before_training", "training", "after_training"))
+    assert ph["model_ready_train"] is None  # configs/tiny.py encodes each example as it is read
+    tr = out["training"]
+    recs = [json.loads(x) for x in (wd / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    train = [r for r in recs if r["kind"] == "train"]
+    assert tr["logged_intervals"] == len(train) == 3
+    assert tr["steps_per_sec_median"] == pytest.approx(statistics.median(r["steps_per_sec"] for r in train))
+    assert 0 <= tr["input_wait_mean"] <= 1 and tr["peak_device_memory_mib"] is None  # CPU: no device memory
+    test = json.loads((wd / "eval" / "test_metrics.json").read_text(encoding="utf-8"))
+    kinds = test["by_field"]["kind"]
+    assert out["test"]["exact_match_by_kind"] == {k: round(100 * v["exact_match"], 1) for k, v in kinds.items()}
+    assert out["test"]["CIDEr"] == pytest.approx(test["overall"]["CIDEr"])

@@ -350,6 +350,8 @@ def _trained(workdir: Path) -> list[dict]:
     recs = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     train = [r for r in recs if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2] and all(np.isfinite(r["loss"]) for r in train)
+    # The speed of each interval: training steps per second and the share of it spent waiting for batches.
+    assert all(r["steps_per_sec"] > 0 and 0.0 <= r["input_wait"] <= 1.0 for r in train)
     return recs
 
 

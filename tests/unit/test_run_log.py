@@ -1,0 +1,25 @@
+"""The train loop's speed line: steps per second and input wait between two log lines, on a fake clock."""
+
+import time
+
+from openvivqa_jax.training import run_log
+
+
+def test_interval_timer_counts_waits_and_leaves_out_evaluations(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    timer = run_log.IntervalTimer()
+    # Step 1: 0.5 s waiting for the batch, 1.5 s of step; step 2: 1.0 s waiting, 1.0 s of step.
+    for wait, work in ((0.5, 1.5), (1.0, 1.0)):
+        with timer.waiting():
+            now[0] += wait
+        now[0] += work
+    with timer.excluded():  # a dev evaluation: in neither the time nor the steps
+        now[0] += 30.0
+    out = timer.pop()
+    # 2 steps in 4 s of training, 1.5 s of it waiting.
+    assert out == {"steps_per_sec": 0.5, "input_wait": 1.5 / 4.0}
+    # The next interval starts at the pop: one step, all of it waiting.
+    with timer.waiting():
+        now[0] += 2.0
+    assert timer.pop() == {"steps_per_sec": 0.5, "input_wait": 1.0}
