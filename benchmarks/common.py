@@ -72,7 +72,8 @@ BENCHMARK_VOCAB = 4000
 
 def load_config(name: str):
     """The config of benchmark model ``name``: ``default`` (``configs/synthetic/base.py``: the synthetic-data
-    MLPAG with the pixel CNN, the zoo's base and the main job before its class-free region proposals) or one of
+    MLPAG with the pixel CNN, the zoo's base and the main job before its class-free region proposals), ``main``
+    (``configs/default.py``: the main job, region proposals) or one of
     :data:`PAPER_MODELS` (``configs/openvivqa/<name>.py`` variant ``benchmark``).
 
     Raises:
@@ -80,10 +81,12 @@ def load_config(name: str):
     """
     if name == "default":
         path, args = os.path.join(ROOT, "configs", "synthetic", "base.py"), ()
+    elif name == "main":
+        path, args = os.path.join(ROOT, "configs", "default.py"), ()
     elif name in PAPER_MODELS:
         path, args = os.path.join(ROOT, "configs", "openvivqa", f"{name}.py"), ("benchmark",)
     else:
-        raise ValueError(f"unknown benchmark model {name!r}; expected 'default' or one of {PAPER_MODELS}")
+        raise ValueError(f"unknown benchmark model {name!r}; expected 'default', 'main' or one of {PAPER_MODELS}")
     from openvivqa_jax.config_files import load_config as load_config_file
 
     return load_config_file(path, *args)

@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 
 from openvivqa_jax.training import sharding  # noqa: E402
 
-MODELS = ("default",) + common.PAPER_MODELS
+MODELS = ("default", "main") + common.PAPER_MODELS
 #: Number of most expensive instructions listed in ``profile.top_ops``.
 TOP_OPS = 15
 

@@ -75,6 +75,8 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.word_region_loss.weight", (lambda v: _num(v) and v >= 0), "a number >= 0"),
     ("model.word_region_loss.temperature", *_POSITIVE_NUMBER),
     ("model.word_region_loss.sharpness", *_POSITIVE_NUMBER),
+    ("model.word_region_loss.max_words", (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+     "an integer >= 0 (0: every question token)"),
     ("data.max_ocr_pieces", *_at_least(1)),
     ("data.num_threads", *_at_least(0)),
     ("data.prefetch", *_at_least(0)),

@@ -171,7 +171,11 @@ def random_batch(cfg, vocab_size: int, batch: int = 2, seed: int = 0) -> dict:
     if m.vision.kind in ("cnn", "vit"):
         out["image"] = rng.integers(0, 256, (batch, h, w, 3), dtype=np.uint8)
     else:
-        R, D = m.vision.num_regions, m.vision.region_dim
+        R = m.vision.num_regions
+        if m.vision.kind == "proposals":  # the input pipeline's proposal features, of a fixed width
+            from openvivqa_jax.data.proposals import PROPOSAL_FEATURE_DIM as D
+        else:
+            D = m.vision.region_dim
         out["region_features"] = rng.standard_normal((batch, R, D)).astype(np.float32)
         out["region_boxes"] = np.tile(np.array([0.1, 0.1, 0.5, 0.5], np.float32), (batch, R, 1))
         out["region_mask"] = np.ones((batch, R), bool)

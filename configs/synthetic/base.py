@@ -114,9 +114,12 @@ def _model(c: ml_collections.ConfigDict) -> None:
     c.model.visual_glimpses = ml_collections.ConfigDict(dict(num=0, hidden_dim=128, max_count=10, count_loss=0.0))
     # MLPAG, with question_over_image: a training-only contrastive loss that matches each question's words to
     # its own picture's cells against the batch's other pictures, through the projections of the question-over-
-    # image attention (models/word_region.py): weight (0: off), temperature of the InfoNCE and sharpness of the
-    # pooling over cells (1: log-sum-exp; larger: nearer the max).
-    c.model.word_region_loss = ml_collections.ConfigDict(dict(weight=0.0, temperature=0.1, sharpness=1.0))
+    # image attention (models/word_region.py): weight (0: off), temperature of the InfoNCE, sharpness of the
+    # pooling over cells (1: log-sum-exp; larger: nearer the max) and max_words, the question tokens it matches
+    # (0: all model.max_question_len; fewer makes it cheaper, and the share of questions with tokens past it is
+    # the training metric word_region_words_cut, with a WARNING line when it is not 0).
+    c.model.word_region_loss = ml_collections.ConfigDict(dict(weight=0.0, temperature=0.1, sharpness=1.0,
+                                                              max_words=0))
     c.model.dtype = "float32"
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
     # less training memory for one more forward pass of each block. Used by M4C.

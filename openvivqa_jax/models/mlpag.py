@@ -99,6 +99,7 @@ class MLPAG(MemoryDecoderGenerator):
         self.word_region_weight = float(wr.get("weight", 0.0))
         self.word_region_temperature = float(wr.get("temperature", 0.1))
         self.word_region_sharpness = float(wr.get("sharpness", 1.0))
+        self.word_region_max_words = int(wr.get("max_words", 0) or 0)
         if self.word_region_weight and not self.question_over_image:
             raise ValueError("model.word_region_loss.weight > 0 trains the attention of the question over the "
                              "image: set model.question_over_image=True too")
@@ -170,6 +171,13 @@ class MLPAG(MemoryDecoderGenerator):
         by ``model.word_region_loss.weight``); the training loss adds it."""
         block = self.question_image_attention
         attn = block.attn
+        n = self.word_region_max_words
+        if 0 < n < x_q.shape[1]:
+            # The (batch^2 * words * heads * cells) scores are most of this loss's cost, and questions are often
+            # far shorter than model.max_question_len: the words past n are left out of this loss only (the
+            # share of questions that had any is the metric word_region_words_cut).
+            self.sow(nnx.Intermediate, "word_region_words_cut", jnp.any(q_mask[:, n:], axis=1).mean())
+            x_q, q_mask = x_q[:, :n], q_mask[:, :n]
         q = attn.project_q(block.norm_q(x_q))
         k = attn.project_k(block.norm_kv(vis["feats"]))
         scores = alignment_scores(q, q_mask, k, vis["mask"], self.word_region_sharpness)

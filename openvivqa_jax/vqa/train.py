@@ -87,20 +87,26 @@ def forward_with_intermediates(model, batch, **kw):
     return out, nnx.pop(model, nnx.Intermediate)
 
 
+#: Values a model sows that are metrics, not losses: logged, never added to the loss.
+SOWN_METRICS = frozenset({"word_region_words_cut"})
+
+
 def add_auxiliary_losses(sown, loss, metrics: dict):
     """Adds the auxiliary losses a model sowed in its training forward pass (``sown``: the ``nnx.Intermediate``
     state, e.g. MLPAG's ``word_region_loss``, already weighted) to ``loss``; each is also a metric under its
-    own name, ``loss`` becomes the sum and the answer loss alone is ``answer_loss``. Returns
-    ``(loss, metrics)``; with nothing sown they are returned unchanged."""
-    extra = {}
+    own name, ``loss`` becomes the sum and the answer loss alone is ``answer_loss``. The names in
+    :data:`SOWN_METRICS` only become metrics. Returns ``(loss, metrics)``; with nothing sown they are returned
+    unchanged."""
+    extra, only_metrics = {}, {}
     for path, value in nnx.to_flat_state(sown):
         v = value.get_value() if hasattr(value, "get_value") else value.value
         v = v[0] if isinstance(v, tuple) else v
-        extra[str(path[-1])] = jnp.asarray(v, jnp.float32)
+        name = str(path[-1])
+        (only_metrics if name in SOWN_METRICS else extra)[name] = jnp.asarray(v, jnp.float32)
     if not extra:
-        return loss, metrics
+        return loss, dict(metrics, **only_metrics)
     total = loss + sum(extra.values())
-    metrics = dict(metrics, answer_loss=loss, **extra)
+    metrics = dict(metrics, answer_loss=loss, **extra, **only_metrics)
     metrics["loss"] = total
     return total, metrics
 
@@ -329,6 +335,10 @@ def _profile_hooks(exp: Experiment) -> list:
     return hooks
 
 
+#: Workdirs whose run has said that questions were cut for the word-region loss (once per run).
+_WORDS_CUT_WARNED: set[str] = set()
+
+
 def _log_train_means(exp: Experiment, writer, step: int, acc: MeanAccumulator, timer: IntervalTimer) -> None:
     """Writes the training means accumulated since the last log, the training steps per second, the input wait
     (:class:`~openvivqa_jax.training.run_log.IntervalTimer`) and, on accelerators, the peak device memory to
@@ -336,6 +346,12 @@ def _log_train_means(exp: Experiment, writer, step: int, acc: MeanAccumulator, t
     t = exp.cfg.train
     vals = acc.pop_means()
     speed = timer.pop()
+    if vals.get("word_region_words_cut", 0.0) > 0 and exp.workdir not in _WORDS_CUT_WARNED:
+        _WORDS_CUT_WARNED.add(exp.workdir)
+        logging.warning("%.1f%% of the training questions at step %d have tokens past "
+                        "model.word_region_loss.max_words=%d, which the word-region loss leaves out (the answer "
+                        "loss sees them); raise it to match them all", 100 * vals["word_region_words_cut"], step,
+                        exp.cfg.model.word_region_loss.max_words)
     memory = peak_device_memory_mib()
     if memory is not None:
         speed["peak_device_memory_mib"] = memory

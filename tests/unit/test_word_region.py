@@ -101,9 +101,41 @@ def test_check_config_refuses_the_loss_without_its_attention_and_bad_values():
         check_config(cfg)
     cfg.model.question_over_image = True
     check_config(cfg)
-    for field, bad in (("temperature", 0.0), ("sharpness", -1.0), ("weight", -0.5)):
+    for field, bad in (("temperature", 0.0), ("sharpness", -1.0), ("weight", -0.5), ("max_words", -1)):
         c = tiny_model_config("mlpag")
         c.model.question_over_image = True
         c.model.word_region_loss[field] = bad
         with pytest.raises(ConfigError, match=f"model.word_region_loss.{field}"):
             check_config(c)
+
+
+def _sown_word_region(cfg, batch):
+    from flax import nnx
+    from openvivqa_jax.vqa.train import add_auxiliary_losses, forward_with_intermediates
+    model = build_model(cfg.model, 40, seed=0)
+    _, sown = forward_with_intermediates(model, batch, deterministic=True)  # no dropout: runs comparable
+    _, sown = forward_with_intermediates(model, batch, deterministic=False, rngs=nnx.Rngs(dropout=jax.random.key(0)))
+    return add_auxiliary_losses(sown, jnp.float32(1.0), {"loss": 1.0})
+
+
+def test_max_words_leaves_the_loss_of_short_questions_unchanged_and_counts_long_ones():
+    """max_words: the same loss while every question fits (the padding past it is masked out anyway), and the
+    share of questions with tokens past it is a metric, not part of the loss."""
+    cfg = tiny_model_config("mlpag")
+    cfg.model.question_over_image = True
+    cfg.model.word_region_loss.weight = 1.0
+    cfg.model.dropout = 0.0
+    q_len = cfg.model.max_question_len
+    batch = random_batch(cfg, 40, batch=4)
+    lengths = np.array([2, 3, 3, 2])  # every question within 3 tokens
+    batch["question_mask"] = np.arange(q_len)[None] < lengths[:, None]
+    _, full = _sown_word_region(cfg, batch)
+    cfg.model.word_region_loss.max_words = 3
+    total, cut = _sown_word_region(cfg, batch)
+    assert float(cut["word_region_words_cut"]) == 0.0
+    assert float(cut["word_region_loss"]) == pytest.approx(float(full["word_region_loss"]), rel=1e-5)
+    assert float(total) == pytest.approx(1.0 + float(cut["word_region_loss"]), rel=1e-6)  # the metric is not added
+    # Two of the four questions have tokens past 3.
+    batch["question_mask"] = np.arange(q_len)[None] < np.array([5, 3, 4, 2])[:, None]
+    _, cut = _sown_word_region(cfg, batch)
+    assert float(cut["word_region_words_cut"]) == pytest.approx(0.5)
