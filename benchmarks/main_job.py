@@ -13,7 +13,7 @@ object:
 * ``phases_s`` from the run's log timestamps: ``before_training`` (dataset build if missing, SentencePiece,
   model-ready records), ``model_ready_train`` (the train split's records, as the run reports it),
   ``training`` (the train loop with its dev evaluations and checkpoints), ``after_training`` (final dev, test
-  and OCR-ablation evaluations);
+  and OCR-ablation evaluations); ``model_ready_train`` is None when the run reused records built before;
 * ``training``: the median and the last of the logged training steps per second (evaluations and checkpoint
   saves are not counted in them), the mean input wait (share of the train loop's time spent waiting for the
   next batch; near 0: the step is the bottleneck, near 1: the input pipeline is) and the peak device memory in
@@ -48,7 +48,7 @@ _MARKS = {
     "train_start": re.compile(r"training starts at step|Resumed from step"),
     "train_end": re.compile(r"Training input counts"),
 }
-_MODEL_READY = re.compile(r"Model-ready records of \S+/train: .* in ([0-9.]+) s")
+_MODEL_READY = re.compile(r"Model-ready records of \S+/train: \d+ questions, .* in ([0-9.]+) s")
 
 
 def _seconds_of_day(line: str) -> float | None:

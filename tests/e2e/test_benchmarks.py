@@ -196,11 +196,16 @@ def test_main_job_phases_from_log_stamps():
              "2 OCR sets in 7.5 s (2 workers) -> /w\n",
              "I1204 00:00:05.500000 1 train.py:303] No checkpoint in /w/checkpoints: training starts at step 0\n",
              "I1204 00:01:45.500000 1 records.py:69] Training input counts (truncated/skipped): {}\n",
+             "I1204 00:01:46.000000 1 model_ready.py:390] Model-ready records of x/test: 3 questions, 1 images, "
+             "1 OCR sets in 0.5 s (2 workers) -> /w\n",
              "an unstamped line\n"]
     got = main_job.phases(lines, start, end)
     assert got == pytest.approx({"before_training": 15.5, "model_ready_train": 7.5, "training": 100.0,
                                  "after_training": 14.5})
     assert main_job.phases(lines[:1], start, end)["training"] is None
+    reused = ["I1203 23:59:58.000000 1 model_ready.py:390] Model-ready records of x/train: reusing /r/train "
+              "(built in 140.4 s)\n"]
+    assert main_job.phases(reused, start, end)["model_ready_train"] is None
 
 
 @pytest.mark.slow
