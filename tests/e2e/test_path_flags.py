@@ -116,6 +116,8 @@ TABLE: dict[str, Row] = {
                            no_paths="takes its sizes as JSON text; it runs in the PyTorch interpreter of "
                                     "vs_reference.py, which has neither this package nor absl"),
     "train_step": Row(_b("train_step.py"), no_paths="measures in memory and prints JSON"),
+    "main_job": Row(_b("main_job.py"), {"--workdir": OD, "--data_dir": DATA, "--log": OF}, required=("--workdir",),
+                    not_paths=("--config",)),
     "vision_probe": Row(_b("vision_probe.py"), {"--workdir": D}, not_paths=("--image_size", "--pixel_features")),
     "vs_reference": Row(_b("vs_reference.py"), {"--torch_python": PROG}),
     "zoo_table": Row(_b("zoo_table.py"), {"--out": OD, "--data_dir": DATA}, required=("--out",)),
