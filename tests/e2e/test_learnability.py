@@ -11,7 +11,8 @@ questions only (``data.train_kinds``) of 3,000 pictures for 1,500 steps of batch
 held-out pictures far above chance. Measured here: 72.6% (61 of 84 test questions) exact, against 14.3% for the
 same run without the two options (the paper's MLPAG memory; docs/evaluation.md, "Non-text questions"). The
 kind is learned after a plateau at chance whose length is set by the number of that kind's training examples,
-which is why the test trains on one kind: in the mixed default job the object kinds stay at chance (README).
+which is why the test trains on one kind (the mixed main job oversamples the object kinds to end that plateau
+within its budget: docs/results.md, "Kind weights against the plateau").
 
 ``test_pixel_cnn_learns_a_shapes_colour_and_side``: the answer depends on the pixels only. The test writes a
 folder of photos as a user has them (one filled circle or square of one of six colours, on a random light
