@@ -75,23 +75,21 @@ class IntervalTimer:
         self._steps = 0
 
     @contextlib.contextmanager
+    def _adding_to(self, field: str, steps: int):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, field, getattr(self, field) + time.perf_counter() - t)
+            self._steps += steps
+
     def waiting(self):
         """Counts the time inside the ``with`` block as input wait, and one step."""
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._wait += time.perf_counter() - t
-            self._steps += 1
+        return self._adding_to("_wait", 1)
 
-    @contextlib.contextmanager
     def excluded(self):
         """Leaves the time inside the ``with`` block out of the interval (evaluations, checkpoint saves)."""
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._excluded += time.perf_counter() - t
+        return self._adding_to("_excluded", 0)
 
     def pop(self) -> dict[str, float]:
         """``{"steps_per_sec", "input_wait"}`` of the interval since the last call (or since construction), and
