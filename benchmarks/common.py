@@ -146,7 +146,9 @@ def model_inputs(cfg, vocab_size: int, batch: int, seed: int = 0) -> dict[str, n
 
     ``tests/conftest.py``'s ``random_batch`` (question, OCR pieces/PHOC/boxes/mask, region features or
     pixels, teacher-forcing ids and targets, all masks true) plus every key of
-    ``model.ocr_extra_features`` as ``(batch, N, dim)`` standard-normal float32.
+    ``model.ocr_extra_features`` as ``(batch, N, dim)`` standard-normal float32, and with the region counter
+    (``model.counter.weight`` > 0) its stream of ``model.counter.batch_size`` counting questions (the same
+    layout, counts 1-4).
     """
     from conftest import random_batch
 
@@ -155,6 +157,13 @@ def model_inputs(cfg, vocab_size: int, batch: int, seed: int = 0) -> dict[str, n
     N = cfg.model.num_ocr
     for key, dim in sorted(dict(cfg.model.get("ocr_extra_features", {}) or {}).items()):
         out[key] = rng.standard_normal((batch, N, int(dim))).astype(np.float32)
+    counter = cfg.model.get("counter") or {}
+    if float(counter.get("weight", 0.0) or 0.0) > 0:
+        size = int(counter.batch_size)
+        stream = random_batch(cfg, vocab_size, batch=size, seed=seed + 2)
+        for key in ("region_features", "region_boxes", "region_mask", "question", "question_mask"):
+            out[f"counting_{key}"] = stream[key]
+        out["counting_count_target"] = rng.integers(1, 5, (size,)).astype(np.int32)
     return out
 
 

@@ -20,7 +20,8 @@ Variants (:data:`OPENVIVQA_VARIANTS`):
 * ``images`` (default): images + tesseract OCR at build time; the image is seen as the main job sees it, with no
   detector: class-free region proposals from the pixels (``model.vision.kind = "proposals"``: the 100 largest
   segments of the 384x288 picture, which cover 80-88% of it on the release's sample photos), and each OCR
-  token's box also as a learned 2-D position embedding (``box_grid``); docs/results.md, "The main job".
+  token's box also as a learned 2-D position embedding (``box_grid``), and MLPAG's region counter
+  (``model.counter``) for the counting questions; docs/results.md, "The main job".
 * ``cnn``: ``images`` with a CNN backbone's grid features instead (no ``box_grid``).
 * ``features``: the authors' pre-extracted per-image feature files (region features 2048-d + boxes,
   scene-text tokens), i.e. the paper's setting.

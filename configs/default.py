@@ -47,6 +47,7 @@ def get_config() -> ml_collections.ConfigDict:
     # Its scores cost batch^2 x words x heads x regions; the synthetic questions have at most 13 pieces, so
     # matching the first 14 instead of all 20 gives the same loss for about a fifth less step time.
     m.word_region_loss.max_words = 14
+    m.counter.weight = 1.0
     c.train.num_train_steps = 4000
     c.train.eval_every_steps = 1000
     return c

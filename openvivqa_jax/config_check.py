@@ -73,6 +73,11 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.visual_glimpses.max_count", *_at_least(1)),
     ("model.visual_glimpses.count_loss", (lambda v: _num(v) and v >= 0), "a number >= 0"),
     ("model.word_region_loss.weight", (lambda v: _num(v) and v >= 0), "a number >= 0"),
+    ("model.counter.weight", (lambda v: _num(v) and v >= 0), "a number >= 0"),
+    ("model.counter.hidden_dim", *_at_least(1)),
+    ("model.counter.max_count", *_at_least(1)),
+    ("model.counter.batch_size", *_at_least(1)),
+    ("model.counter.learning_rate", *_POSITIVE_NUMBER),
     ("model.word_region_loss.temperature", *_POSITIVE_NUMBER),
     ("model.word_region_loss.sharpness", *_POSITIVE_NUMBER),
     ("model.word_region_loss.max_words", (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
@@ -173,6 +178,16 @@ def check_config(cfg) -> None:
                                     and _get(cfg, "model.visual_glimpses.num") >= 1):
         raise ConfigError(f"config value model.visual_glimpses.count_loss={cl} trains the first glimpse's soft count, "
                           "and there are no glimpses (set --config.model.visual_glimpses.num=1 or more, or the "
+                          "weight to 0)")
+    cw = _get(cfg, "model.counter.weight")
+    kind = _get(cfg, "model.vision.kind")
+    name = _get(cfg, "model.name")
+    if _num(cw) and cw > 0 and name not in ("mlpag", _MISSING):
+        raise ConfigError(f"config value model.counter.weight={cw} adds a count token to MLPAG's memory, and "
+                          f"model.name={name!r} has no such memory (set --config.model.counter.weight=0)")
+    if _num(cw) and cw > 0 and kind not in ("proposals", "region", _MISSING):
+        raise ConfigError(f"config value model.counter.weight={cw} counts regions, and model.vision.kind={kind!r} has "
+                          "none (set --config.model.vision.kind=proposals, which makes them from the pixels, or the "
                           "weight to 0)")
     size = _get(cfg, "data.image_size")
     if size is not _MISSING and size is not None:

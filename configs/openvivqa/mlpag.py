@@ -52,6 +52,7 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
         m.vision.num_regions = 100
         m.vision.proposal_min_size = 64  # the synthetic default's 8 pixels at 128x96, scaled to 384x288
         m.ocr_features = ("phoc", "appearance", "box_grid")
+        m.counter.weight = 1.0  # and its way of counting them: the region counter (docs/results.md, "The main job")
     elif variant == "cnn":
         m.vision.kind = "cnn"
         m.vision.cnn_channels = (64, 128, 256, 512, 512)

@@ -120,6 +120,12 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # the training metric word_region_words_cut, with a WARNING line when it is not 0).
     c.model.word_region_loss = ml_collections.ConfigDict(dict(weight=0.0, temperature=0.1, sharpness=1.0,
                                                               max_words=0))
+    # MLPAG with region vision (proposals or region): a small region counter whose count is one more memory
+    # token (models/counting.py), trained by its own count loss (weight; 0: off) on a stream of batch_size of the
+    # training split's counting questions per step, with Adam at a constant learning_rate of its own; max_count
+    # is the largest count bin of its token, hidden_dim the width of its scoring MLP.
+    c.model.counter = ml_collections.ConfigDict(dict(weight=0.0, hidden_dim=128, max_count=10, batch_size=64,
+                                                     learning_rate=3e-3))
     c.model.dtype = "float32"
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
     # less training memory for one more forward pass of each block. Used by M4C.

@@ -16,9 +16,10 @@ default = config_module("../default.py", relative_to=__file__)
 
 
 def get_config() -> ml_collections.ConfigDict:
-    """Returns the main job's config with the OCR tokens' features of the zoo (PHOC and appearance) and the
-    grounded config's kind weights."""
+    """Returns the main job's config with the OCR tokens' features of the zoo (PHOC and appearance), the
+    grounded config's kind weights and no region counter."""
     c = default.get_config()
     c.model.ocr_features = ("phoc", "appearance")
     c.data.train_kind_weights = "colour=4,count=3,position=2,shop_count=2"
+    c.model.counter.weight = 0.0
     return c

@@ -306,12 +306,24 @@ class ModelReady:
     def __len__(self) -> int:
         return self.num_questions
 
-    def gather(self, qidx: np.ndarray, pick: np.ndarray) -> dict[str, np.ndarray]:
+    def gather(self, qidx: np.ndarray, pick: np.ndarray,
+               fields: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """The batch of questions ``qidx`` ``(B,)`` with answer ``pick`` ``(B,)`` (0-based among the question's
-        references): the keys and dtypes of ``Preprocessor.features`` stacked, in its order."""
+        references): the keys and dtypes of ``Preprocessor.features`` stacked, in its order; with ``fields``, only
+        those (picture and question fields, e.g. the region counter's stream), which costs only their reads.
+
+        Raises:
+          KeyError: ``fields`` names a field these records do not have, or one of the OCR tokens or answers.
+        """
         a = self.arrays
         qidx = np.asarray(qidx, np.int64)
         img = np.asarray(a["q_image"][qidx], np.int64)
+        if fields is not None:
+            per_image = {"image", "region_features", "region_boxes", "region_mask"}
+            bad = [k for k in fields if k not in a or k.startswith(("q_", "ocr_")) or k in ANSWER_FIELDS]
+            if bad:
+                raise KeyError(f"model-ready records at {self.path}: cannot gather {bad} alone")
+            return {k: np.asarray(a[k][img if k in per_image else qidx]) for k in fields}
         ocr = np.asarray(a["q_ocr"][qidx], np.int64)
         ans = self.answer_start[qidx].astype(np.int64) + np.asarray(pick, np.int64)
         out: dict[str, np.ndarray] = {}
@@ -423,17 +435,18 @@ class _PickAnswer(grain.transforms.RandomMap):
 
 
 class _Gather(grain.transforms.Map):
-    def __init__(self, mr: ModelReady):
-        self.mr = mr
+    def __init__(self, mr: ModelReady, fields: Sequence[str] | None = None):
+        self.mr, self.fields = mr, fields
 
     def map(self, element):
-        return self.mr.gather(element[:, 0], element[:, 1])
+        return self.mr.gather(element[:, 0], element[:, 1], self.fields)
 
 
 def train_iterator(mr: ModelReady, *, batch_size: int, seed: int, source_name: str = "", num_threads: int = 2,
-                   prefetch: int = 8, indices: Sequence[int] | None = None):
+                   prefetch: int = 8, indices: Sequence[int] | None = None, fields: Sequence[str] | None = None):
     """:func:`openvivqa_jax.data.pipeline.train_iterator` over model-ready records: the same shuffle, answer
-    draws, per-process rows and checkpointable state, so its batches equal that iterator's, element for element.
+    draws, per-process rows and checkpointable state, so its batches equal that iterator's, element for element
+    (with ``fields``, only those fields of them: :meth:`ModelReady.gather`).
 
     Only question indices and answer draws go through grain per example; each batch is then one gather per field
     from the memory-mapped files.
@@ -449,7 +462,7 @@ def train_iterator(mr: ModelReady, *, batch_size: int, seed: int, source_name: s
     ds = grain.MapDataset.source(src).seed(seed).shuffle().repeat()
     ds = ds.random_map(_PickAnswer(mr, source_name))
     ds = grain.MapDataset.source(_ProcessShare(ds, batch_size, jax.process_index(), jax.process_count()))
-    ds = ds.batch(batch_size, drop_remainder=True).map(_Gather(mr))
+    ds = ds.batch(batch_size, drop_remainder=True).map(_Gather(mr, fields))
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch))
     return iter(it)
 

@@ -194,10 +194,12 @@ class Preprocessor:
             raise ValueError(f"model.ocr_extra_features.ocr_pixels must be {BOX_PIXELS_DIM} (RGB on a 4x4 grid), "
                              f"got {m.ocr_extra_features.ocr_pixels}")
         self._question_bert = question_tokenizer(m)
-        #: The count-question targets of the glimpses' count loss (``count_target``, :func:`answer_count`).
+        #: The count-question targets of the glimpses' count loss and of the region counter (``count_target``,
+        #: :func:`answer_count`).
         glimpses = m.get("visual_glimpses") or {}
         self.count_targets = bool(float(glimpses.get("count_loss", 0.0) or 0.0) > 0
-                                  and int(glimpses.get("num", 0) or 0) > 0)
+                                  and int(glimpses.get("num", 0) or 0) > 0
+                                  or float((m.get("counter") or {}).get("weight", 0.0) or 0.0) > 0)
         self._global_words = None
         path = cfg.data.get("global_dictionary_file")
         if self.decode_dictionary == "global" and path:

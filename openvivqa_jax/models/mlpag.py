@@ -20,6 +20,9 @@ Components (Figure 10):
 * Option, training only: ``word_region_loss`` (weight > 0, with ``question_over_image``) sows a contrastive
   loss that matches the question's words to its own picture's cells through that block's query/key
   projections (:mod:`openvivqa_jax.models.word_region`); the training loss adds it.
+* Option: ``counter`` (weight > 0, region vision) appends one memory token, the count of the regions the
+  question names by a small counter trained on a stream of counting questions
+  (:mod:`openvivqa_jax.models.counting`).
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -32,6 +35,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.base import MemoryDecoderGenerator
+from openvivqa_jax.models.counting import region_counter
 from openvivqa_jax.models.decoder import answer_decoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, question_word_dim, vision_encoder
 from openvivqa_jax.models.grounding import count_loss, counting_targets, visual_glimpses
@@ -100,6 +104,7 @@ class MLPAG(MemoryDecoderGenerator):
         self.word_region_temperature = float(wr.get("temperature", 0.1))
         self.word_region_sharpness = float(wr.get("sharpness", 1.0))
         self.word_region_max_words = int(wr.get("max_words", 0) or 0)
+        self.counter_weight = float((cfg.get("counter") or {}).get("weight", 0.0) or 0.0)
         if self.word_region_weight and not self.question_over_image:
             raise ValueError("model.word_region_loss.weight > 0 trains the attention of the question over the "
                              "image: set model.question_over_image=True too")
@@ -123,6 +128,8 @@ class MLPAG(MemoryDecoderGenerator):
             self.question_image_attention = mk()
         # Made after every other module for the same reason.
         self.glimpses = visual_glimpses(cfg, rngs=rngs, dtype=dtype)
+        self.counter = region_counter(cfg, feature_dim=self.vision.raw_dim, vocab_size=vocab_size, rngs=rngs,
+                                      dtype=dtype)
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
         """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
@@ -162,7 +169,23 @@ class MLPAG(MemoryDecoderGenerator):
                     g["counts"][:, 0], counting_targets(batch)))
             memory = jnp.concatenate([memory, g["tokens"].astype(memory.dtype)], 1)
             mem_mask = jnp.concatenate([mem_mask, g["mask"]], 1)
+        if self.counter is not None:
+            memory, mem_mask = self._with_count_token(batch, memory, mem_mask, deterministic)
         return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
+
+    def _with_count_token(self, batch, memory, mem_mask, deterministic: bool):
+        """Appends the region counter's token (:mod:`openvivqa_jax.models.counting`) to the memory; in training,
+        sows its loss on the batch's counting stream (``counting_loss``, weighted by ``model.counter.weight``) and
+        the stream's exact-count share (``counting_exact``, a metric)."""
+        counts = self.counter(batch["region_features"], batch["region_boxes"], batch["region_mask"],
+                              batch["question"], batch["question_mask"])
+        tok, tok_mask = self.counter.memory_token(counts)
+        if not deterministic and "counting_question" in batch:
+            loss, exact = self.counter.stream_loss(batch)
+            self.sow(nnx.Intermediate, "counting_loss", self.counter_weight * loss)
+            self.sow(nnx.Intermediate, "counting_exact", exact)
+        return (jnp.concatenate([memory, tok.astype(memory.dtype)], 1),
+                jnp.concatenate([mem_mask, tok_mask], 1))
 
     def _sow_word_region_loss(self, x_q, q_mask, vis) -> None:
         """Sows the contrastive word–region alignment loss (:mod:`openvivqa_jax.models.word_region`) of the

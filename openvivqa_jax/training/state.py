@@ -98,7 +98,32 @@ def frozen_param_regex(cfg) -> str | None:
         pats.append(r"(.*/)?question/embedding/embedding(/.*)?")
     if (cfg.model.get("text_encoder") or {}).get("freeze"):
         pats.append(r"(.*/)?text_bert/.*")
+    if float((cfg.model.get("counter") or {}).get("weight", 0.0) or 0.0) > 0:
+        pats.append(COUNTER_STATS)
     return "|".join(f"(?:{p})" for p in pats) or None
+
+
+#: Parameter paths of the region counter (:mod:`openvivqa_jax.models.counting`) and of its input statistics.
+COUNTER_PARAMS = r"(.*/)?counter/.*"
+COUNTER_STATS = r"(.*/)?counter/input_(mean|std)(/.*)?"
+
+
+def counter_optimizer(tx: optax.GradientTransformation, params, cfg) -> optax.GradientTransformation:
+    """``tx`` for every parameter but the region counter's, which get Adam at the constant
+    ``model.counter.learning_rate`` (the counter is trained by its own loss only, on many more counting
+    questions than the model sees, and from the first step: the model's warm-up and decay would hold it back).
+    ``tx`` unchanged without a counter (``model.counter.weight`` 0)."""
+    c = cfg.model.get("counter") or {}
+    if not float(c.get("weight", 0.0) or 0.0) > 0:
+        return tx
+    pattern = re.compile(COUNTER_PARAMS)
+
+    def labels(p):
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: "counter" if pattern.fullmatch(path_str(path)) else "model", p)
+
+    return optax.multi_transform({"model": tx, "counter": optax.adam(float(c.get("learning_rate", 3e-3)))},
+                                 labels)
 
 
 def freeze_params(tx: optax.GradientTransformation, params, regex: str | None) -> optax.GradientTransformation:

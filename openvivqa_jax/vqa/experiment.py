@@ -21,7 +21,8 @@ from openvivqa_jax.evaluation.evaluator import resolve_metrics
 from openvivqa_jax.models import build_model, model_class
 from openvivqa_jax.training import sharding
 from openvivqa_jax.training.run_log import JsonlWriter
-from openvivqa_jax.training.state import TrainState, freeze_params, frozen_param_regex, make_optimizer
+from openvivqa_jax.training.state import (TrainState, counter_optimizer, freeze_params, frozen_param_regex,
+                                         make_optimizer)
 from openvivqa_jax.vqa import assets
 from openvivqa_jax.vqa import config as vqa_config
 
@@ -76,7 +77,7 @@ def create_train_state(cfg: ml_collections.ConfigDict, model: nnx.Module, mesh,
     """
     graphdef, params = nnx.split(model, nnx.Param)
     tx, schedule = make_optimizer(cfg.train, cfg.model.d_model)
-    tx = freeze_params(tx, params, frozen_param_regex(cfg))
+    tx = freeze_params(counter_optimizer(tx, params, cfg), params, frozen_param_regex(cfg))
     num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
     abstract = jax.eval_shape(lambda p: TrainState(jnp.int32(0), p, tx.init(p)), params)
     p_shard = sharding.param_shardings(abstract.params, mesh, tuple(cfg.get("sharding_rules", ())),

@@ -37,10 +37,11 @@ from flax import nnx
 from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
+from openvivqa_jax.models.counting import COUNTING_FIELDS
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, peak_device_memory_mib
 from openvivqa_jax.training.state import TrainState, make_schedule
-from openvivqa_jax.vqa import decoding, evals
+from openvivqa_jax.vqa import counting_stream, decoding, evals
 from openvivqa_jax.vqa.config import parse_kind_weights
 from openvivqa_jax.vqa.experiment import Experiment, StateSpec, create_experiment
 
@@ -88,7 +89,7 @@ def forward_with_intermediates(model, batch, **kw):
 
 
 #: Values a model sows that are metrics, not losses: logged, never added to the loss.
-SOWN_METRICS = frozenset({"word_region_words_cut"})
+SOWN_METRICS = frozenset({"word_region_words_cut", "counting_exact"})
 
 
 def add_auxiliary_losses(sown, loss, metrics: dict):
@@ -185,8 +186,10 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     # TensorBoard events with scalar values (not tensor summaries); process 0 only.
     writer = tensorboard_writer.create_writer(exp.workdir, just_logging=jax.process_index() > 0)
     latest, best = checkpoint_managers(exp.workdir, t)
-    it, train_pre = _train_inputs(exp)
+    it, train_pre, counting_batches = _train_inputs(exp)
     state, start, best_score, bad_evals = _resume(exp, latest, state, it)
+    if counting_batches is not None and start == 0:
+        state = _set_counter_statistics(state, counting_batches)
     # Written once the checkpoint (if any) is known to fit, so a resume with other model settings keeps the
     # run's own config.json.
     if jax.process_index() == 0:
@@ -279,9 +282,12 @@ def _train_subset(exp: Experiment, train_name: str) -> list[int] | None:
 
 
 def _train_inputs(exp: Experiment):
-    """``(iterator, train_pre)``: the training batches of this process (from the model-ready records when the
-    workdir has them, else encoded per example) and the preprocessor that encodes them, with counters of its own
-    so that the truncation rates logged at the end are the training batches' (evaluation encodes other splits)."""
+    """``(iterator, train_pre, counting_batches)``: the training batches of this process (from the model-ready
+    records when the workdir has them, else encoded per example), the preprocessor that encodes them, with
+    counters of its own so that the truncation rates logged at the end are the training batches' (evaluation
+    encodes other splits), and, with ``model.counter`` and a split that has counting questions, a function
+    drawing batches of them for the counter's input statistics (else None); the counter's stream
+    (:mod:`openvivqa_jax.vqa.counting_stream`) is then part of the iterator."""
     cfg = exp.cfg
     local_batch = cfg.train.batch_size // jax.process_count()
     train_src = exp.data.source(cfg.data.train_split)
@@ -297,7 +303,44 @@ def _train_inputs(exp: Experiment):
         it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
                                      source_name=train_name, num_threads=cfg.data.num_threads,
                                      prefetch=cfg.data.prefetch, indices=subset)
-    return it, train_pre
+    counter = cfg.model.get("counter") or {}
+    if not float(counter.get("weight", 0.0) or 0.0) > 0:
+        return it, train_pre, None
+    counting = counting_stream.counting_indices(exp.data.records(cfg.data.train_split), train_name)
+    if not counting:
+        return it, train_pre, None
+    size = int(counter.batch_size) // jax.process_count()
+
+    def stream(seed: int):
+        if ready is not None:
+            return model_ready.train_iterator(ready, batch_size=size, seed=seed, source_name=train_name,
+                                              num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch,
+                                              indices=counting, fields=COUNTING_FIELDS)
+        return pipeline.train_iterator(train_src, train_pre, batch_size=size, seed=seed, source_name=train_name,
+                                       num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch,
+                                       indices=counting)
+
+    sample = []
+
+    def draw() -> dict:  # its own draw, made on first use: the statistics leave the training stream as it is
+        if not sample:
+            sample.append(stream(cfg.seed + 2))
+        return next(sample[0])
+
+    return counting_stream.WithCountingStream(it, stream(cfg.seed + 1)), train_pre, draw
+
+
+def _set_counter_statistics(state: TrainState, batches) -> TrainState:
+    """``state`` with the region counter's input statistics (``counter/input_mean``, ``counter/input_std``,
+    which the optimizer leaves as set) computed from 8 batches of counting questions (``batches()``), in each
+    parameter's sharding; one log line."""
+    mean, std, n = counting_stream.input_statistics(batches, 8)
+    params = state.params
+    for name, value in (("input_mean", mean), ("input_std", std)):
+        var = params["counter"][name]
+        var[...] = jax.device_put(value, var[...].sharding)
+    logging.info("Region counter: input statistics from %d regions of 8 batches of counting questions", n)
+    return state.replace(params=params)
 
 
 def _resume(exp: Experiment, latest: ocp.CheckpointManager, state: TrainState, it):

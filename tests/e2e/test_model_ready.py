@@ -126,6 +126,25 @@ def test_training_stream_and_resume_equal_the_per_example_iterator(setup):
     assert_same_fields(next(it), next(ref), "after the state hand-over")
 
 
+def test_a_stream_of_some_fields_equals_those_fields_of_the_full_stream(setup):
+    """The region counter's stream gathers only its fields: the same values as the full batches' (same shuffle and
+    indices); the OCR tokens or answers cannot be gathered alone."""
+    from openvivqa_jax.data import model_ready
+
+    mr = _open(setup, setup[4] / "a")
+    fields = ("image", "question", "question_mask")
+    some = model_ready.train_iterator(mr, batch_size=4, seed=5, num_threads=1, indices=[1, 3, 5, 7, 9, 11],
+                                      fields=fields)
+    full = model_ready.train_iterator(mr, batch_size=4, seed=5, num_threads=1, indices=[1, 3, 5, 7, 9, 11])
+    for s in range(4):  # past one epoch of the six questions
+        a, b = next(some), next(full)
+        assert sorted(a) == sorted(fields)
+        assert_same_fields(a, {k: b[k] for k in fields}, f"batch {s}")
+        assert set(b["index"]) <= {1, 3, 5, 7, 9, 11}
+    with pytest.raises(KeyError, match="cannot gather \\['ocr_phoc'\\] alone"):
+        mr.gather(np.array([0, 1]), np.array([0, 0]), ("question", "ocr_phoc"))
+
+
 def test_eval_batches_equal_the_per_example_path(setup):
     from openvivqa_jax.data import model_ready, pipeline
 

@@ -78,6 +78,32 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path, data_dir):
 
 
 @pytest.mark.slow
+def test_region_counter_run_logs_its_stream_and_resumes_exactly(tmp_path, data_dir):
+    """The region counter (proposals, model-ready records): its loss and exact share are logged from its stream of
+    counting questions, and a run stopped at step 6 and resumed logs what the uninterrupted run logged."""
+    over = ["--config.model.vision.kind=proposals", "--config.model.vision.num_regions=16",
+            "--config.model.counter.weight=1.0", "--config.model.counter.batch_size=4",
+            "--config.data.model_ready=True", "--config.train.checkpoint_every_steps=3",
+            "--config.train.eval_every_steps=0", "--config.train.log_every_steps=3"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    subprocess.run(_main_cmd(full, data_dir, *over, "--config.train.num_train_steps=12"), cwd=ROOT,
+                   env=subprocess_env(), check=True, capture_output=True)
+    subprocess.run(_main_cmd(part, data_dir, *over, "--config.train.num_train_steps=6"), cwd=ROOT,
+                   env=subprocess_env(), check=True, capture_output=True)
+    out = subprocess.run(_main_cmd(part, data_dir, *over, "--config.train.num_train_steps=12"), cwd=ROOT,
+                         env=subprocess_env(), check=True, capture_output=True, text=True)
+    assert "Resumed from step 6" in out.stderr
+    assert "Region counter: input statistics" not in out.stderr  # set once, restored with the checkpoint
+    ra = [r for r in read_jsonl(os.path.join(full, "metrics.jsonl")) if r["kind"] == "train"]
+    rb = [r for r in read_jsonl(os.path.join(part, "metrics.jsonl")) if r["kind"] == "train"]
+    assert [r["step"] for r in ra] == [3, 6, 9, 12] and [r["step"] for r in rb] == [3, 6, 9, 12]
+    for x, y in zip(ra, rb):
+        assert 0 <= x["counting_exact"] <= 1 and x["counting_loss"] > 0
+        for k in ("counting_loss", "counting_exact", "loss"):
+            assert y[k] == pytest.approx(x[k], rel=1e-5, abs=1e-6), (x["step"], k)
+
+
+@pytest.mark.slow
 def test_workdir_contents_and_predictions(tmp_path, data_dir):
     wd = tmp_path / "run"
     out = subprocess.run(_main_cmd(wd, data_dir, "--config.train.num_train_steps=10",
