@@ -107,6 +107,8 @@ def openvivqa_paper(name: str, variant: str, *, d_model: int = 512, num_heads: i
     m.dropout = dropout
     if name in CLASSIFIER_MODELS:
         m.num_answers = 3000
+    if name != "mlpag":
+        m.counter.weight = 0.0  # the region counter is a token of MLPAG's decoder memory
     return c
 
 

@@ -310,6 +310,11 @@ def _train_inputs(exp: Experiment):
     if not counting:
         return it, train_pre, None
     size = int(counter.batch_size) // jax.process_count()
+    if len(counting) < int(counter.batch_size):  # a small set: the stream repeats them to fill one batch
+        logging.info("Region counter: its %d counting questions, fewer than model.counter.batch_size=%d, are "
+                     "each repeated %d times per epoch of the stream", len(counting), int(counter.batch_size),
+                     -(-int(counter.batch_size) // len(counting)))
+        counting = counting * -(-int(counter.batch_size) // len(counting))
 
     def stream(seed: int):
         if ready is not None:
