@@ -15,8 +15,9 @@ questions than a batch of mixed questions carries. So this module is small and s
 * the count is ``c = sum_s sigmoid(e_s)`` over the valid regions;
 * trained only by a Huber loss against the count the answer gives (``có ba người`` -> 3,
   :func:`openvivqa_jax.text.counts.answer_count`) on a stream of the training split's counting questions
-  beside the main batches (``counting_*`` fields of the batch, made by the training input), with an optimizer
-  of its own (a constant learning rate; :func:`openvivqa_jax.training.state.counter_optimizer`);
+  beside the main batches (``counting_*`` fields of the batch, made by the training input), the MLP and the
+  question embeddings with an optimizer of their own (a constant learning rate;
+  :func:`openvivqa_jax.training.state.counter_optimizer`);
 * read by the model as one memory token: the count embedded by linear interpolation between the integers
   ``0..max_count`` (:func:`openvivqa_jax.models.grounding.soft_count_embedding`), projected to ``d``, with the
   answer loss's gradient stopped at the count, so the decoder learns to say the number the counter gives.

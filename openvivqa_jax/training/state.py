@@ -103,16 +103,19 @@ def frozen_param_regex(cfg) -> str | None:
     return "|".join(f"(?:{p})" for p in pats) or None
 
 
-#: Parameter paths of the region counter (:mod:`openvivqa_jax.models.counting`) and of its input statistics.
-COUNTER_PARAMS = r"(.*/)?counter/.*"
+#: Parameter paths of the region counter's scoring MLP and question embeddings
+#: (:mod:`openvivqa_jax.models.counting`), and of its input statistics. Its memory token's projection and norm
+#: are read by the decoder and trained by the answer loss, so they follow the model's own optimizer.
+COUNTER_PARAMS = r"(.*/)?counter/(w1|w2|score|q_add|q_mul)(/.*)?"
 COUNTER_STATS = r"(.*/)?counter/input_(mean|std)(/.*)?"
 
 
 def counter_optimizer(tx: optax.GradientTransformation, params, cfg) -> optax.GradientTransformation:
-    """``tx`` for every parameter but the region counter's, which get Adam at the constant
-    ``model.counter.learning_rate`` (the counter is trained by its own loss only, on many more counting
-    questions than the model sees, and from the first step: the model's warm-up and decay would hold it back).
-    ``tx`` unchanged without a counter (``model.counter.weight`` 0)."""
+    """``tx`` for every parameter but the region counter's scoring MLP and question embeddings
+    (:data:`COUNTER_PARAMS`), which get Adam at the constant ``model.counter.learning_rate`` (they are trained by
+    the counter's own loss only, on many more counting questions than the model sees, and from the first step:
+    the model's warm-up and decay would hold them back). ``tx`` unchanged without a counter
+    (``model.counter.weight`` 0)."""
     c = cfg.model.get("counter") or {}
     if not float(c.get("weight", 0.0) or 0.0) > 0:
         return tx

@@ -193,10 +193,12 @@ def test_counter_trains_at_its_own_constant_rate_and_keeps_its_statistics():
         v = np.asarray(v.get_value() if hasattr(v, "get_value") else v.value)
         if path.startswith("counter/input_"):
             assert np.all(v == 0), path  # frozen
-        elif path.startswith("counter/"):
+        elif path.split("/")[:2] in (["counter", n] for n in ("w1", "w2", "score", "q_add", "q_mul")):
             np.testing.assert_allclose(v, 0.25, rtol=1e-4, err_msg=path)  # Adam's first step: lr * sign(-g)
         else:
-            assert np.all(v == 0), path
+            assert np.all(v == 0), path  # the model's own optimizer, the memory token's projection and norm too
+    assert {p.split("/")[1] for p in flat if p.startswith("counter/")} == {
+        "input_mean", "input_std", "w1", "w2", "score", "q_add", "q_mul", "token", "norm"}
 
 
 def test_counting_indices_read_the_answers_count():
