@@ -3,7 +3,7 @@
 Run: ``python -m openvivqa_jax.main --config configs/default.py --workdir runs/default``.
 
 ``configs/synthetic/base.py`` (the pixel-CNN MLPAG of the model zoo, where every field is set and explained)
-with what makes the object questions (an object's colour and side) learnable from the pixels within the job,
+with what makes the object questions (an object's colour, side and number) learnable from the pixels within the job,
 each measured in docs/results.md ("The main job", "Seeing without a detector"):
 
 * the image as class-free region proposals (``model.vision.kind = "proposals"``,
@@ -18,7 +18,10 @@ each measured in docs/results.md ("The main job", "Seeing without a detector"):
 * the 12,000-picture set (``large_clean_regions``: the same validation and test pictures as
   ``default_clean``; its oracle region features are not read here) with the object questions oversampled
   (``data.train_kind_weights``: colour 37% and side 30% of the examples; the plateau before each is counted
-  in examples of its kind) but not the count questions (no region model here learns them), 4,000 steps;
+  in examples of its kind) but not the count questions (the counter below has its own stream), 4,000 steps;
+* the region counter (``model.counter``, ``openvivqa_jax/models/counting.py``): the count of the regions a
+  counting question names, from a small question-conditioned MLP trained on a stream of 64 of the training
+  split's counting questions beside each batch, given to the decoder as one memory token;
 * model-ready records (``data.model_ready``): each picture is segmented once, by every core.
 
 Override any field from the command line, e.g. ``--config.train.num_train_steps=500``.
