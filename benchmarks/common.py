@@ -152,14 +152,15 @@ def model_inputs(cfg, vocab_size: int, batch: int, seed: int = 0) -> dict[str, n
     """
     from conftest import random_batch
 
+    from openvivqa_jax.models.counting import counter_weight
+
     out = random_batch(cfg, vocab_size, batch=batch, seed=seed)
     rng = np.random.default_rng(seed + 1)
     N = cfg.model.num_ocr
     for key, dim in sorted(dict(cfg.model.get("ocr_extra_features", {}) or {}).items()):
         out[key] = rng.standard_normal((batch, N, int(dim))).astype(np.float32)
-    counter = cfg.model.get("counter") or {}
-    if float(counter.get("weight", 0.0) or 0.0) > 0:
-        size = int(counter.batch_size)
+    if counter_weight(cfg.model) > 0:
+        size = int(cfg.model.counter.batch_size)
         stream = random_batch(cfg, vocab_size, batch=size, seed=seed + 2)
         for key in ("region_features", "region_boxes", "region_mask", "question", "question_mask"):
             out[f"counting_{key}"] = stream[key]

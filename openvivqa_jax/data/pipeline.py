@@ -66,6 +66,7 @@ from openvivqa_jax.data.phoc import get_phoc_spec, phoc_batch
 from openvivqa_jax.data.proposals import BOX_PIXELS_DIM, PROPOSAL_FEATURE_DIM, box_pixels, padded_proposals
 from openvivqa_jax.data.records import (DatasetError, Record, SkipCounter, as_str, decode_record, kind_subset,
                                         kind_weighted_indices, load_source, read_dictionary_file, read_records)
+from openvivqa_jax.models.counting import counter_weight
 from openvivqa_jax.models.pretrained import FASTTEXT_HINT, fasttext_path
 from openvivqa_jax.text.answer_vocab import AnswerVocab
 from openvivqa_jax.text.checkpoint_tokenizer import question_tokenizer
@@ -197,9 +198,8 @@ class Preprocessor:
         #: The count-question targets of the glimpses' count loss and of the region counter (``count_target``,
         #: :func:`answer_count`).
         glimpses = m.get("visual_glimpses") or {}
-        self.count_targets = bool(float(glimpses.get("count_loss", 0.0) or 0.0) > 0
-                                  and int(glimpses.get("num", 0) or 0) > 0
-                                  or float((m.get("counter") or {}).get("weight", 0.0) or 0.0) > 0)
+        self.count_targets = bool((float(glimpses.get("count_loss", 0.0) or 0.0) > 0
+                                   and int(glimpses.get("num", 0) or 0) > 0) or counter_weight(m) > 0)
         self._global_words = None
         path = cfg.data.get("global_dictionary_file")
         if self.decode_dictionary == "global" and path:

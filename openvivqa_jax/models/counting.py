@@ -34,7 +34,7 @@ from flax import nnx
 from openvivqa_jax.models.grounding import count_loss, soft_count_embedding
 from openvivqa_jax.models.layers import dense, layer_norm
 
-__all__ = ["RegionCounter", "region_counter", "COUNTING_FIELDS"]
+__all__ = ["RegionCounter", "region_counter", "counter_weight", "COUNTING_FIELDS"]
 
 #: The batch fields of the counting stream: ``counting_`` + these (the stream's own batch size first).
 COUNTING_FIELDS = ("region_features", "region_boxes", "region_mask", "question", "question_mask", "count_target")
@@ -114,6 +114,12 @@ class RegionCounter(nnx.Module):
         return count_loss(c, t), exact.astype(jnp.float32)
 
 
+def counter_weight(model_cfg) -> float:
+    """``model.counter.weight`` of a model config (0.0 when the config has no ``counter`` entry, as the paper
+    models' own configs): the counter is on, with its stream and its loss, when it is above 0."""
+    return float((model_cfg.get("counter") or {}).get("weight", 0.0) or 0.0)
+
+
 def region_counter(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs, dtype: Any) -> RegionCounter | None:
     """The :class:`RegionCounter` of ``config.model.counter`` (``weight`` > 0; ``hidden_dim``, ``max_count``),
     or None when the weight is 0 or the config has no ``counter`` entry.
@@ -122,7 +128,7 @@ def region_counter(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs, dt
       ValueError: a negative weight, a ``max_count`` below 1, or a counter over a vision that has no regions.
     """
     c = cfg.get("counter")
-    weight = float(c.get("weight", 0.0) or 0.0) if c is not None else 0.0
+    weight = counter_weight(cfg)
     if weight < 0:
         raise ValueError(f"model.counter.weight must be >= 0, got {weight}")
     if not weight:

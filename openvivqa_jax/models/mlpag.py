@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from openvivqa_jax.models.base import MemoryDecoderGenerator
-from openvivqa_jax.models.counting import region_counter
+from openvivqa_jax.models.counting import counter_weight, region_counter
 from openvivqa_jax.models.decoder import answer_decoder
 from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, question_word_dim, vision_encoder
 from openvivqa_jax.models.grounding import count_loss, counting_targets, visual_glimpses
@@ -104,7 +104,7 @@ class MLPAG(MemoryDecoderGenerator):
         self.word_region_temperature = float(wr.get("temperature", 0.1))
         self.word_region_sharpness = float(wr.get("sharpness", 1.0))
         self.word_region_max_words = int(wr.get("max_words", 0) or 0)
-        self.counter_weight = float((cfg.get("counter") or {}).get("weight", 0.0) or 0.0)
+        self.counter_weight = counter_weight(cfg)
         if self.word_region_weight and not self.question_over_image:
             raise ValueError("model.word_region_loss.weight > 0 trains the attention of the question over the "
                              "image: set model.question_over_image=True too")

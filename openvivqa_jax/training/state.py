@@ -15,6 +15,7 @@ import optax
 from absl import logging
 from flax import struct
 
+from openvivqa_jax.models.counting import counter_weight
 from openvivqa_jax.training.sharding import path_str
 
 __all__ = ["TrainState", "make_schedule", "make_optimizer", "frozen_param_regex", "freeze_params"]
@@ -98,7 +99,7 @@ def frozen_param_regex(cfg) -> str | None:
         pats.append(r"(.*/)?question/embedding/embedding(/.*)?")
     if (cfg.model.get("text_encoder") or {}).get("freeze"):
         pats.append(r"(.*/)?text_bert/.*")
-    if float((cfg.model.get("counter") or {}).get("weight", 0.0) or 0.0) > 0:
+    if counter_weight(cfg.model) > 0:
         pats.append(COUNTER_STATS)
     return "|".join(f"(?:{p})" for p in pats) or None
 
@@ -116,8 +117,7 @@ def counter_optimizer(tx: optax.GradientTransformation, params, cfg) -> optax.Gr
     the counter's own loss only, on many more counting questions than the model sees, and from the first step:
     the model's warm-up and decay would hold them back). ``tx`` unchanged without a counter
     (``model.counter.weight`` 0)."""
-    c = cfg.model.get("counter") or {}
-    if not float(c.get("weight", 0.0) or 0.0) > 0:
+    if not counter_weight(cfg.model) > 0:
         return tx
     pattern = re.compile(COUNTER_PARAMS)
 
@@ -125,7 +125,7 @@ def counter_optimizer(tx: optax.GradientTransformation, params, cfg) -> optax.Gr
         return jax.tree_util.tree_map_with_path(
             lambda path, _: "counter" if pattern.fullmatch(path_str(path)) else "model", p)
 
-    return optax.multi_transform({"model": tx, "counter": optax.adam(float(c.get("learning_rate", 3e-3)))},
+    return optax.multi_transform({"model": tx, "counter": optax.adam(float(cfg.model.counter.get("learning_rate", 3e-3)))},
                                  labels)
 
 

@@ -37,7 +37,7 @@ from flax import nnx
 from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
-from openvivqa_jax.models.counting import COUNTING_FIELDS
+from openvivqa_jax.models.counting import COUNTING_FIELDS, counter_weight
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, peak_device_memory_mib
 from openvivqa_jax.training.state import TrainState, make_schedule
@@ -303,9 +303,9 @@ def _train_inputs(exp: Experiment):
         it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
                                      source_name=train_name, num_threads=cfg.data.num_threads,
                                      prefetch=cfg.data.prefetch, indices=subset)
-    counter = cfg.model.get("counter") or {}
-    if not float(counter.get("weight", 0.0) or 0.0) > 0:
+    if not counter_weight(cfg.model) > 0:
         return it, train_pre, None
+    counter = cfg.model.counter
     counting = counting_stream.counting_indices(exp.data.records(cfg.data.train_split), train_name)
     if not counting:
         return it, train_pre, None

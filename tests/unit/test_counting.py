@@ -22,6 +22,7 @@ from openvivqa_jax.models import build_model
 from openvivqa_jax.models.counting import RegionCounter, region_counter
 from openvivqa_jax.training.state import counter_optimizer, freeze_params, frozen_param_regex
 from openvivqa_jax.vqa.counting_stream import WithCountingStream, counting_indices, input_statistics
+from openvivqa_jax.vqa.train import forward_with_intermediates
 
 
 @contextlib.contextmanager
@@ -164,9 +165,7 @@ def test_mlpag_memory_gains_the_count_token_and_sows_the_stream_loss():
                                                   "question_mask")}
     stream["counting_count_target"] = np.array([2, 3], np.int32)
     full = dict(batch, **stream)
-    _, sown = nnx.capture(on, nnx.Intermediate)(full, deterministic=False, rngs=nnx.Rngs(dropout=1)) \
-        if hasattr(nnx, "capture") else (on(full, deterministic=False, rngs=nnx.Rngs(dropout=1)),
-                                         nnx.pop(on, nnx.Intermediate))
+    _, sown = forward_with_intermediates(on, full, deterministic=False, rngs=nnx.Rngs(dropout=1))
     flat = {str(p[-1]): v for p, v in nnx.to_flat_state(sown)}
     want, _ = on.counter.stream_loss(full)
     got = flat["counting_loss"]
