@@ -11,7 +11,9 @@ each measured in docs/results.md ("The main job", "Seeing without a detector"):
   context and box), made from the pixels with no detector and no training, so predict and any folder of
   photos get them too;
 * each OCR token's box also as a learned 2-D position embedding (``box_grid``), with which the pointer network
-  copies whole multi-syllable names from region inputs (without it 77-81% of unseen names, with it 90%);
+  copies whole multi-syllable names from region inputs (without it 77-81% of unseen names, with it 90%), and its
+  slot in the OCR list, the reading order, as a sinusoidal code (``order``), with which the pointer goes on to
+  a name's next syllable instead of stopping after the first;
 * the question grounded in the image (``model.question_over_image``, ``model.question_in_memory``) and taught
   where to look by the word–region contrastive loss (``model.word_region_loss``, over the questions' first 14
   tokens);
@@ -43,7 +45,7 @@ def get_config() -> ml_collections.ConfigDict:
     m = c.model
     m.vision.kind = "proposals"
     m.vision.num_regions = 64  # a 128x96 scene has about 95 segments; the 64 largest keep 98% of its objects
-    m.ocr_features = ("phoc", "appearance", "box_grid")
+    m.ocr_features = ("phoc", "appearance", "box_grid", "order")
     m.question_over_image = True
     m.question_in_memory = True
     m.word_region_loss.weight = 1.0

@@ -45,7 +45,7 @@ def get_config() -> ml_collections.ConfigDict:
     # of stopping with StaleDatasetError.
     c.data.rebuild = True
     c.model.vision.kind = "proposals"
-    c.model.ocr_features = ("phoc", "appearance", "box_grid")
+    c.model.ocr_features = ("phoc", "appearance", "box_grid", "order")
     c.eval.metrics = FOLDER_METRICS
     c.train.best_metric = "F1"
     c.eval.ocr_ablation = False  # no OCR tokens unless the folder has ocr.json or an OCR builder config is chosen

@@ -47,11 +47,11 @@ def get_config(variant: str = "images") -> ml_collections.ConfigDict:
     m.vision.pixel_features = 0  # the synthetic default's pooled cell pixels are not part of the paper models
     if variant == "images":
         # The main job's way of seeing without a detector (configs/default.py): class-free region proposals from
-        # the pixels, and each OCR token's box as a learned 2-D position embedding as well.
+        # the pixels, and each OCR token's box as a learned 2-D position embedding and its reading order as well.
         m.vision.kind = "proposals"
         m.vision.num_regions = 100
         m.vision.proposal_min_size = 64  # the synthetic default's 8 pixels at 128x96, scaled to 384x288
-        m.ocr_features = ("phoc", "appearance", "box_grid")
+        m.ocr_features = ("phoc", "appearance", "box_grid", "order")
         m.counter.weight = 1.0  # and its way of counting them: the region counter (docs/results.md, "The main job")
     elif variant == "cnn":
         m.vision.kind = "cnn"

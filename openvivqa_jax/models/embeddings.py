@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from openvivqa_jax.data.proposals import PROPOSAL_FEATURE_DIM
@@ -29,7 +30,7 @@ from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, gr
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
 __all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput",
-           "question_word_dim", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS", "OCR_BOX_GRID"]
+           "question_word_dim", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS", "OCR_BOX_GRID", "reading_order_code"]
 
 #: ``model.question_embedding`` values: ``"learned"`` (piece embeddings trained from a random start) or
 #: ``"fasttext"`` (rows started from the fastText vectors of ``model.fasttext.path``,
@@ -158,6 +159,28 @@ class QuestionEmbedding(nnx.Module):
         return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
 
+def reading_order_code(num_slots: int, dim: int) -> jax.Array:
+    """The Transformer's sinusoidal position code (Vaswani et al. 2017, sec. 3.5) of OCR slots ``0 .. N-1``.
+
+    Args:
+      num_slots: ``N``, the OCR list's length; dim: the code's width (even).
+
+    Returns:
+      ``(N, dim)`` float32: ``sin(k / 10000^(2i/dim))`` in column ``2i`` and ``cos`` of the same in ``2i + 1``.
+
+    Raises:
+      ValueError: if ``dim`` is odd.
+    """
+    if dim % 2:
+        raise ValueError(f"the OCR reading-order code needs an even width, got {dim}")
+    k = np.arange(num_slots, dtype=np.float64)[:, None]
+    freq = 10000.0 ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    code = np.zeros((num_slots, dim), np.float32)
+    code[:, 0::2] = np.sin(k * freq)
+    code[:, 1::2] = np.cos(k * freq)
+    return jnp.asarray(code)
+
+
 class OcrEmbedding(nnx.Module):
     """OCR token features (M4C style): ``LN(sum_k W_k f_k) + LN(W_b box)``.
 
@@ -170,6 +193,11 @@ class OcrEmbedding(nnx.Module):
       ``OCR_BOX_GRID`` grid over the picture, pooled under the box by area overlap (tokens on one text line
       share cells, so their embeddings are alike; the linear box embedding alone does not make nearby boxes
       alike under a dot product);
+    * ``order``: the token's slot in the OCR list, its reading order, as a fixed sinusoidal code
+      (:func:`reading_order_code`) through a learned projection. A name's syllables are consecutive slots, and
+      a sinusoidal code of slot ``k + 1`` is a fixed rotation of slot ``k``'s, so the pointer's bilinear score
+      can learn "the token after the one just copied" once for every slot (the boxes alone make it a relation
+      between coordinates, learned separately for every line of every layout);
     * any extra batch key in ``extra_dims`` (e.g. ``ocr_fasttext``: 300).
 
     Args:
@@ -199,6 +227,8 @@ class OcrEmbedding(nnx.Module):
             self.app_proj = dense(appearance_dim, d_model, rngs, dtype)
         if "box_grid" in self.features:
             self.grid_proj = dense(OCR_BOX_GRID[0] * OCR_BOX_GRID[1], d_model, rngs, dtype, use_bias=False)
+        if "order" in self.features:
+            self.order_proj = dense(d_model, d_model, rngs, dtype, use_bias=False)
         self.extra_proj = nnx.Dict({k.replace("/", "_"): dense(dim, d_model, rngs, dtype) for k, dim in self.extra})
         self.feat_norm = layer_norm(d_model, rngs, dtype)
         self.box_proj = dense(4, d_model, rngs, dtype)
@@ -220,6 +250,9 @@ class OcrEmbedding(nnx.Module):
         if "box_grid" in self.features:
             cells = grid_boxes(*OCR_BOX_GRID)
             parts.append(self.grid_proj(box_overlap_weights(batch["ocr_boxes"].astype(jnp.float32), cells)))
+        if "order" in self.features:
+            code = reading_order_code(batch["ocr_boxes"].shape[1], self.order_proj.in_features)
+            parts.append(self.order_proj(code)[None])
         for key, _ in self.extra:
             parts.append(self.extra_proj[key.replace("/", "_")](batch[key]))
         x = self.feat_norm(sum(parts)) + self.box_norm(self.box_proj(batch["ocr_boxes"].astype(jnp.float32)))

@@ -143,6 +143,7 @@ def test_every_config_file_loads_with_its_papers_values(tmp_path, monkeypatch):
             assert c.model.vision.kind == {"images": "proposals", "cnn": "cnn"}.get(v, "region")
             # the images variant sees as the main job does: proposals, and the OCR boxes' 2-D position embedding
             assert ("box_grid" in c.model.ocr_features) == (v == "images")
+            assert ("order" in c.model.ocr_features) == (v == "images")
             # and MLPAG counts as the main job does: the region counter (a token of MLPAG's memory)
             assert (c.model.counter.weight > 0) == (v == "images" and c.model.name == "mlpag")
     assert base.model.vision.kind == "region" and base.model.vision.region_dim == 2048
