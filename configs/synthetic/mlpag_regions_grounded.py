@@ -1,5 +1,5 @@
 """MLPAG on the oracle detector's region features, set up so that the non-text questions are learned: the
-object's colour, its side and how many there are (docs/evaluation.md, "Learning the grounding").
+object's colour, its side and how many there are (docs/results.md, "Learning the grounding").
 
 Three changes to ``mlpag_regions.py``, each measured there:
 
