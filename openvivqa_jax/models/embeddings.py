@@ -207,7 +207,7 @@ class OcrEmbedding(nnx.Module):
       piece_embedding: an ``nnx.Embed`` to share with the question (or None for a private one).
 
     Raises:
-      ValueError: if ``features`` names an unknown group.
+      ValueError: if ``features`` names an unknown group, or has ``order`` with an odd ``d_model``.
     """
 
     def __init__(self, *, vocab_size: int, d_model: int, phoc_dim: int, appearance_dim: int,
@@ -228,6 +228,9 @@ class OcrEmbedding(nnx.Module):
         if "box_grid" in self.features:
             self.grid_proj = dense(OCR_BOX_GRID[0] * OCR_BOX_GRID[1], d_model, rngs, dtype, use_bias=False)
         if "order" in self.features:
+            if d_model % 2:
+                raise ValueError(f"the OCR feature group 'order' (a sinusoidal code) needs an even model.d_model, "
+                                 f"got {d_model}")
             self.order_proj = dense(d_model, d_model, rngs, dtype, use_bias=False)
         self.extra_proj = nnx.Dict({k.replace("/", "_"): dense(dim, d_model, rngs, dtype) for k, dim in self.extra})
         self.feat_norm = layer_norm(d_model, rngs, dtype)

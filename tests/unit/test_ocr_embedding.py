@@ -91,3 +91,9 @@ def test_order_group_tells_equal_tokens_apart_by_slot():
         want = _ln(np.ones(4) @ w_p + b_p + code @ w_o, ordered.feat_norm) + _ln(box @ w_b + b_b, ordered.box_norm)
         np.testing.assert_allclose(got[k], want, rtol=1e-4, atol=1e-5)
     assert np.abs(got[0] - got[1]).max() > 1e-3
+
+
+def test_order_group_with_an_odd_width_is_named():
+    with pytest.raises(ValueError, match=r"'order' \(a sinusoidal code\) needs an even model.d_model, got 7"):
+        OcrEmbedding(vocab_size=10, d_model=7, phoc_dim=4, appearance_dim=3, features=("phoc", "order"),
+                     rngs=nnx.Rngs(0))
