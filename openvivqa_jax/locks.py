@@ -73,7 +73,7 @@ def build_lock_path(dataset_dir: str) -> str:
 def _holder_record(mode: str) -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "mode": mode,
             "started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-            "command": shlex.join([os.path.basename(sys.executable), *sys.argv])}
+            "command": shlex.join([os.path.basename(sys.executable), *getattr(sys, "orig_argv", sys.argv)[1:]])}
 
 
 def holder_text(lock_path: str) -> str:
@@ -84,7 +84,7 @@ def holder_text(lock_path: str) -> str:
         what = f"pid {int(rec['pid'])} on host {rec['host']} ({rec['mode']}, started {rec['started']})"
     except (ValueError, KeyError, TypeError):
         return "another process (it has not said which yet)"
-    command = str(rec.get("command", ""))
+    command = " ".join(str(rec.get("command", "")).split())  # one line, whatever the command held
     return what + (f": {command[:300]}" if command else "")
 
 

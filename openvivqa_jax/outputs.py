@@ -28,6 +28,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
@@ -85,6 +86,16 @@ def _new_file_mode(path: str) -> int:
         return 0o666 & ~umask
 
 
+def _special(path: str) -> bool:
+    """Whether ``path`` exists and is not a regular file or folder (a device such as ``/dev/null``, a FIFO, a
+    socket, ``/dev/stdout``): renaming a file over it would replace the device itself."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode))
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", *, what: str = "",
                  encoding: str = "utf-8") -> Iterator[IO[Any]]:
@@ -93,7 +104,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, what: str = "",
     is removed and the old file is left as it was.
 
     Args:
-      path: the file to write. A symbolic link is followed (the file it names is replaced, the link kept).
+      path: the file to write. A symbolic link is followed (the file it names is replaced, the link kept); a
+        device or FIFO (``/dev/stdout``, ``/dev/null``) is written in place.
       mode: ``"w"`` (text, ``encoding``) or ``"wb"`` (bytes).
       what: how the user names the file in the error (``--output``, ``the checkpoint's config``).
       encoding: of a text file.
@@ -109,6 +121,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, what: str = "",
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
     path = os.fspath(path)
+    if _special(path):  # /dev/stdout, /dev/null, a FIFO: written in place, never replaced by a file
+        try:
+            with open(path, mode, **({} if "b" in mode else {"encoding": encoding})) as f:
+                yield f
+        except OSError as e:
+            raise write_error(path, e, what) from e
+        return
     target = os.path.realpath(path) if os.path.islink(path) else path
     folder, name = os.path.split(os.path.abspath(target))
     try:

@@ -1,0 +1,172 @@
+"""One run per workdir and one build per dataset folder (openvivqa_jax.locks): a second ``main`` on a workdir in
+use refuses at once in one line naming the other process, whatever its mode; a killed holder leaves nothing
+locked; a second build of one dataset into one ``data_dir`` waits for the first and uses what it built."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, build_tiny_tfds, message_lines, subprocess_env
+
+PY = sys.executable
+
+
+def _main_cmd(workdir, data_dir, *overrides) -> list[str]:
+    cmd = [PY, "-m", "openvivqa_jax.main", "--config=configs/tiny.py", f"--config.data.data_dir={data_dir}"]
+    return cmd + ([f"--workdir={workdir}"] if workdir else []) + list(overrides)
+
+
+def _run(cmd, timeout=300):
+    return subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    """The tiny synthetic set, built once for the module (no build in the runs below)."""
+    return build_tiny_tfds(tmp_path_factory)
+
+
+def _wait_for(condition, proc, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the process ended before {what}: {proc.communicate()[1][-3000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _assert_refused(res, workdir, pid: int, mode: str) -> None:
+    """Exit status 2 and one line naming the holder by pid, host, mode and start time."""
+    lines = message_lines(res.stderr)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    pattern = (rf"error: WorkdirInUseError: --workdir {re.escape(str(workdir))} is in use by another run: pid {pid} on "
+               rf"host {re.escape(socket.gethostname())} \({re.escape(mode)}, started \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d "
+               r"UTC\): \S*python\S* .*; wait for it to end, or choose another --workdir")
+    assert re.fullmatch(pattern, lines[0]), lines[0]
+
+
+def _contents(folder) -> dict[str, int]:
+    """``{relative path: size}`` of every file under ``folder``."""
+    out = {}
+    for d, _, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(d, f)
+            out[os.path.relpath(p, folder)] = os.path.getsize(p)
+    return out
+
+
+def test_every_mode_refuses_a_workdir_in_use_and_a_killed_holder_frees_it(tmp_path):
+    """A process holding the workdir (the lock as ``main`` takes it) makes ``main`` refuse in every mode, in one
+    line and before anything is read or written (no dataset is opened: the data folder does not even exist);
+    once the holder is killed with SIGKILL the workdir's lock is free."""
+    from openvivqa_jax import locks
+
+    wd, data = tmp_path / "run", tmp_path / "tfds"
+    wd.mkdir()
+    code = ("import sys, time; from openvivqa_jax import locks\n"
+            "with locks.hold_workdir(sys.argv[1], 'main --mode train'): print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([PY, "-c", code, str(wd)], cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = _contents(wd)
+        for mode in ("train", "evaluate", "prepare"):
+            res = _run(_main_cmd(wd, data, f"--mode={mode}"))
+            _assert_refused(res, wd, holder.pid, "main --mode train")
+        assert _contents(wd) == before and not data.exists()  # nothing written, no data folder left behind
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with locks.hold_workdir(str(wd), "main --mode evaluate"):  # not stuck: the OS released the killed holder's lock
+        side = json.loads((wd / ".openvivqa-run.lock.json").read_text())
+        assert side["pid"] == os.getpid() and side["mode"] == "main --mode evaluate"
+    assert not (wd / ".openvivqa-run.lock.json").exists()
+
+
+@pytest.mark.slow
+def test_a_second_training_on_a_workdir_refuses_and_the_first_goes_on(tmp_path, tiny_data):
+    """The recipe: ``main`` twice on one workdir, the second while the first trains; and ``--mode evaluate``
+    beside it. Each refuses in one line naming the training process; the training goes on, saves, and stops
+    on Ctrl-C with its usual line."""
+    wd = tmp_path / "run"
+    args = ["--config.train.num_train_steps=100000", "--config.train.checkpoint_every_steps=4",
+            "--config.train.eval_every_steps=0", "--config.train.log_every_steps=2"]
+    first = subprocess.Popen(_main_cmd(wd, tiny_data, *args), cwd=ROOT, env=subprocess_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ckpt = wd / "checkpoints"
+    try:
+        _wait_for(lambda: ckpt.is_dir() and any(n.isdigit() for n in os.listdir(ckpt)), first, 540,
+                  "the first checkpoint")
+        for mode in ("train", "evaluate"):
+            res = _run(_main_cmd(wd, tiny_data, *args, f"--mode={mode}"))
+            _assert_refused(res, wd, first.pid, "main --mode train")
+        saved = max(int(n) for n in os.listdir(ckpt) if n.isdigit())
+        _wait_for(lambda: any(n.isdigit() and int(n) > saved for n in os.listdir(ckpt)), first, 300,
+                  "a later checkpoint of the first run")
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 130 and "Traceback" not in err, err[-3000:]
+    lines = message_lines(err)
+    assert len(lines) == 1 and re.fullmatch(r"interrupted at step (\d+); last checkpoint step \1; rerun the same "
+                                            r"command to resume", lines[0]), err[-3000:]
+    steps = [r["step"] for r in map(json.loads, (wd / "metrics.jsonl").read_text().splitlines())]
+    assert steps == sorted(steps) and len(steps) == len(set(steps))  # one writer: no step logged twice
+
+
+def _build_lock_sides(data_dir) -> list[str]:
+    return glob.glob(os.path.join(str(data_dir), "synthetic_openvivqa", "tiny", ".*.build.lock.json"))
+
+
+def _building(data_dir) -> bool:
+    """A build of the tiny set into ``data_dir`` is under way (its lock's side file, or TFDS's incomplete
+    folder where no lock is taken)."""
+    return bool(_build_lock_sides(data_dir)
+                or glob.glob(os.path.join(str(data_dir), "synthetic_openvivqa", "tiny", "incomplete*")))
+
+
+@pytest.mark.slow
+def test_a_second_build_into_one_data_dir_waits_for_the_first(tmp_path):
+    """Two ``--mode prepare`` into one fresh data_dir, the second started while the first builds: the second
+    says once whom it waits for, builds nothing, and both end with the dataset's splits."""
+    data = tmp_path / "tfds"
+    first = subprocess.Popen(_main_cmd(None, data, "--mode=prepare"), cwd=ROOT, env=subprocess_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _building(data), first, 300, "the first build to start")
+        second = _run(_main_cmd(None, data, "--mode=prepare"), timeout=600)
+        out, err = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, err[-3000:]
+    assert second.returncode == 0, second.stderr[-3000:]
+    notes = [ln for ln in second.stderr.splitlines() if ln.startswith("note: ")]
+    assert len(notes) == 1, second.stderr[-3000:]
+    assert re.fullmatch(rf"note: synthetic_openvivqa/tiny is being built into {re.escape(str(data))}/synthetic_openvivqa"
+                        rf"/tiny by pid {first.pid} on host {re.escape(socket.gethostname())} \(building "
+                        r"synthetic_openvivqa/tiny, started .*\): \S*python\S* .*; waiting for that build to finish, then "
+                        r"using it", notes[0]), notes[0]
+    assert "Downloading and preparing dataset" in out
+    assert "Downloading and preparing dataset" not in second.stdout  # it built nothing
+    found = [re.findall(r"^synthetic_openvivqa/tiny/\S+ \{'train': \d+, 'validation': \d+, 'test': \d+\}$", text, re.M)
+             for text in (out, second.stdout)]
+    assert len(found[0]) == 1 and found[0] == found[1], (out, second.stdout)  # the same dataset, read by both
+    assert not _build_lock_sides(data)  # released
