@@ -26,6 +26,7 @@ prints the same one line for a user's error and exits with its code.
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 import warnings
@@ -190,16 +191,40 @@ def _report(e: Exception, handled: tuple, squash: bool, exit_codes: dict, with_c
     return code
 
 
+#: The error handler :func:`safe_output_streams` gives standard output and standard error.
+ESCAPE_ERRORS = "openvivqa-json-escape"
+
+
+def _json_escape(err: UnicodeEncodeError) -> tuple[str, int]:
+    """Writes each character the stream's encoding cannot hold as JSON's ``\\uXXXX`` escape (a surrogate pair
+    above U+FFFF): readable text stays readable, and JSON printed on such a stream stays valid JSON that
+    decodes to the same text (``\\xe0``, Python's ``backslashreplace``, is not JSON)."""
+    out = []
+    for ch in err.object[err.start:err.end]:
+        cp = ord(ch)
+        if cp > 0xFFFF:
+            cp -= 0x10000
+            out.append(f"\\u{0xD800 + (cp >> 10):04x}\\u{0xDC00 + (cp & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{cp:04x}")
+    return "".join(out), err.end
+
+
+codecs.register_error(ESCAPE_ERRORS, _json_escape)
+
+
 def safe_output_streams() -> None:
-    """Makes standard output and standard error write what their encoding cannot hold as backslash escapes
-    (``\\u1ea1``) instead of raising ``UnicodeEncodeError``: under ``PYTHONIOENCODING=ascii`` or an ASCII
-    locale a Vietnamese answer is then printed escaped, after the work it ends is done. A stream without
-    ``reconfigure`` (a test's capture) is left as it is."""
+    """Makes standard output and standard error write what their encoding cannot hold as ``\\uXXXX`` escapes
+    (:data:`ESCAPE_ERRORS`) instead of raising ``UnicodeEncodeError``: under ``PYTHONIOENCODING=ascii`` or an
+    ASCII locale a Vietnamese answer is printed escaped (``c\\u1eeda h\\u00e0ng``), after the work it ends is
+    done, and ``--json`` output stays valid JSON. A stream set to another handler than ``strict``
+    (``backslashreplace``, what Python gives standard error) or without ``reconfigure`` (a test's capture) is
+    left as it is."""
     for stream in (sys.stdout, sys.stderr):
         stream = getattr(stream, "wrapped", stream)
         try:
-            if getattr(stream, "errors", "strict") == "strict":
-                stream.reconfigure(errors="backslashreplace")
+            if getattr(stream, "errors", None) in ("strict", "backslashreplace"):
+                stream.reconfigure(errors=ESCAPE_ERRORS)
         except (AttributeError, ValueError, OSError):
             pass
 

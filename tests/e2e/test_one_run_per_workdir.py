@@ -170,3 +170,51 @@ def test_a_second_build_into_one_data_dir_waits_for_the_first(tmp_path):
              for text in (out, second.stdout)]
     assert len(found[0]) == 1 and found[0] == found[1], (out, second.stdout)  # the same dataset, read by both
     assert not _build_lock_sides(data)  # released
+
+
+def _process_cmd(workdir, data_dir, port: int, pid: int) -> list[str]:
+    """``main`` as process ``pid`` of a 2-process run (one CPU device each, coordinator on ``port``)."""
+    return _main_cmd(workdir, data_dir, "--config.train.num_train_steps=2", "--config.train.eval_every_steps=0",
+                     "--config.train.checkpoint_every_steps=2", "--config.eval.ocr_ablation=False",
+                     "--config.distributed.initialize=True", f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+                     "--config.distributed.num_processes=2", f"--config.distributed.process_id={pid}",
+                     "--config.distributed.cpu_collectives=gloo")
+
+
+@pytest.mark.slow
+def test_the_processes_of_one_run_share_its_workdir_and_a_second_launch_is_refused(tmp_path, tiny_data):
+    """Two JAX processes of one run on one host and one workdir: each locks its own file, so both train; a
+    second launch of that run, while the workdir's locks are held, is refused by each of its processes."""
+    from test_distributed import _env, _free_port, _run_all
+
+    wd = tmp_path / "run"
+    port = _free_port()
+    _run_all([(_process_cmd(wd, tiny_data, port, pid), _env(1)) for pid in range(2)], str(tmp_path))
+    assert sorted(n for n in os.listdir(wd) if n.startswith(".openvivqa-run")) == [".openvivqa-run.1.lock",
+                                                                                   ".openvivqa-run.lock"]
+    assert (wd / "checkpoints" / "2").is_dir()
+    code = ("import sys, time; from openvivqa_jax import locks\n"
+            "with locks.hold_workdir(sys.argv[1], 'main --mode train', process_index=0), "
+            "locks.hold_workdir(sys.argv[1], 'main --mode train', process_index=1): "
+            "print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([PY, "-c", code, str(wd)], cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        port = _free_port()
+        procs = [subprocess.Popen(_process_cmd(wd, tiny_data, port, pid), cwd=ROOT, env=_env(1),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for pid in range(2)]
+        results = []
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=300)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            results.append(subprocess.CompletedProcess(p.args, p.returncode, "", err))
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    for res in results:
+        _assert_refused(res, wd, holder.pid, "main --mode train")
