@@ -217,8 +217,13 @@ class StopSignals:
         # leave its threads writing while the interpreter shuts down): end the process instead.
         name = signal.Signals(signum).name
         try:
-            print(interrupted_message(None, last_checkpoint_step(self.workdir)), file=sys.stderr, flush=True)
-            sys.stdout.flush()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, RuntimeError, ValueError):  # a write of the main thread that this interrupted
+                    pass
+            # os.write, not print: the signal may have arrived inside a write to stderr, which print would re-enter
+            os.write(2, (interrupted_message(None, last_checkpoint_step(self.workdir)) + "\n").encode())
         finally:
             os._exit(EXIT_CODES.get(name, 1))
 

@@ -71,8 +71,8 @@ def test_evaluate_json_on_a_full_disk_keeps_the_earlier_result(tmp_path):
     earlier = out.read_bytes()
     assert json.loads(earlier)["overall"]["BLEU-1"] > 0
     res = _run("openvivqa_jax.evaluate", *args, limit=100)
+    assert out.read_bytes() == earlier  # not a 0-byte file
     assert _one_line(res, 2) == f"error: could not write --json {out}: File too large"
-    assert out.read_bytes() == earlier
     assert sorted(os.listdir(tmp_path)) == ["preds.json", "refs.json", "result.json"]
 
 
