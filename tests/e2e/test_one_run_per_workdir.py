@@ -130,46 +130,42 @@ def test_a_second_training_on_a_workdir_refuses_and_the_first_goes_on(tmp_path, 
     assert steps == sorted(steps) and len(steps) == len(set(steps))  # one writer: no step logged twice
 
 
-def _build_lock_sides(data_dir) -> list[str]:
-    return glob.glob(os.path.join(str(data_dir), "synthetic_openvivqa", "tiny", ".*.build.lock.json"))
-
-
-def _building(data_dir) -> bool:
-    """A build of the tiny set into ``data_dir`` is under way (its lock's side file, or TFDS's incomplete
-    folder where no lock is taken)."""
-    return bool(_build_lock_sides(data_dir)
-                or glob.glob(os.path.join(str(data_dir), "synthetic_openvivqa", "tiny", "incomplete*")))
+#: A synthetic set large enough that its build (about 30 s) is still under way when the other process asks.
+_BUILD = json.dumps({"name": "lock_test", "num_train_images": 300, "num_validation_images": 10,
+                     "num_test_images": 10})
 
 
 @pytest.mark.slow
 def test_a_second_build_into_one_data_dir_waits_for_the_first(tmp_path):
-    """Two ``--mode prepare`` into one fresh data_dir, the second started while the first builds: the second
-    says once whom it waits for, builds nothing, and both end with the dataset's splits."""
+    """The recipe: two ``--mode prepare`` of one dataset into one fresh data_dir, started together. One builds;
+    the other says once whom it waits for, builds nothing, and both end with the same dataset's splits."""
     data = tmp_path / "tfds"
-    first = subprocess.Popen(_main_cmd(None, data, "--mode=prepare"), cwd=ROOT, env=subprocess_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = _main_cmd(None, data, "--mode=prepare", f"--config.data.builder_config={_BUILD}")
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
     try:
-        _wait_for(lambda: _building(data), first, 300, "the first build to start")
-        second = _run(_main_cmd(None, data, "--mode=prepare"), timeout=600)
-        out, err = first.communicate(timeout=600)
+        outs = [p.communicate(timeout=900) for p in procs]
     finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-    assert first.returncode == 0, err[-3000:]
-    assert second.returncode == 0, second.stderr[-3000:]
-    notes = [ln for ln in second.stderr.splitlines() if ln.startswith("note: ")]
-    assert len(notes) == 1, second.stderr[-3000:]
-    assert re.fullmatch(rf"note: synthetic_openvivqa/tiny is being built into {re.escape(str(data))}/synthetic_openvivqa"
-                        rf"/tiny by pid {first.pid} on host {re.escape(socket.gethostname())} \(building "
-                        r"synthetic_openvivqa/tiny, started .*\): \S*python\S* .*; waiting for that build to finish, then "
-                        r"using it", notes[0]), notes[0]
-    assert "Downloading and preparing dataset" in out
-    assert "Downloading and preparing dataset" not in second.stdout  # it built nothing
-    found = [re.findall(r"^synthetic_openvivqa/tiny/\S+ \{'train': \d+, 'validation': \d+, 'test': \d+\}$", text, re.M)
-             for text in (out, second.stdout)]
-    assert len(found[0]) == 1 and found[0] == found[1], (out, second.stdout)  # the same dataset, read by both
-    assert not _build_lock_sides(data)  # released
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    notes = [[ln for ln in err.splitlines() if ln.startswith("note: ")] for _, err in outs]
+    assert sorted(map(len, notes)) == [0, 1], [err[-2000:] for _, err in outs]
+    waiter = 0 if notes[0] else 1
+    builder = procs[1 - waiter]
+    assert re.fullmatch(rf"note: synthetic_openvivqa is being built into {re.escape(str(data))}/synthetic_openvivqa/"
+                        rf"lock_test by pid {builder.pid} on host {re.escape(socket.gethostname())} \(building "
+                        r"synthetic_openvivqa, started .*\): \S*python\S* .*; waiting for that build to finish, then "
+                        r"using it", notes[waiter][0]), notes[waiter][0]
+    assert "Downloading and preparing dataset" in outs[1 - waiter][0]
+    assert "Downloading and preparing dataset" not in outs[waiter][0]  # it built nothing
+    found = [re.findall(r"^synthetic_openvivqa/lock_test/\S+ \{'train': \d+, 'validation': \d+, 'test': \d+\}$", out,
+                        re.M) for out, _ in outs]
+    assert len(found[0]) == 1 and found[0] == found[1], outs  # the same dataset, read by both
+    assert not glob.glob(str(data / "synthetic_openvivqa" / "lock_test" / ".*.build.lock.json"))  # released
 
 
 def _process_cmd(workdir, data_dir, port: int, pid: int) -> list[str]:
