@@ -25,8 +25,8 @@ The challenge's files give one reference per question. With several references t
 maximum F1 over them (each reference decides for itself whether it is Japanese), and BLEU's usual
 multi-reference counts; a question is cut as Japanese for BLEU when any of its references is Japanese.
 
-Example: reference ``2人`` against the prediction ``女性の右側に人が2人います`` (13 characters, 11 distinct):
-``p = 2/11, r = 1, F1 = 0.308``; a prediction ``t-shirt`` equals the reference ``T-shirt`` and ``tshirt``.
+Example: reference ``2人`` against the prediction ``女性の右側に人が2人います`` (13 characters, ``人`` twice, 12
+distinct): ``p = 2/12, r = 1, F1 = 2/7``; a prediction ``t-shirt`` equals the reference ``T-shirt`` and ``tshirt``.
 
 Arrays: ``(items,)`` per-question values in [0, 1].
 """
