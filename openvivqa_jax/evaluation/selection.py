@@ -19,8 +19,8 @@ from openvivqa_jax.evaluation.formats import InputError, parse_qa_type
 from openvivqa_jax.evaluation.sanitize import METEOR_SEPARATOR, SanitizeStats, remove_control_characters, sanitize_text
 from openvivqa_jax.text.normalize import normalize_text
 
-__all__ = ["UNKNOWN_PIECE", "PTB_METRICS", "as_text", "Report", "Selection", "select_questions", "count_selection", "PreparedText",
-           "prepare_text"]
+__all__ = ["UNKNOWN_PIECE", "PTB_METRICS", "as_text", "Report", "Selection", "select_questions", "count_selection",
+           "PreparedText", "prepare_text"]
 
 _MAX_IDS_IN_NOTE = 5
 #: The metrics that read pycocoevalcap's PTB tokens in the ``pycocoevalcap`` and ``official`` text modes.

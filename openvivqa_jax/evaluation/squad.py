@@ -113,7 +113,8 @@ def f1(prediction: str, answer: str, rule: str = "vietnamese") -> float:
     return _f1_tokens(norm(prediction).split(), norm(answer).split(), rule)
 
 
-def em_f1(hyps: Sequence[str], refs: Sequence[Sequence[str]], rule: str = "vietnamese") -> tuple[np.ndarray, np.ndarray]:
+def em_f1(hyps: Sequence[str], refs: Sequence[Sequence[str]],
+          rule: str = "vietnamese") -> tuple[np.ndarray, np.ndarray]:
     """Per-question EM and F1, each the max over the question's references.
 
     Args:

@@ -204,3 +204,16 @@ def test_official_mode_reads_references_as_given():
                           metrics=["ANLS", "EM", "F1", "VQA-accuracy"], text_mode="official", per_question=True)
     assert out["per_question"]["a"] == {"ANLS": 1.0, "EM": 1.0, "F1": 0.0, "VQA-accuracy": 1.0}
     assert out["per_question"]["b"]["VQA-accuracy"] == 1.0 and out["counts"]["vqa_exact_match_fallback"] == 1
+
+
+def test_dataset_configs_score_with_their_official_rules():
+    """TextVQA, ST-VQA and ViQuAD runs score with the official scripts' rules; EVJVQA's metrics are the
+    challenge's in every mode, its config keeps the Vietnamese-normalized text for EM and ROUGE-L."""
+    from openvivqa_jax.config_files import load_config
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    assert load_config(str(root / "textvqa/m4c.py")).eval.text_mode == "official"
+    assert load_config(str(root / "stvqa/m4c.py")).eval.text_mode == "official"
+    assert load_config(str(root / "viquad/reader.py"), "viquad").eval.text_mode == "official"
+    assert load_config(str(root / "evjvqa/mlpag.py")).eval.text_mode == "openvivqa"
+    assert load_config(str(root / "openvivqa/mlpag.py")).eval.text_mode == "openvivqa"
