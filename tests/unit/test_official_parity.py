@@ -73,6 +73,19 @@ def test_evjvqa_baseline_submission_equals_challenge_scorer(capsys):
     _check_evjvqa(out, scorer, ids, scorer["per_question_F1"], scorer["per_question_BLEU"])
 
 
+@_needs(REAL / "evjvqa" / "evjvqa_public_test-lang-qtype-answer.json")
+def test_evjvqa_baseline_against_the_released_public_test_file(capsys):
+    """The same submission against the public-test file as released (raw answers, with ``language`` fields, which
+    the scorer's rule does not read): the scorer run on those answers (as its id -> answer ground truth) gives
+    F1 0.276080, BLEU 0.193711; the baseline's own ground_truth.json holds them pre-tokenized (``t - shirt``)."""
+    out = _evaluate_cli(capsys, "--predictions", str(EVJVQA_BASELINE / "results.json"), "--references",
+                        str(REAL / "evjvqa" / "evjvqa_public_test-lang-qtype-answer.json"), "--metrics", "EVJVQA")
+    scorer = _load(FIXTURES / "evjvqa_public_test_file_scorer.json")
+    assert abs(out["overall"]["EVJVQA-F1"] - scorer["F1"]) <= 1e-6
+    assert abs(out["overall"]["EVJVQA-BLEU"] - scorer["BLEU"]) <= 1e-6
+    assert set(out["by_field"]["language"]) == {"en", "ja", "vi"}
+
+
 @pytest.mark.parametrize("text_mode", ["openvivqa", "official"])
 def test_evjvqa_crafted_submission_equals_challenge_scorer(capsys, text_mode):
     """A crafted submission in the challenge's id -> answer form (case, articles, hyphens, possessives, number
