@@ -5,18 +5,22 @@ Usage::
     python -m openvivqa_jax.evaluate --predictions preds.json --references dev.json \\
         [--metrics BLEU-4,CIDEr,METEOR ...] [--meteor_jar meteor-1.5.jar] [--java /usr/bin/java] \\
         [--vectors vi.vec] [--meteor_timeout 300] [--max_tokens 256] [--per_question] [--table] [--json FILE] \\
-        [--answer_rules auto|vietnamese|english] [--text_mode openvivqa|pycocoevalcap]
+        [--answer_rules auto|vietnamese|english] [--text_mode openvivqa|official|pycocoevalcap]
         [--relevance_model runs/w2vvpp_vi | vi=runs/a,en=runs/b] [--image_features feats.npz]
 
 ``--relevance_model`` (W2VV++ workdirs of configs/relevance/w2vvpp.py) adds CLinRel and CMedRel to the default
 metrics; CMedRel reads each question's ``image_id`` from the predictions or references file and the image
 features from ``--image_features`` (``.npz`` keyed by image id) or the model's workdir (docs/relevance.md).
 
-``--text_mode openvivqa`` (default) scores the Vietnamese-normalized text (one tone-mark convention, prices,
-format characters removed): spellings of one answer count as one, which is what the OpenViVQA paper's
-validation step asks of the data. ``--text_mode pycocoevalcap`` prepares text as the original toolkit
-does (PTB tokenizer only) to reproduce numbers computed with it. ``--answer_rules auto`` uses the
-official English VQA answer processing for TextVQA/ST-VQA reference files, the Vietnamese rules otherwise.
+``--text_mode official`` gives each metric its official script's number: pycocoevalcap for BLEU, ROUGE-L, CIDEr
+and METEOR (needs Java), the ST-VQA RRC rule for ANLS, EvalAI's TextVQA/ST-VQA rule for VQA-accuracy, SQuAD v1.1's
+``evaluate-v1.1.py`` for EM/F1. ``--text_mode openvivqa`` (default) scores the Vietnamese-normalized text (one
+tone-mark convention, prices, format characters removed): spellings of one answer count as one, which is what the
+OpenViVQA paper's validation step asks of the data; these are not the official numbers. ``--text_mode
+pycocoevalcap`` prepares text as the original toolkit does (PTB tokenizer only) for every metric. EVJVQA-F1 and
+EVJVQA-BLEU are the challenge scorer's in every mode. The output's ``rules`` (and ``--table``) say which rule each
+metric used. ``--answer_rules auto`` uses the official English VQA answer processing for TextVQA/ST-VQA reference
+files, the Vietnamese rules otherwise (outside the official mode).
 
 Inputs (see :mod:`openvivqa_jax.evaluation.formats`):
 
@@ -127,8 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--text_mode",
         choices=TEXT_MODES,
         default="openvivqa",
-        help="'openvivqa': Vietnamese normalization (one tone-mark convention, prices, ...); 'pycocoevalcap': the "
-        "original toolkit's PTB tokenization only, to reproduce its numbers exactly (needs Java)",
+        help="'official': each metric by its official script (pycocoevalcap, ST-VQA RRC, EvalAI, SQuAD v1.1); "
+        "'openvivqa': Vietnamese-normalized scores (one tone-mark convention, prices, ...), not the official numbers; "
+        "'pycocoevalcap': the original toolkit's PTB tokenization for every metric (needs Java). EVJVQA-F1/BLEU are "
+        "the challenge scorer's in every mode",
     )
     return p
 

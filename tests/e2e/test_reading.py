@@ -300,6 +300,7 @@ def test_tiny_reader_trains_through_main_resumes_and_writes_eval_files(tmp_path)
         preds = json.loads((run / "eval" / f"{split}_predictions.json").read_text(encoding="utf-8"))
         spans = json.loads((run / "eval" / f"{split}_spans.json").read_text(encoding="utf-8"))
         assert set(metrics["overall"]) == {"EM", "F1"} and metrics["human_performance"]["overall"]["num_questions"] > 0
+        assert metrics["text_mode"] == "official" and metrics["rules"]["F1"]["rule"] == "SQuAD v1.1 evaluate-v1.1.py"
         assert len(preds) == metrics["num_questions"]["overall"] == len(spans)
     # Each prediction is its passage's characters [start, end) (read from the synthetic set itself).
     contexts = {qa["id"]: a["paragraphs"][0]["context"] for a in synthetic.make_split("test", 3)["data"]
