@@ -214,11 +214,15 @@ def repair_log(name: str, policy: "ErrorPolicy", strict: bool = False) -> repair
 
 
 class SkipCounter:
-    """Counts skipped records per reason and logs each skip (warning) and a summary (info).
+    """Counts skipped records per reason and logs the first :attr:`LOGGED` skips of each reason (warning; then
+    one line saying the others are counted) and a summary (info).
 
     Attributes:
         counts: ``collections.Counter`` reason -> number of skipped records.
     """
+
+    #: Skips logged one by one per reason (a folder with a tenth of a release's images skips thousands).
+    LOGGED = 20
 
     def __init__(self, name: str):
         """Args: name: shown in log lines, e.g. ``"openvivqa/train"``."""
@@ -226,9 +230,13 @@ class SkipCounter:
         self.counts: collections.Counter[str] = collections.Counter()
 
     def skip(self, reason: str, error: Exception | str) -> None:
-        """Records one skipped record and logs why."""
+        """Records one skipped record and logs why (the first :attr:`LOGGED` of its reason)."""
         self.counts[reason] += 1
-        logging.warning("%s: skipped (%s): %s", self.name, reason, error)
+        if self.counts[reason] <= self.LOGGED:
+            logging.warning("%s: skipped (%s): %s", self.name, reason, error)
+        elif self.counts[reason] == self.LOGGED + 1:
+            logging.warning("%s: more skips (%s) from here on are counted, not logged one by one (the summary gives "
+                            "the total)", self.name, reason)
 
     def log_summary(self, total_kept: int) -> None:
         """Logs the number of kept examples and the skips per reason."""
