@@ -3,6 +3,9 @@
 House rule for bad input: a clear error naming the file, the record (question id or CSV row) and what is
 wrong (:class:`DatasetInputError`); or, where the builder config asks for it, the record is skipped and the
 skip is counted per reason (:class:`SkipCounter`) and logged with absl logging. Nothing is dropped silently.
+A known annotation flaw of a release is repaired where the repair is unambiguous, counted and logged
+(:func:`repair_log`, :mod:`openvivqa_jax.data.repairs`; ``BuildCounts.repairs``, the build's notes), unless the
+config's ``strict`` refuses it.
 
 The builders import this module as ``tfds_builders.readers``; when they are loaded by ``tfds build
 tfds_builders/<name>`` (which imports ``<name>.<name>_dataset_builder`` with ``tfds_builders/`` on

@@ -37,7 +37,7 @@ from openvivqa_jax.errors import UserError
 
 __all__ = ["IncompleteBuildError", "StaleDatasetError", "SOURCES_FILE", "NOTES_FILE", "TEXT_SUFFIXES",
            "check_split_files", "count_records", "sources_fingerprint", "write_sources", "read_sources",
-           "compare_sources", "write_notes", "read_notes", "notes_summary"]
+           "compare_sources", "config_defaults", "write_notes", "read_notes", "notes_summary"]
 
 #: File written beside ``dataset_info.json``: what the build was made from.
 SOURCES_FILE = "openvivqa_sources.json"
@@ -190,11 +190,28 @@ def read_sources(data_dir: str | os.PathLike) -> dict | None:
     return jsonio.read_json(p)
 
 
-def compare_sources(recorded: dict, current: dict, limit: int = 3) -> list[str]:
+def config_defaults(config: Any) -> dict:
+    """The default value of every field of a builder config's class, as :func:`sources_fingerprint` records
+    values (for :func:`compare_sources`: a field added to the class after a build was recorded)."""
+    if not dataclasses.is_dataclass(config):
+        return {}
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return json.loads(json.dumps(out, default=str, sort_keys=True))
+
+
+def compare_sources(recorded: dict, current: dict, limit: int = 3, defaults: dict | None = None) -> list[str]:
     """What differs between two :func:`sources_fingerprint` records, as short phrases (at most ``limit`` files
-    named, then a count); ``[]`` when they are the same."""
+    named, then a count); ``[]`` when they are the same. A config field the recorded build lacks counts as its
+    value in ``defaults`` (:func:`config_defaults`: a field added since, e.g. ``strict``, at its default is no
+    change)."""
     out = []
     rc, cc = recorded.get("config", {}), current.get("config", {})
+    rc = {**{k: v for k, v in (defaults or {}).items() if k in cc}, **rc}
     changed_fields = sorted(k for k in set(rc) | set(cc) if rc.get(k) != cc.get(k))
     if changed_fields:
         out.append("builder config field(s) " + ", ".join(

@@ -134,7 +134,8 @@ def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
     current = build_check.sources_fingerprint(manual, builder.builder_config)
     if manual is None:  # no manual folder given now: only the builder config can be compared
         current["files"] = recorded.get("files", {})
-    changes = build_check.compare_sources(recorded, current)
+    changes = build_check.compare_sources(recorded, current,
+                                          defaults=build_check.config_defaults(builder.builder_config))
     if not changes:
         return False
     if rebuild:
