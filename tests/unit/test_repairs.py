@@ -112,7 +112,7 @@ def test_repair_log_lines_and_counts(caplog):
     for qid in ("a", "a", "b", "c", "d", "e", "f"):  # 7 answers of 6 questions
         assert log.apply("answer_start_reanchored", "dev.json", qid, record=f"question {qid}", what="x")
     log.apply("unanswerable_left_out", "dev.json", "g", record="question g", what="")
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         log.log_summary()
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert lines == [
@@ -159,7 +159,7 @@ def test_a_run_on_a_dataset_built_earlier_logs_its_repairs(tmp_path, caplog):
     b = datasets.load_builder(cfg)
     notes = build_check.read_notes(b.data_dir)
     assert build_check.notes_summary(notes) == ["train: 1 answer_start_reanchored, 1 repeated_id_renamed"]
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         datasets.load_builder(cfg)
     lines = [r.getMessage() for r in caplog.records if "was built with repairs" in r.getMessage()]
     assert lines == [f"viquad/default was built with repairs or skips (per file and first ids in "
