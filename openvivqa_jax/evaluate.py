@@ -68,7 +68,7 @@ from openvivqa_jax.cli import print_error, run_main
 from openvivqa_jax.errors import UserError
 from openvivqa_jax import jsonio
 from openvivqa_jax.evaluation import evaluator
-from openvivqa_jax.evaluation.formats import InputError, load_predictions, load_references
+from openvivqa_jax.evaluation.formats import InputError, fill_renamed, load_predictions, load_references
 from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S, meteor_progress
 from openvivqa_jax.evaluation.relevance import RelevanceInputs, image_ids_from_file
 from openvivqa_jax.evaluation.evaluator import TEXT_MODES
@@ -242,6 +242,7 @@ def _load_inputs(args: argparse.Namespace):
         raise InputError(
             f"predictions file {args.predictions!r} has no references; pass --references"
         )
+    _note_repairs(preds, refs)
     languages = refs.fields.get("language", {})
     metrics = evaluator.resolve_metrics(
         args.metrics, have_vectors=args.vectors is not None,
@@ -249,6 +250,21 @@ def _load_inputs(args: argparse.Namespace):
     if args.metrics is None and args.relevance_model:
         metrics = evaluator.resolve_metrics([*metrics, "CLinRel", "CMedRel"])
     return preds, refs, metrics
+
+
+def _note_repairs(preds, refs) -> None:
+    """One stderr line per repair kind made in reading the references file (repeated ids renamed ``<id>#<n>``,
+    exact duplicates dropped: :mod:`openvivqa_jax.data.repairs`), and the renamed questions given their original
+    id's prediction (:func:`~openvivqa_jax.evaluation.formats.fill_renamed`), counted in one more line."""
+    from openvivqa_jax.data.repairs import KINDS
+    for kind, entry in refs.repairs.items():
+        first = ", ".join(entry["first"]) + (", ..." if entry["count"] > len(entry["first"]) else "")
+        print(f"note: references file {refs.path!r}: {entry['count']} x {KINDS[kind]} ({first})", file=sys.stderr)
+    if refs.renamed:
+        preds.predictions, filled = fill_renamed(preds.predictions, refs)
+        if filled:
+            print(f"note: {len(filled)} renamed questions have no prediction of their own and are scored with the "
+                  "prediction of their id as in the file, as SQuAD's evaluate-v1.1.py does", file=sys.stderr)
 
 
 def _check_ids(args: argparse.Namespace, preds, refs, ref_path: str) -> int | None:

@@ -230,3 +230,26 @@ def test_dataset_configs_score_with_their_official_rules():
     assert load_config(str(root / "viquad/reader.py"), "viquad").eval.text_mode == "official"
     assert load_config(str(root / "evjvqa/mlpag.py")).eval.text_mode == "openvivqa"
     assert load_config(str(root / "openvivqa/mlpag.py")).eval.text_mode == "openvivqa"
+
+
+@_needs(VIQUAD / "dev_ViQuAD.json")
+def test_viquad_dev_as_published_scores_every_record_as_squad_script(capsys, tmp_path):
+    """The 1.0 dev file repeats 7 ids with other questions. As SQuAD's evaluate-v1.1.py does, every one of its
+    2,285 records is scored, a repeat with the prediction of its id: with each id's prediction the first answer of
+    its first record, each first record is an exact match and each repeat (whose answers differ) is not."""
+    data = _load(VIQUAD / "dev_ViQuAD.json")
+    records = [qa for article in data["data"] for para in article["paragraphs"] for qa in para["qas"]]
+    first: dict[str, dict] = {}
+    for qa in records:
+        first.setdefault(qa["id"], qa)
+    preds = {qid: qa["answers"][0]["text"] for qid, qa in first.items()}
+    misses = sum(preds[qa["id"]] not in [a["text"] for a in qa["answers"]] for qa in records)
+    assert (len(records), len(preds), misses) == (2285, 2278, 7)
+    (tmp_path / "p.json").write_text(json.dumps(preds, ensure_ascii=False), encoding="utf-8")
+    out = _evaluate_cli(capsys, "--predictions", str(tmp_path / "p.json"), "--references",
+                        str(VIQUAD / "dev_ViQuAD.json"), "--metrics", "EM,F1", "--text_mode", "official",
+                        "--per_question")
+    assert out["num_questions"]["overall"] == 2285
+    assert abs(out["overall"]["EM"] - (2285 - 7) / 2285) <= 1e-12
+    renamed = [q for q in out["per_question"] if "#" in q]
+    assert len(renamed) == 7 and all(out["per_question"][q]["EM"] == 0 for q in renamed)
