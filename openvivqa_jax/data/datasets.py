@@ -115,16 +115,21 @@ def _prepare(builder, make, full: str, data_cfg, data_dir: str):
             return "missing"
         return "stale" if _stale(b, full, folder if how else None, bool(data_cfg.get("rebuild")), log) else "ready"
 
+    built_here = False
     if state(builder, log=True) == "ready":
         _download_and_prepare(builder, dl, missing)  # built: TFDS only reads what is there
     else:
         with locks.hold_build(builder.data_dir, full):
             builder = make()  # anew: another process may have built it while this one waited
-            if state(builder, log=False) == "stale":
+            now = state(builder, log=False)
+            if now == "stale":
                 shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
                 builder = make()
+            built_here = now != "ready"
             _download_and_prepare(builder, dl, missing)
     build_check.check_split_files(builder)
+    if not built_here:  # built earlier or by another process: the build's own log lines are not in this log
+        _log_notes(builder, full)
     return builder
 
 
@@ -136,6 +141,16 @@ def _download_and_prepare(builder, dl, missing: DatasetError) -> None:
         if not str(e).startswith("Manual directory"):
             raise
         raise missing from None
+
+
+def _log_notes(builder, full: str) -> None:
+    """Logs the notes of a dataset built earlier (:func:`openvivqa_jax.data.build_check.notes_summary`): what its
+    build repaired and skipped, and the file that lists the records."""
+    notes = build_check.read_notes(builder.data_dir)
+    summary = build_check.notes_summary(notes) if notes else []
+    if summary:
+        logging.info("%s was built with repairs or skips (per file and first ids in %s): %s", full,
+                     os.path.join(builder.data_dir, build_check.NOTES_FILE), "; ".join(summary))
 
 
 def _stale(builder, full: str, manual_dir: str | None, rebuild: bool, log: bool = True) -> bool:
@@ -157,7 +172,8 @@ def _stale(builder, full: str, manual_dir: str | None, rebuild: bool, log: bool 
     current = build_check.sources_fingerprint(manual, builder.builder_config)
     if manual is None:  # no manual folder given now: only the builder config can be compared
         current["files"] = recorded.get("files", {})
-    changes = build_check.compare_sources(recorded, current)
+    changes = build_check.compare_sources(recorded, current,
+                                          defaults=build_check.config_defaults(builder.builder_config))
     if not changes:
         return False
     if rebuild:
