@@ -31,6 +31,9 @@ INSTALL_REQUIRES = [
     "scipy>=1.11",
     "matplotlib>=3.8",
     "absl-py>=2.0",
+    # One run per workdir and one build per dataset folder (openvivqa_jax/locks.py): flock locks that end with
+    # their process, SIGKILL included.
+    "filelock>=3.12",
     # The user's pretrained text files (docs/pretrained.md): fastText .bin/.vec (gensim's reader, with subword
     # n-grams), Hugging Face model.safetensors and tokenizer.json; wheels for Python 3.11 and 3.12, no compiler.
     "gensim>=4.3.3",

@@ -13,7 +13,8 @@ Any config field can be overridden on the command line: ``--config.train.num_tra
 What goes wrong on the user's side ends with one ``error:`` line on stderr, never a traceback (which
 ``--verbosity=1`` logs): a misspelt flag or config field (with ml_collections' "Did you mean" suggestion) or a
 config file that does not load, a path that cannot serve (``--workdir`` a file or not writable,
-``--config.data.data_dir`` a file; :mod:`openvivqa_jax.paths`) (exit status 2); a config value out of range
+``--config.data.data_dir`` a file; :mod:`openvivqa_jax.paths`), a ``--workdir`` in use by another run (each
+mode holds the workdir's lock, :mod:`openvivqa_jax.locks`) (exit status 2); a config value out of range
 (:func:`openvivqa_jax.config_check.check_config`), a bad dataset file, a missing manual download folder (the
 line, then the builder's download instructions), a missing OCR engine or a bad ViT checkpoint (exit status 1).
 Ctrl-C or SIGTERM during training saves a checkpoint of the current step and prints ``interrupted at step N;
@@ -37,7 +38,7 @@ if "--verbose" not in sys.argv:  # before TensorFlow can be imported: its C++ st
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from openvivqa_jax import cli, paths  # noqa: E402
+from openvivqa_jax import cli, locks, paths  # noqa: E402
 from openvivqa_jax.cli import print_error  # noqa: E402
 from openvivqa_jax.errors import USAGE_EXIT_CODE, ConfigError  # noqa: E402
 from openvivqa_jax.quiet import quiet_tensorflow_imports  # noqa: E402
@@ -197,11 +198,25 @@ def _main(argv) -> None:
     if not FLAGS.verbose:
         quiet_tensorflow_imports()  # TensorFlow only if a TFDS build needs it, and without its notices
         logging.get_absl_handler().addFilter(_QuietLibraries())
+    mode = f"main --mode {FLAGS.mode}"
     if FLAGS.mode == "prepare":
-        _prepare(cfg)
+        with locks.hold_workdir(FLAGS.workdir, mode):
+            _prepare(cfg)
         return
     _init_distributed(cfg)
-    _run_task(cfg.get("task", "vqa"), cfg)
+    # One run per workdir (openvivqa_jax.locks): a second process refuses here, before it reads or writes anything.
+    with locks.hold_workdir(FLAGS.workdir, mode, process_index=_process_index(cfg)):
+        _run_task(cfg.get("task", "vqa"), cfg)
+
+
+def _process_index(cfg) -> int:
+    """This JAX process's index (0 unless the config starts several processes: JAX is not imported for one)."""
+    d = cfg.get("distributed")
+    if not d or not d.get("initialize"):
+        return 0
+    import jax
+
+    return jax.process_index()
 
 
 def _check_paths(cfg) -> None:
@@ -251,6 +266,7 @@ def _run_task(task: str, cfg) -> None:
 
 def run() -> None:
     """Console-script entry point (``openvivqa-train``)."""
+    cli.safe_output_streams()  # the flags' own error lines too
     app.run(main, flags_parser=_parse_flags)
 
 

@@ -32,6 +32,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from openvivqa_jax import outputs
 from openvivqa_jax import jsonio
 from openvivqa_jax.errors import UserError
 
@@ -178,8 +179,7 @@ def sources_fingerprint(manual_dir: str | os.PathLike | None, config: Any) -> di
 def write_sources(data_dir: str | os.PathLike, manual_dir, config: Any) -> None:
     """Writes :data:`SOURCES_FILE` into a build's folder."""
     record = sources_fingerprint(manual_dir, config)
-    Path(data_dir, SOURCES_FILE).write_text(json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False),
-                                            encoding="utf-8")
+    outputs.write_json(Path(data_dir, SOURCES_FILE), record, indent=1, sort_keys=True)
 
 
 def read_sources(data_dir: str | os.PathLike) -> dict | None:
@@ -229,8 +229,7 @@ def compare_sources(recorded: dict, current: dict, limit: int = 3, defaults: dic
 def write_notes(data_dir: str | os.PathLike, notes: dict) -> None:
     """Writes :data:`NOTES_FILE` (``{split: {"repairs": ..., "skipped": ..., "fields_not_stored": ...}}``, as
     :meth:`tfds_builders.readers.BuildCounts.build_notes` gives it) into a build's folder."""
-    Path(data_dir, NOTES_FILE).write_text(json.dumps(notes, indent=1, sort_keys=True, ensure_ascii=False),
-                                          encoding="utf-8")
+    outputs.write_json(Path(data_dir, NOTES_FILE), notes, indent=1, sort_keys=True)
 
 
 def read_notes(data_dir: str | os.PathLike) -> dict | None:

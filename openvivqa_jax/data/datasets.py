@@ -18,6 +18,7 @@ from typing import Any
 
 from absl import logging
 
+from openvivqa_jax import locks
 from openvivqa_jax.data import build_check, model_ready, pipeline
 from openvivqa_jax.data.records import DatasetError
 
@@ -69,41 +70,77 @@ def load_builder(data_cfg, prepare: bool = True):
         full = name
     else:
         full = f"{name}/{bc}" if bc else name
-    try:
-        builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
-    except ValueError as e:
-        if "File format is already set" not in str(e):
-            raise
-        # Prepared by `tfds build` without --file_format (its default is tfrecord).
-        raise DatasetError(
-            f"{full} in {data_dir} was built as tfrecord files; this pipeline reads array_record (random access, "
-            f"no TensorFlow at read time). Rebuild it with `tfds build tfds_builders/{name} ... "
-            "--file_format=array_record` (or choose another data.data_dir)") from e
+
+    def make():
+        try:
+            return tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
+        except ValueError as e:
+            if "File format is already set" not in str(e):
+                raise
+            # Prepared by `tfds build` without --file_format (its default is tfrecord).
+            raise DatasetError(
+                f"{full} in {data_dir} was built as tfrecord files; this pipeline reads array_record (random "
+                f"access, no TensorFlow at read time). Rebuild it with `tfds build tfds_builders/{name} ... "
+                "--file_format=array_record` (or choose another data.data_dir)") from e
+
+    builder = make()
     if prepare:
-        manual = data_cfg.get("manual_dir")
-        dl = tfds.download.DownloadConfig(manual_dir=os.path.expanduser(manual) if manual else None)
-        folder = os.path.expanduser(manual) if manual else os.path.join(data_dir, "downloads", "manual")
-        how = (getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", "") or "").strip("\n")
-        missing = DatasetError(
-            f"{full} needs its source files in a manual folder, and {folder} does not exist or is empty; "
-            f"put them there or set --config.data.manual_dir=<folder>. Instructions:\n{how}")
-        prepared = os.path.exists(os.path.join(builder.data_dir, "dataset_info.json"))
+        builder = _prepare(builder, make, full, data_cfg, data_dir)
+    return builder
+
+
+def _prepare(builder, make, full: str, data_cfg, data_dir: str):
+    """Builds ``builder``'s dataset unless it is built and up to date (:func:`_stale`); returns the builder to
+    read it with. A build runs under the dataset folder's build lock (:func:`openvivqa_jax.locks.hold_build`):
+    a second process asking meanwhile waits (one note line), then finds it built.
+
+    Raises:
+      DatasetError, StaleDatasetError, IncompleteBuildError: as :func:`load_builder`.
+    """
+    import tensorflow_datasets as tfds
+
+    manual = data_cfg.get("manual_dir")
+    dl = tfds.download.DownloadConfig(manual_dir=os.path.expanduser(manual) if manual else None)
+    folder = os.path.expanduser(manual) if manual else os.path.join(data_dir, "downloads", "manual")
+    how = (getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", "") or "").strip("\n")
+    missing = DatasetError(
+        f"{full} needs its source files in a manual folder, and {folder} does not exist or is empty; "
+        f"put them there or set --config.data.manual_dir=<folder>. Instructions:\n{how}")
+
+    def state(b, log: bool) -> str:  # "ready", "missing" or "stale"; raises for a missing manual folder
+        prepared = os.path.exists(os.path.join(b.data_dir, "dataset_info.json"))
         if how and not prepared and not (os.path.isdir(folder) and os.listdir(folder)):
             raise missing
-        if prepared and _stale(builder, full, folder if how else None, bool(data_cfg.get("rebuild"))):
-            shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
-            builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
-            prepared = False
-        try:
-            builder.download_and_prepare(download_config=dl)
-        except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
-            if not str(e).startswith("Manual directory"):
-                raise
-            raise missing from None
-        build_check.check_split_files(builder)
-        if prepared:  # built earlier: the build's own log lines are not in this run's log
-            _log_notes(builder, full)
+        if not prepared:
+            return "missing"
+        return "stale" if _stale(b, full, folder if how else None, bool(data_cfg.get("rebuild")), log) else "ready"
+
+    built_here = False
+    if state(builder, log=True) == "ready":
+        _download_and_prepare(builder, dl, missing)  # built: TFDS only reads what is there
+    else:
+        with locks.hold_build(builder.data_dir, full):
+            builder = make()  # anew: another process may have built it while this one waited
+            now = state(builder, log=False)
+            if now == "stale":
+                shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
+                builder = make()
+            built_here = now != "ready"
+            _download_and_prepare(builder, dl, missing)
+    build_check.check_split_files(builder)
+    if not built_here:  # built earlier or by another process: the build's own log lines are not in this log
+        _log_notes(builder, full)
     return builder
+
+
+def _download_and_prepare(builder, dl, missing: DatasetError) -> None:
+    """``builder.download_and_prepare``, TFDS's assertion on an empty manual folder as ``missing``."""
+    try:
+        builder.download_and_prepare(download_config=dl)
+    except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
+        if not str(e).startswith("Manual directory"):
+            raise
+        raise missing from None
 
 
 def _log_notes(builder, full: str) -> None:
@@ -116,7 +153,7 @@ def _log_notes(builder, full: str) -> None:
                      os.path.join(builder.data_dir, build_check.NOTES_FILE), "; ".join(summary))
 
 
-def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
+def _stale(builder, full: str, manual_dir: str | None, rebuild: bool, log: bool = True) -> bool:
     """Whether a prepared dataset must be rebuilt: its recorded sources (:mod:`openvivqa_jax.data.build_check`)
     differ from the builder config and manual folder given now, and ``data.rebuild`` is set.
 
@@ -126,9 +163,10 @@ def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
     """
     recorded = build_check.read_sources(builder.data_dir)
     if recorded is None:
-        logging.warning("%s in %s has no record of the sources it was built from (built by an older version); "
-                        "it is used as it is: set --config.data.rebuild=True to rebuild it from the sources "
-                        "given now", full, builder.data_dir)
+        if log:
+            logging.warning("%s in %s has no record of the sources it was built from (built by an older "
+                            "version); it is used as it is: set --config.data.rebuild=True to rebuild it from the "
+                            "sources given now", full, builder.data_dir)
         return False
     manual = manual_dir if manual_dir and os.path.isdir(manual_dir) else None
     current = build_check.sources_fingerprint(manual, builder.builder_config)
@@ -139,8 +177,9 @@ def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
     if not changes:
         return False
     if rebuild:
-        logging.warning("%s in %s was built from other sources (%s); rebuilding it (data.rebuild)", full,
-                        builder.data_dir, "; ".join(changes))
+        if log:
+            logging.warning("%s in %s was built from other sources (%s); rebuilding it (data.rebuild)", full,
+                            builder.data_dir, "; ".join(changes))
         return True
     raise build_check.StaleDatasetError(
         f"{full} in {builder.data_dir} was built from other sources than those given now: {'; '.join(changes)}; "
