@@ -14,11 +14,13 @@ import importlib
 import json
 import os
 import shutil
+import time
 from typing import Any
 
+import jax
 from absl import logging
 
-from openvivqa_jax.data import build_check, model_ready, pipeline
+from openvivqa_jax.data import build_check, model_ready, model_ready_cache, pipeline
 from openvivqa_jax.data.records import DatasetError
 
 __all__ = ["load_builder", "DataSplits"]
@@ -46,6 +48,9 @@ def load_builder(data_cfg, prepare: bool = True):
         (:mod:`openvivqa_jax.data.build_check`) and ``data.rebuild`` is not set; with it, the dataset is
         rebuilt.
       IncompleteBuildError: a shard file of the prepared dataset is missing or short.
+
+    With ``prepare``, logs one line saying which build the run reads: built now, or reused from where, made when
+    and by whom, from which sources (:func:`openvivqa_jax.data.build_check.describe_build`).
     """
     import tensorflow_datasets as tfds  # heavy: imported when a dataset is opened, not with this module
 
@@ -55,7 +60,7 @@ def load_builder(data_cfg, prepare: bool = True):
     except ModuleNotFoundError as e:
         raise DatasetError(f"no dataset builder tfds_builders/{name}: {e}") from e
     bc = data_cfg.get("builder_config") or ""
-    data_dir = os.path.expanduser(data_cfg.get("data_dir") or "~/tensorflow_datasets")
+    data_dir = _data_dir(data_cfg)
     kwargs = dict(data_cfg.get("builder_kwargs") or {})
     if bc.lstrip().startswith("{"):
         # A JSON builder config, as `tfds build --config '{"name": ..., ...}'` takes it, e.g.
@@ -93,6 +98,8 @@ def load_builder(data_cfg, prepare: bool = True):
         if prepared and _stale(builder, full, folder if how else None, bool(data_cfg.get("rebuild"))):
             shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
             builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
+            prepared = False
+        t0 = time.perf_counter()
         try:
             builder.download_and_prepare(download_config=dl)
         except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
@@ -100,7 +107,14 @@ def load_builder(data_cfg, prepare: bool = True):
                 raise
             raise missing from None
         build_check.check_split_files(builder)
+        # Said aloud either way: a build found in a shared data folder may be another user's.
+        logging.info("%s", build_check.describe_build(builder, None if prepared else time.perf_counter() - t0))
     return builder
+
+
+def _data_dir(data_cfg) -> str:
+    """``data.data_dir`` with ``~`` expanded; ``~/tensorflow_datasets`` when not set (TFDS's default)."""
+    return os.path.expanduser(data_cfg.get("data_dir") or "~/tensorflow_datasets")
 
 
 def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
@@ -143,6 +157,7 @@ class DataSplits:
         self._sources: dict[str, Any] = {}
         self._records: dict[str, list] = {}
         self._model_ready: dict[str, Any] = {}
+        self._root: str | None = None
 
     @property
     def builder(self):
@@ -183,7 +198,10 @@ class DataSplits:
 
     def model_ready(self, split: str, pre, workdir: str):
         """The model-ready records of ``split`` (:mod:`openvivqa_jax.data.model_ready`, opened once, built when
-        missing, stale or corrupt) when ``data.model_ready`` is on and they cover ``pre``'s batches, else None."""
+        missing or corrupt) when ``data.model_ready`` is on and they cover ``pre``'s batches, else None.
+
+        They come from the shared cache (:mod:`openvivqa_jax.data.model_ready_cache`); process 0 records the
+        entry in ``<workdir>/model_ready.json``."""
         if not self.data_cfg.get("model_ready"):
             return None
         why = model_ready.usable(pre)
@@ -191,8 +209,24 @@ class DataSplits:
             logging.info("data.model_ready: %s/%s is read per example (%s)", self.builder.name, split, why)
             return None
         if split not in self._model_ready:
-            root = self.data_cfg.get("model_ready_dir") or os.path.join(workdir, "model_ready")
-            self._model_ready[split] = model_ready.open_split(
+            root = self._cache_root(workdir)
+            mr = model_ready.open_split(
                 self.source(split), pre, root, split, self.builder, source_name=f"{self.builder.name}/{split}",
                 num_workers=int(self.data_cfg.get("preprocess_workers", 0) or 0))
+            if jax.process_index() == 0:
+                model_ready_cache.write_reference(workdir, split, mr.path, mr.key, mr.built_now)
+            self._model_ready[split] = mr
         return self._model_ready[split]
+
+    def _cache_root(self, workdir: str) -> str:
+        """The model-ready cache's folder (:func:`openvivqa_jax.data.model_ready_cache.cache_root`), said in one
+        line the first time, with a note on a workdir's own ``model_ready/`` folder of an older version."""
+        if self._root is None:
+            self._root, why = model_ready_cache.cache_root(self.data_cfg.get("model_ready_dir"), _data_dir(self.data_cfg))
+            logging.info("Model-ready records: cache %s (%s); the workdir refers to its entries in %s", self._root, why,
+                         os.path.join(workdir, model_ready_cache.REFERENCE_FILE))
+            old = os.path.join(workdir, "model_ready")
+            if os.path.isdir(old) and os.path.abspath(old) != self._root:
+                logging.info("%s holds model-ready records of an older version, which are no longer read; delete it "
+                             "to free its disk", old)
+        return self._root
