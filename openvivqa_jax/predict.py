@@ -112,8 +112,6 @@ def load_run(workdir: str, beam: int | None = None):
     Raises:
       PredictError: an unusable workdir, a beam below 1, or a model whose vision input is pre-extracted region
         features (a photo cannot feed it).
-      BackendError: ``JAX_PLATFORMS`` names a backend JAX cannot start (:mod:`openvivqa_jax.accelerator`; the
-        run's ``config.platform`` is not enforced here: a run trained on a GPU predicts on any machine).
     """
     workdir = os.path.abspath(os.path.expanduser(workdir))
     _input(check_workdir, workdir)  # before JAX is imported: bad input fails fast
@@ -127,10 +125,8 @@ def load_run(workdir: str, beam: int | None = None):
         raise PredictError(f"--beam must be >= 1, got {beam}")
     with cfg.unlocked():
         cfg.mesh.shape = (1, 1)  # one example at a time, on one device
-    from openvivqa_jax import accelerator
     from openvivqa_jax.vqa import inference  # heavy: JAX, imported once the input is known good
 
-    accelerator.start_backend()  # the log's backend line; a JAX_PLATFORMS JAX cannot start is one error line
     return _input(inference.load_for_inference, workdir, cfg, prefix=f"workdir {workdir}: "), int(
         beam or cfg.eval.beam_size)
 

@@ -85,30 +85,40 @@ def load_builder(data_cfg, prepare: bool = True):
             f"no TensorFlow at read time). Rebuild it with `tfds build tfds_builders/{name} ... "
             "--file_format=array_record` (or choose another data.data_dir)") from e
     if prepare:
-        manual = data_cfg.get("manual_dir")
-        dl = tfds.download.DownloadConfig(manual_dir=os.path.expanduser(manual) if manual else None)
-        folder = os.path.expanduser(manual) if manual else os.path.join(data_dir, "downloads", "manual")
-        how = (getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", "") or "").strip("\n")
-        missing = DatasetError(
-            f"{full} needs its source files in a manual folder, and {folder} does not exist or is empty; "
-            f"put them there or set --config.data.manual_dir=<folder>. Instructions:\n{how}")
-        prepared = os.path.exists(os.path.join(builder.data_dir, "dataset_info.json"))
-        if how and not prepared and not (os.path.isdir(folder) and os.listdir(folder)):
-            raise missing
-        if prepared and _stale(builder, full, folder if how else None, bool(data_cfg.get("rebuild"))):
-            shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
-            builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
-            prepared = False
-        t0 = time.perf_counter()
-        try:
-            builder.download_and_prepare(download_config=dl)
-        except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
-            if not str(e).startswith("Manual directory"):
-                raise
-            raise missing from None
-        build_check.check_split_files(builder)
-        # Said aloud either way: a build found in a shared data folder may be another user's.
-        logging.info("%s", build_check.describe_build(builder, None if prepared else time.perf_counter() - t0))
+        builder = _prepare(builder, data_cfg, full, lambda: tfds.builder(full, data_dir=data_dir,
+                                                                        file_format="array_record", **kwargs))
+    return builder
+
+
+def _prepare(builder, data_cfg, full: str, fresh_builder):
+    """Builds ``builder``'s dataset unless it is prepared (rebuilding a stale one with ``data.rebuild``), checks
+    its files and logs which build the run reads; returns the (possibly new) builder. Raises as
+    :func:`load_builder`."""
+    import tensorflow_datasets as tfds
+
+    manual = data_cfg.get("manual_dir")
+    dl = tfds.download.DownloadConfig(manual_dir=os.path.expanduser(manual) if manual else None)
+    folder = os.path.expanduser(manual) if manual else os.path.join(_data_dir(data_cfg), "downloads", "manual")
+    how = (getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", "") or "").strip("\n")
+    missing = DatasetError(
+        f"{full} needs its source files in a manual folder, and {folder} does not exist or is empty; "
+        f"put them there or set --config.data.manual_dir=<folder>. Instructions:\n{how}")
+    prepared = os.path.exists(os.path.join(builder.data_dir, "dataset_info.json"))
+    if how and not prepared and not (os.path.isdir(folder) and os.listdir(folder)):
+        raise missing
+    if prepared and _stale(builder, full, folder if how else None, bool(data_cfg.get("rebuild"))):
+        shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
+        builder, prepared = fresh_builder(), False
+    t0 = time.perf_counter()
+    try:
+        builder.download_and_prepare(download_config=dl)
+    except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
+        if not str(e).startswith("Manual directory"):
+            raise
+        raise missing from None
+    build_check.check_split_files(builder)
+    # Said aloud either way: a build found in a shared data folder may be another user's.
+    logging.info("%s", build_check.describe_build(builder, None if prepared else time.perf_counter() - t0))
     return builder
 
 

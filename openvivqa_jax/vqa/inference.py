@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from openvivqa_jax import accelerator
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.models import build_model, model_class
