@@ -53,6 +53,7 @@ INSTALL_HINT = {"gpu": 'pip install -e ".[cuda]" (CUDA 12 wheels, NVIDIA driver 
 # JAX_PLATFORMS names -> the platform word of config.platform and of jax.default_backend().
 _JAX_NAMES = {"cuda": "gpu", "rocm": "gpu", "gpu": "gpu", "tpu": "tpu", "cpu": "cpu"}
 _WORDS = {"gpu": "GPU", "tpu": "TPU", "cpu": "CPU"}
+_LOGGED: set[str] = set()
 
 
 class BackendError(UserError):
@@ -148,7 +149,8 @@ def backend_line(backend: str, devices: Sequence, process_count: int, local_coun
       process_count, local_count: ``jax.process_count()``, ``jax.local_device_count()``.
     """
     kinds = list(dict.fromkeys(str(getattr(d, "device_kind", "?")) for d in devices))
-    line = f"backend {backend}: {_plural(len(devices), 'device')} ({', '.join(kinds)}), {_plural(process_count, 'process')}"
+    line = (f"backend {backend}: {_plural(len(devices), 'device')} ({', '.join(kinds)}), "
+            f"{_plural(process_count, 'process')}")
     if process_count > 1:
         line += f", {_plural(local_count, 'device')} here"
     return line
@@ -158,7 +160,8 @@ def _no_accelerator(platform: str, backend: str, n: int) -> BackendError:
     """The error of a run that asked for ``platform`` and got JAX's ``backend``, with why and what to install."""
     word = _WORDS[platform]
     if missing_backend(platform):
-        why = f"no JAX {word} plugin is installed (this jaxlib runs on the CPU only); install it: {INSTALL_HINT[platform]}"
+        why = (f"no JAX {word} plugin is installed (this jaxlib runs on the CPU only); install it: "
+               f"{INSTALL_HINT[platform]}")
     elif platform == "gpu":
         why = ("the CUDA plugin is installed but found no usable GPU (check `nvidia-smi`, CUDA_VISIBLE_DEVICES and "
                "the driver: CUDA 12 wheels need >= 525.60.13)")
@@ -176,7 +179,7 @@ def start_backend(platform: str = "auto", log: Callable[[str], None] | None = No
 
     Args:
       platform: ``config.platform`` (:data:`PLATFORMS`).
-      log: where the line goes (default: absl's INFO log).
+      log: where the line goes (default: absl's INFO log, once per process).
 
     Raises:
       BackendError: JAX could not start the backends ``JAX_PLATFORMS`` names (JAX's reason, on one line); or
@@ -200,12 +203,13 @@ def start_backend(platform: str = "auto", log: Callable[[str], None] | None = No
     if platform in ("gpu", "tpu") and backend != platform:
         raise _no_accelerator(platform, backend, len(devices))
     line = backend_line(backend, devices, jax.process_count(), jax.local_device_count())
-    if log is None:
+    if log is not None:
+        log(line)
+    elif line not in _LOGGED:  # once per process (predict starts it before loading a run, which starts it too)
         from absl import logging
 
+        _LOGGED.add(line)
         logging.info("%s", line)
-    else:
-        log(line)
     return line
 
 

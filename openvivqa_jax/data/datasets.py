@@ -232,7 +232,8 @@ class DataSplits:
         """The model-ready cache's folder (:func:`openvivqa_jax.data.model_ready_cache.cache_root`), said in one
         line the first time, with a note on a workdir's own ``model_ready/`` folder of an older version."""
         if self._root is None:
-            self._root, why = model_ready_cache.cache_root(self.data_cfg.get("model_ready_dir"), _data_dir(self.data_cfg))
+            self._root, why = model_ready_cache.cache_root(self.data_cfg.get("model_ready_dir"),
+                                                           _data_dir(self.data_cfg))
             logging.info("Model-ready records: cache %s (%s); the workdir refers to its entries in %s", self._root, why,
                          os.path.join(workdir, model_ready_cache.REFERENCE_FILE))
             old = os.path.join(workdir, "model_ready")
