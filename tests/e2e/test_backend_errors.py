@@ -71,3 +71,16 @@ def test_predict_with_an_unusable_jax_platforms_is_one_line(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         "error: JAX_PLATFORMS='tpu' asks JAX for a backend it cannot start: Unable to initialize backend 'tpu'"), lines
+
+
+def test_platform_cpu_keeps_jax_on_the_cpu():
+    """``config.platform='cpu'`` sets JAX's platform list before the backend starts (on an accelerator machine
+    JAX would otherwise take the accelerator); a ``JAX_PLATFORMS`` the user set is left to JAX."""
+    code = ("from openvivqa_jax import accelerator; accelerator.restrict_platform('cpu'); import jax; "
+            "print(jax.config.jax_platforms); accelerator.start_backend('cpu', log=print)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.splitlines() == ["cpu", "backend cpu: 1 device (cpu), 1 process"], out.stderr
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=subprocess_env(extra={"JAX_PLATFORMS": "cpu"}),
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines() == ["cpu", "backend cpu: 1 device (cpu), 1 process"], out.stderr
