@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from openvivqa_jax import jsonio
+
 __all__ = ["KEY_PARTS", "NOT_IN_KEY", "CACHE_ENV", "REFERENCE_FILE", "cache_root", "cache_key", "key_digest",
            "entry_path", "code_digest", "tree_digest", "library_versions", "nearest_other", "write_reference",
            "file_digest", "settings"]
@@ -325,9 +327,8 @@ def nearest_other(path: str, key: dict) -> str:
     if best is None:
         return ""
     try:
-        with open(best[2], encoding="utf-8") as f:
-            old = json.load(f).get("fingerprint") or {}
-    except (OSError, ValueError):
+        old = jsonio.read_json(best[2], error=ValueError).get("fingerprint") or {}
+    except (ValueError, AttributeError):  # unreadable, or not a manifest: nothing to compare with
         return ""
     parts = [p for p in KEY_PARTS if old.get(p) != key.get(p)]
     detail = {p: sorted(k for k in set(old.get(p) or {}) | set(key[p]) if (old.get(p) or {}).get(k) != key[p].get(k))
@@ -342,9 +343,8 @@ def write_reference(workdir: str, split: str, path: str, key: dict, built_now: b
     half of it."""
     ref_path = os.path.join(workdir, REFERENCE_FILE)
     try:
-        with open(ref_path, encoding="utf-8") as f:
-            ref = json.load(f)
-    except (OSError, ValueError):
+        ref = dict(jsonio.read_json(ref_path, error=ValueError)) if os.path.exists(ref_path) else {}
+    except (ValueError, TypeError):  # unreadable or not an object: written anew
         ref = {}
     ref[split] = {"path": path, "key": key_digest(key), "built_by_this_run": bool(built_now)}
     os.makedirs(workdir, exist_ok=True)
