@@ -14,12 +14,14 @@ import importlib
 import json
 import os
 import shutil
+import time
 from typing import Any
 
+import jax
 from absl import logging
 
 from openvivqa_jax import locks
-from openvivqa_jax.data import build_check, model_ready, pipeline
+from openvivqa_jax.data import build_check, model_ready, model_ready_cache, pipeline
 from openvivqa_jax.data.records import DatasetError
 
 __all__ = ["load_builder", "DataSplits"]
@@ -47,6 +49,9 @@ def load_builder(data_cfg, prepare: bool = True):
         (:mod:`openvivqa_jax.data.build_check`) and ``data.rebuild`` is not set; with it, the dataset is
         rebuilt.
       IncompleteBuildError: a shard file of the prepared dataset is missing or short.
+
+    With ``prepare``, logs one line saying which build the run reads: built now, or reused from where, made when
+    and by whom, from which sources (:func:`openvivqa_jax.data.build_check.describe_build`).
     """
     import tensorflow_datasets as tfds  # heavy: imported when a dataset is opened, not with this module
 
@@ -56,7 +61,7 @@ def load_builder(data_cfg, prepare: bool = True):
     except ModuleNotFoundError as e:
         raise DatasetError(f"no dataset builder tfds_builders/{name}: {e}") from e
     bc = data_cfg.get("builder_config") or ""
-    data_dir = os.path.expanduser(data_cfg.get("data_dir") or "~/tensorflow_datasets")
+    data_dir = _data_dir(data_cfg)
     kwargs = dict(data_cfg.get("builder_kwargs") or {})
     if bc.lstrip().startswith("{"):
         # A JSON builder config, as `tfds build --config '{"name": ..., ...}'` takes it, e.g.
@@ -116,6 +121,7 @@ def _prepare(builder, make, full: str, data_cfg, data_dir: str):
         return "stale" if _stale(b, full, folder if how else None, bool(data_cfg.get("rebuild")), log) else "ready"
 
     built_here = False
+    t0 = time.perf_counter()
     if state(builder, log=True) == "ready":
         _download_and_prepare(builder, dl, missing)  # built: TFDS only reads what is there
     else:
@@ -128,6 +134,8 @@ def _prepare(builder, make, full: str, data_cfg, data_dir: str):
             built_here = now != "ready"
             _download_and_prepare(builder, dl, missing)
     build_check.check_split_files(builder)
+    # Said aloud either way: a build found in a shared data folder may be another user's.
+    logging.info("%s", build_check.describe_build(builder, time.perf_counter() - t0 if built_here else None))
     if not built_here:  # built earlier or by another process: the build's own log lines are not in this log
         _log_notes(builder, full)
     return builder
@@ -151,6 +159,11 @@ def _log_notes(builder, full: str) -> None:
     if summary:
         logging.info("%s was built with repairs or skips (per file and first ids in %s): %s", full,
                      os.path.join(builder.data_dir, build_check.NOTES_FILE), "; ".join(summary))
+
+
+def _data_dir(data_cfg) -> str:
+    """``data.data_dir`` with ``~`` expanded; ``~/tensorflow_datasets`` when not set (TFDS's default)."""
+    return os.path.expanduser(data_cfg.get("data_dir") or "~/tensorflow_datasets")
 
 
 def _stale(builder, full: str, manual_dir: str | None, rebuild: bool, log: bool = True) -> bool:
@@ -196,6 +209,7 @@ class DataSplits:
         self._sources: dict[str, Any] = {}
         self._records: dict[str, list] = {}
         self._model_ready: dict[str, Any] = {}
+        self._root: str | None = None
 
     @property
     def builder(self):
@@ -236,7 +250,10 @@ class DataSplits:
 
     def model_ready(self, split: str, pre, workdir: str):
         """The model-ready records of ``split`` (:mod:`openvivqa_jax.data.model_ready`, opened once, built when
-        missing, stale or corrupt) when ``data.model_ready`` is on and they cover ``pre``'s batches, else None."""
+        missing or corrupt) when ``data.model_ready`` is on and they cover ``pre``'s batches, else None.
+
+        They come from the shared cache (:mod:`openvivqa_jax.data.model_ready_cache`); process 0 records the
+        entry in ``<workdir>/model_ready.json``."""
         if not self.data_cfg.get("model_ready"):
             return None
         why = model_ready.usable(pre)
@@ -244,8 +261,25 @@ class DataSplits:
             logging.info("data.model_ready: %s/%s is read per example (%s)", self.builder.name, split, why)
             return None
         if split not in self._model_ready:
-            root = self.data_cfg.get("model_ready_dir") or os.path.join(workdir, "model_ready")
-            self._model_ready[split] = model_ready.open_split(
+            root = self._cache_root(workdir)
+            mr = model_ready.open_split(
                 self.source(split), pre, root, split, self.builder, source_name=f"{self.builder.name}/{split}",
                 num_workers=int(self.data_cfg.get("preprocess_workers", 0) or 0))
+            if jax.process_index() == 0:
+                model_ready_cache.write_reference(workdir, split, mr.path, mr.key, mr.built_now)
+            self._model_ready[split] = mr
         return self._model_ready[split]
+
+    def _cache_root(self, workdir: str) -> str:
+        """The model-ready cache's folder (:func:`openvivqa_jax.data.model_ready_cache.cache_root`), said in one
+        line the first time, with a note on a workdir's own ``model_ready/`` folder of an older version."""
+        if self._root is None:
+            self._root, why = model_ready_cache.cache_root(self.data_cfg.get("model_ready_dir"),
+                                                           _data_dir(self.data_cfg))
+            logging.info("Model-ready records: cache %s (%s); the workdir refers to its entries in %s", self._root, why,
+                         os.path.join(workdir, model_ready_cache.REFERENCE_FILE))
+            old = os.path.join(workdir, "model_ready")
+            if os.path.isdir(old) and os.path.abspath(old) != self._root:
+                logging.info("%s holds model-ready records of an older version, which are no longer read; delete it "
+                             "to free its disk", old)
+        return self._root
