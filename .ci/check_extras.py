@@ -40,7 +40,9 @@ def resolve(root: str, extras: list[str]) -> tuple[dict | None, str]:
     """``(pip's installation report, "")`` for ``root[extras]``, or ``(None, pip's last error line)``."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report.json")
+        # --no-cache-dir: the wheels fetched to read their metadata (GBs for CUDA) are not kept.
         cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--no-input",
+               "--no-cache-dir",
                "--report", report, f"{root}[{','.join(extras)}]"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0 or not os.path.isfile(report):
