@@ -115,8 +115,13 @@ def test_missing_language_needs_default_language(tmp_path):
 def test_duplicate_question_id_in_list_form(tmp_path):
     manual = tmp_path / "manual"
     make_public_test(manual, ANNOTATIONS + [(101, 2, "again?", "again", "en")])
-    with pytest.raises(readers.DatasetInputError, match=r"question 101: question id listed twice"):
-        build(manual, tmp_path / "data")
+    b = build(manual, tmp_path / "data")
+    got = {ex["question_id"].decode(): ex["question"].decode() for ex in b.as_data_source()["test"]}
+    assert got["101#2"] == "again ?" and "101" in got and len(got) == len(ANNOTATIONS) + 1
+    assert b.repairs["test"].totals() == {"repeated_id_renamed": 1}
+    with pytest.raises(readers.DatasetInputError, match=r"question 101: question id repeated with another question "
+                       r"\(also in .*\) \(refused by the builder option strict"):
+        build(manual, tmp_path / "data2", EvjvqaConfig(name="strict", ocr_engine="none", strict=True))
 
 
 # ---- metrics -------------------------------------------------------------------------------------------
