@@ -9,22 +9,24 @@ Variants (``--config configs/viquad/reader.py:<variant>``):
 
 * ``drqa_synthetic``, ``qanet_synthetic``: DrQA and QANet on the synthetic set, CPU minutes.
 
-* Real UIT-ViQuAD files in a folder (``--config.data.manual_dir``; docs/viquad.md says which), each reader sized
-  for 30 minutes on 2 CPU cores (``*_cpu``) or at the paper's sizes for a GPU:
+* Real UIT-ViQuAD files in ``--config.data.manual_dir``: the public files (builder config ``v1_eval_v2_train``:
+  1.0 dev/test, train from the 2.0 folds' 11,626 answerable questions; ``../shared/data/real/viquad``), each
+  reader sized for 30 minutes on 2 CPU cores (``*_cpu``) or at the paper's sizes for a GPU:
 
   - ``drqa_cpu``, ``qanet_cpu``, ``transformer_cpu``: syllable tokens with a character CNN and the exact-match
     features, a constant learning rate;
   - ``drqa``, ``qanet``: the papers' sizes (DrQA: 3 BiLSTM layers of 128, Adamax; QANet: d 128, 7 model-encoder
     blocks; 300-d words, 40 epochs of batch 32 as ViQuAD §5.3);
   - ``viquad``: the transformer at the BERT baseline's input sizes (§5.3: sequence 384, question 64, answers up
-    to 300 pieces; doc stride 128 as BERT's run_squad.py), BPE pieces;
+    to 300 pieces; doc stride 128 as BERT's run_squad.py), BPE pieces, on the 1.0 release with its train file
+    (builder config ``default``);
   - ``mbert``, ``xlmr``, ``phobert``: a pretrained Hugging Face checkpoint (``--config.model.pretrained_path``)
     fine-tuned under the span head at §5.3's sizes.
 
   ::
 
       python -m openvivqa_jax.main --config configs/viquad/reader.py:drqa_cpu --workdir runs/viquad_drqa \\
-          --config.data.manual_dir=~/data/viquad
+          --config.data.manual_dir=../shared/data/real/viquad
 """
 
 import ml_collections
@@ -48,7 +50,11 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = "reading"
     c.seed = 0
-    c.data = common.tfds_data("viquad", "default" if variant in REAL else "synthetic", eval_split="dev")
+    c.data = common.tfds_data("viquad", "synthetic", eval_split="dev")
+    if variant == "viquad":  # the 1.0 release with its train file (train_ViQuAD.json, dev_..., test_...)
+        c.data.builder_config = "default"
+    elif variant in REAL:  # the public files: 1.0 dev/test, train from the 2.0 folds (tfds_builders/viquad)
+        c.data.builder_config = "v1_eval_v2_train"
 
     c.tokenizer = common.bpe_tokenizer(1000 if variant == "synthetic" else 8000)
 
@@ -109,6 +115,9 @@ def _words(c: ml_collections.ConfigDict, variant: str) -> None:
     c.tokenizer.min_count = 1
     m.encoder = reader
     m.match_features = True
+    # The user's fastText vectors for the word embedding (.bin / .vec; word_dim must be their width, 300 for
+    # cc.vi.300), kept as loaded with freeze=True; unset: learned from scratch.
+    m.fasttext = ml_collections.ConfigDict({"path": "", "freeze": False})
     m.word_dim, m.char_dim, m.char_channels, m.char_kernel = 128, 32, 64, 5
     m.max_seq_len, m.max_question_len, m.doc_stride, m.max_answer_len = 320, 40, 128, 40
     m.dropout = 0.2

@@ -16,6 +16,8 @@ and the tokenizer (``tokenizer.json``; PhoBERT's ``vocab.txt`` + ``bpe.codes`` a
   normalize_word`); the question is the dataset's normalized (lowercase) text, as the builder stores it.
   PhoBERT was pretrained on word-segmented text (``học_sinh``); ViQuAD's text is syllables, which PhoBERT reads
   less well unless the dataset is segmented first.
+
+Also the DrQA / QANet word vectors from the user's fastText file (:func:`initialize_word_vectors`).
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from absl import logging
 from flax import nnx
 
 from openvivqa_jax.models.bert import BertCheckpointError, BertEncoder, BertSettings, load_hf_checkpoint, read_bert_settings
 from openvivqa_jax.text.checkpoint_tokenizer import load_checkpoint_tokenizer
 from openvivqa_jax.text.normalize import remove_format_characters
 
-__all__ = ["PretrainedEncoder", "CheckpointReaderTokenizer", "pretrained_folder"]
+__all__ = ["PretrainedEncoder", "CheckpointReaderTokenizer", "pretrained_folder", "initialize_word_vectors",
+           "WORD_EMBEDDING"]
 
 _ROBERTA = ("roberta", "xlm-roberta", "camembert", "phobert")
 
@@ -161,3 +166,40 @@ class CheckpointReaderTokenizer:
             inv = {v: k for k, v in self._base._tok.encoder.items()}
             return inv.get(int(i), "")
         return self._base._tok.id_to_token(int(i)) or ""
+
+
+#: The parameter path of the DrQA / QANet word embedding (what ``model.fasttext.freeze`` keeps as loaded).
+WORD_EMBEDDING = r"(.*/)?encoder/embed/embedding/embedding(/.*)?"
+
+
+def initialize_word_vectors(model, model_cfg, tokenizer) -> str | None:
+    """Starts the word embedding of a DrQA / QANet reader from the user's fastText file ``model.fasttext.path``
+    (``.bin`` or ``.vec``, read by :func:`openvivqa_jax.text.word_vectors.piece_vectors`: row ``i`` is the vector
+    of syllable ``i``; ViQuAD §5.3 uses such vectors). Syllables without a vector keep their random start, scaled
+    to the vectors' spread. Returns the line logged, or None when no file is set.
+
+    Raises:
+      ValueError: the file is set but the reader has no word embedding (the transformer, a checkpoint).
+      openvivqa_jax.text.word_vectors.WordVectorsError: a missing or bad file, or one whose width is not
+        ``model.word_dim``.
+    """
+    from openvivqa_jax.models.pretrained import fasttext_path
+
+    path = fasttext_path(model_cfg)
+    if not path:
+        return None
+    embed = getattr(model.encoder, "embed", None)
+    if embed is None:
+        raise ValueError(f"model.fasttext.path is set but the {model_cfg.encoder!r} reader has no word embedding "
+                         "to start from it (the drqa and qanet readers have)")
+    from openvivqa_jax.text.word_vectors import piece_vectors
+
+    table = embed.embedding.embedding
+    vectors, found = piece_vectors(path, tokenizer, dim=int(table.shape[1]))
+    old = np.asarray(table[...])
+    if found.any():
+        old = old * (float(vectors[found].std()) / max(float(old.std()), 1e-12))
+    table[...] = jnp.asarray(np.where(found[:, None], vectors, old), table[...].dtype)
+    line = f"word embedding: {int(found.sum())} of {len(found)} syllables from fastText {path}"
+    logging.info("%s", line)
+    return line

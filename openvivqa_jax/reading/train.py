@@ -47,7 +47,8 @@ from openvivqa_jax.reading.model import build_reader, span_loss
 from openvivqa_jax.text.tokenizer import Tokenizer
 from openvivqa_jax.training import checkpoints, interrupts, tensorboard_writer
 from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, write_jsonl
-from openvivqa_jax.training.state import TrainState, make_optimizer, make_schedule
+from openvivqa_jax.reading.pretrained import WORD_EMBEDDING, initialize_word_vectors
+from openvivqa_jax.training.state import TrainState, freeze_params, make_optimizer, make_schedule
 
 __all__ = ["train_and_evaluate", "warn_schedule", "MAX_SCRATCH_LR"]
 
@@ -139,10 +140,13 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     model = build_reader(cfg.model, tokenizer.vocab_size, seed=cfg.seed, num_chars=getattr(tokenizer, "num_chars", 0))
     if hasattr(model.encoder, "load_pretrained"):  # a resumed run restores these weights from its checkpoint
         logging.info("%s", model.encoder.load_pretrained())
+    initialize_word_vectors(model, cfg.model, tokenizer)
     graphdef, params = nnx.split(model, nnx.Param)
     del model
     t = cfg.train
     tx, schedule = make_optimizer(t, cfg.model.d_model)
+    if (cfg.model.get("fasttext") or {}).get("freeze") and (cfg.model.get("fasttext") or {}).get("path"):
+        tx = freeze_params(tx, params, WORD_EMBEDDING)
     state = TrainState(jnp.int32(0), params, tx.init(params))
     num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
     logging.info("Span reader: %d parameters, %d train windows of %d pieces", num_params, len(windows),

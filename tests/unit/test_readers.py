@@ -244,3 +244,36 @@ def test_comparison_table_has_the_run_the_human_row_and_the_paper():
     assert lines[3].split()[-4:] == ["85.65", "n/a", "95.19", "n/a"]
     assert any(ln.split()[-4:] == ["35.93", "35.61", "59.33", "58.67"] and ln.startswith("DrQA + FastText")
                for ln in lines)
+
+
+def test_word_embedding_starts_from_a_fasttext_file_and_can_be_frozen(batch, tmp_path):
+    """Rows of syllables in the ``.vec`` file are their vectors (the project's loader); the freeze regex names
+    exactly the word embedding."""
+    from openvivqa_jax.reading.model import build_reader
+    from openvivqa_jax.reading.pretrained import WORD_EMBEDDING, initialize_word_vectors
+    from openvivqa_jax.training.state import freeze_params
+
+    tok, _ = batch
+    vec = {"hà": np.arange(8) / 10, "nội": -np.arange(8) / 10}
+    (tmp_path / "v.vec").write_text("2 8\n" + "".join(f"{w} {' '.join(map(str, v))}\n" for w, v in vec.items()),
+                                    encoding="utf-8")
+    m = _model_cfg("drqa")
+    m.fasttext = ml_collections.ConfigDict({"path": str(tmp_path / "v.vec"), "freeze": True})
+    reader = build_reader(m, tok.vocab_size, num_chars=tok.num_chars)
+    before = np.asarray(reader.encoder.embed.embedding.embedding[...]).copy()
+    assert initialize_word_vectors(reader, m, tok).startswith("word embedding: 2 of")
+    after = np.asarray(reader.encoder.embed.embedding.embedding[...])
+    for w, v in vec.items():
+        np.testing.assert_allclose(after[tok.encode(w)[0]], v, rtol=1e-6)
+    other = tok.encode("là")[0]
+    assert not np.allclose(after[other], before[other]) and np.allclose(after[other] / before[other],
+                                                                        after[other][0] / before[other][0])
+    import optax
+
+    params = nnx.state(reader, nnx.Param)
+    tx = freeze_params(optax.sgd(1.0), params, WORD_EMBEDDING)
+    grads = jax.tree.map(jnp.ones_like, params)
+    upd, _ = tx.update(grads, tx.init(params), params)
+    flat = {"/".join(map(str, k)): v for k, v in nnx.to_flat_state(upd)}
+    frozen = [k for k, v in flat.items() if not np.any(np.asarray(v[...]))]
+    assert frozen == ["encoder/embed/embedding/embedding"]
