@@ -35,7 +35,7 @@ from openvivqa_jax.models.layers import Dropout, MultiHeadAttention, dense, laye
 from openvivqa_jax.reading.embed import TokenEmbedder, gather_passage, gather_question, masked_softmax, scatter_passage
 from openvivqa_jax.reading.features import NUM_TOKEN_FEATURES
 
-__all__ = ["QANetEncoder", "EncoderBlock", "context_query_attention", "sinusoid_positions"]
+__all__ = ["QANetEncoder", "EncoderBlock", "context_query_attention", "depthwise_conv", "sinusoid_positions"]
 
 
 def sinusoid_positions(length: int, d: int) -> np.ndarray:
@@ -70,16 +70,27 @@ def context_query_attention(c: jax.Array, q: jax.Array, c_mask: jax.Array, q_mas
     return jnp.concatenate([c32, a, c32 * a, c32 * b], -1).astype(c.dtype)
 
 
+def depthwise_conv(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """A depthwise convolution of ``x`` ``(B, T, d)`` with ``kernel`` ``(k, d)`` and zero padding as XLA's
+    "SAME" (``(k - 1) // 2`` before): ``y_t = sum_j kernel_j * x_{t + j - (k - 1) // 2}``. Written as ``k``
+    shifted products, which XLA's CPU code runs about 200 times faster than a grouped convolution (its gradient
+    above all)."""
+    k = kernel.shape[0]
+    left = (k - 1) // 2
+    xp = jnp.pad(x, ((0, 0), (left, k - 1 - left), (0, 0)))
+    t = x.shape[1]
+    return sum(xp[:, j:j + t] * kernel[j].astype(x.dtype) for j in range(k))
+
+
 class _SeparableConv(nnx.Module):
     """Depthwise convolution of width ``kernel`` over the sequence, then a pointwise ``d -> d`` (Chollet 2017)."""
 
     def __init__(self, d: int, kernel: int, *, rngs: nnx.Rngs, dtype: Any):
-        self.depthwise = nnx.Conv(d, d, (kernel,), padding="SAME", feature_group_count=d, use_bias=False,
-                                  dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+        self.depthwise = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), (kernel, 1, d))[:, 0])
         self.pointwise = dense(d, d, rngs, dtype)
 
     def __call__(self, x):
-        return self.pointwise(self.depthwise(x))
+        return self.pointwise(depthwise_conv(x, self.depthwise[...]))
 
 
 class EncoderBlock(nnx.Module):

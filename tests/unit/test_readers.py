@@ -277,3 +277,14 @@ def test_word_embedding_starts_from_a_fasttext_file_and_can_be_frozen(batch, tmp
     flat = {"/".join(map(str, k)): v for k, v in nnx.to_flat_state(upd)}
     frozen = [k for k, v in flat.items() if not np.any(np.asarray(v[...]))]
     assert frozen == ["encoder/embed/embedding/embedding"]
+
+
+def test_depthwise_convolution_matches_numpy():
+    from openvivqa_jax.reading.qanet import depthwise_conv
+
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(2, 6, 3)), rng.normal(size=(5, 3))
+    got = np.asarray(depthwise_conv(jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32)))
+    xp = np.pad(x, ((0, 0), (2, 2), (0, 0)))
+    want = np.stack([sum(xp[:, t + j] * w[j] for j in range(5)) for t in range(6)], 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
