@@ -31,6 +31,7 @@ import os
 import unicodedata
 from collections.abc import Iterable
 
+from openvivqa_jax import jsonio
 from openvivqa_jax.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = ["WordTokenizer", "train_word_tokenizer", "strip_tones", "fold_diacritics", "MAX_WORD_CHARS",
@@ -88,11 +89,10 @@ class WordTokenizer:
         Raises:
           ValueError: the file is not such a JSON object (names the file).
         """
+        raw = jsonio.read_json(path, error=ValueError)
         try:
-            with open(path, encoding="utf-8") as f:
-                raw = json.load(f)
             return cls(list(raw["words"]), list(raw["chars"]), int(raw.get("min_count", 1)), path)
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise ValueError(f"{path} is not a word vocabulary (words.json with 'words' and 'chars'): {e}") from None
 
     def save(self, path: str) -> None:
