@@ -284,10 +284,19 @@ def test_reader_config_is_accepted_and_checked():
     from openvivqa_jax.config_files import load_config
     from openvivqa_jax.reading.config import check_reading_config
 
-    for variant in ("synthetic", "viquad"):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reader_cfg", os.path.join(ROOT, "configs/viquad/reader.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for variant in mod.VARIANTS:
         cfg = load_config(os.path.join(ROOT, "configs/viquad/reader.py"), variant)
         check_config(cfg)
         check_reading_config(cfg)
+        # Real-data variants read the public files' layout (1.0 dev/test, 2.0 folds as train), `viquad` the release.
+        want = "synthetic" if variant not in mod.REAL else ("default" if variant == "viquad" else "v1_eval_v2_train")
+        assert cfg.data.builder_config == want, variant
+    cfg = load_config(os.path.join(ROOT, "configs/viquad/reader.py"), "viquad")
     cfg.model.max_seq_len = 40
     with pytest.raises(ConfigError, match=r"model\.max_seq_len=40 .* >= model\.max_question_len \+ 4 = 68"):
         check_reading_config(cfg)
