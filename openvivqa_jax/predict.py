@@ -190,9 +190,13 @@ def _ocr_settings(args) -> dict:
 def _run(args) -> int:
     """Reads the questions and checks every image, then loads the run, answers and reports (the stages below);
     returns the exit code."""
-    paths.check_args(args, PATH_FLAGS, extra=[("--ocr", None if args.ocr in OCR_ENGINES else args.ocr,
-                                               paths.INPUT_FILE)])
     single = args.image is not None or args.question is not None
+    if args.questions and not single and args.output is None:
+        args.output = "submission.json"  # the default, checked like a given path (it may be the questions file)
+    skipped_list = os.path.splitext(args.output)[0] + ".skipped.json" if args.output and args.skip_bad else None
+    paths.check_args(args, PATH_FLAGS, extra=[("--ocr", None if args.ocr in OCR_ENGINES else args.ocr,
+                                               paths.INPUT_FILE), ("--skip_bad list", skipped_list, paths.OUTPUT_FILE)],
+                     reads=_implicit_reads(args))
     records, question_skips = _read_records(args, single)
     ocr_cfg = _ocr_settings(args)
     # Every image is checked before the model is loaded, so bad input fails fast (or, with --skip_bad in batch
@@ -226,6 +230,18 @@ def _run(args) -> int:
     if stats:
         logging.info("OCR counters: %s", stats)
     return 0
+
+
+def _implicit_reads(args) -> list[tuple[str, str]]:
+    """What predict reads without a flag of its own, which no output may replace: the run's files in
+    ``--workdir`` and, for ``--questions`` without ``--image_dir``, the folders its images are looked up in."""
+    wd = os.path.expanduser(args.workdir)
+    reads = [(f"the run's {name} in --workdir {args.workdir}", os.path.join(wd, name))
+             for name in ("config.json", "spm.model", "answers.json", "checkpoints", "best")]
+    if args.questions and not args.image_dir:
+        reads += [(f"the image folder {f} of --questions", f)
+                  for f in formats.image_folders(os.path.expanduser(args.questions), None)]
+    return reads
 
 
 def _read_records(args, single: bool) -> tuple[list[dict], dict[str, str] | None]:
