@@ -23,7 +23,7 @@ from openvivqa_jax.training import sharding
 from openvivqa_jax.training.run_log import JsonlWriter
 from openvivqa_jax.training.state import (TrainState, counter_optimizer, freeze_params, frozen_param_regex,
                                          make_optimizer)
-from openvivqa_jax.vqa import assets
+from openvivqa_jax.vqa import assets, run_settings
 from openvivqa_jax.vqa import config as vqa_config
 
 __all__ = ["StateSpec", "create_train_state", "Experiment", "create_experiment"]
@@ -144,6 +144,8 @@ def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
     data.check_splits({**({"data.train_split": cfg.data.train_split} if initialize else {}),
                        "data.eval_split": cfg.data.eval_split, **vqa_config.split_fields(cfg)})
     os.makedirs(workdir, exist_ok=True)
+    if initialize and jax.process_index() == 0:
+        run_settings.write_initial_config(cfg, workdir)  # before the run's first file: its settings are known
     train_records = None
     if not assets.exists_on_process_0(os.path.join(workdir, "spm.model")):
         train_records = data.records(cfg.data.train_split)

@@ -38,6 +38,7 @@ from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.models.counting import COUNTING_FIELDS, counter_weight
+from openvivqa_jax.vqa import run_settings
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, peak_device_memory_mib
 from openvivqa_jax.training.state import TrainState, make_schedule
@@ -179,6 +180,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     if finished is not None:
         _report_finished(workdir, finished)
         return {}
+    # Before anything is made or loaded: a changed setting that the run's files fix is one line, not ignored.
+    run_settings.check_settings(cfg, os.path.abspath(os.path.expanduser(workdir)))
     warn_warmup(cfg)
     exp, state = create_experiment(cfg, workdir)
     spec, t = exp.spec, cfg.train

@@ -12,9 +12,15 @@ import os
 
 import ml_collections
 
+from openvivqa_jax.errors import UserError
 from openvivqa_jax.evaluation.formats import InputError, read_json_file
 
-__all__ = ["check_workdir", "load_config"]
+__all__ = ["RunFolderError", "check_workdir", "load_config"]
+
+
+class RunFolderError(UserError, FileNotFoundError):
+    """A run folder that cannot be answered or scored from: not there, or without its config, tokenizer or a
+    checkpoint (one line naming the folder and what is missing)."""
 
 
 def _has_step(d: str) -> bool:
@@ -26,15 +32,15 @@ def check_workdir(workdir: str) -> None:
     ``best/`` or ``checkpoints/``.
 
     Raises:
-      FileNotFoundError: naming the workdir and what is missing (one line).
+      RunFolderError: naming the workdir and what is missing (one line).
     """
     if not os.path.isdir(workdir):
-        raise FileNotFoundError(f"workdir {workdir}: not found")
+        raise RunFolderError(f"workdir {workdir}: not found")
     for name, what in (("config.json", "the run's config"), ("spm.model", "the tokenizer")):
         if not os.path.isfile(os.path.join(workdir, name)):
-            raise FileNotFoundError(f"workdir {workdir}: no {name} ({what}); is it a training run folder?")
+            raise RunFolderError(f"workdir {workdir}: no {name} ({what}); is it a training run folder?")
     if not (_has_step(os.path.join(workdir, "best")) or _has_step(os.path.join(workdir, "checkpoints"))):
-        raise FileNotFoundError(f"workdir {workdir}: no checkpoint (best/ and checkpoints/ hold no saved step); "
+        raise RunFolderError(f"workdir {workdir}: no checkpoint (best/ and checkpoints/ hold no saved step); "
                                 "train first")
 
 
