@@ -26,6 +26,7 @@ from PIL import Image
 
 from openvivqa_jax.cli import install_tfds_cli_handler
 from openvivqa_jax import jsonio
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.data import images as images_lib
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.text.normalize import normalize_text
@@ -410,7 +411,7 @@ def read_release_file(path: Path, *, dataset: str, policy: ErrorPolicy, unknown:
     if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
         raise DatasetInputError(
             f"{path}: expected an object with 'images' and 'annotations' ({dataset} format), got "
-            f"{type(data).__name__}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}")
+            f"{json_kind(data)}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}")
     unknown.check(data, top_fields, path=path)
     return (_release_images(path, data["images"], policy, unknown, image_fields),
             _release_annotations(path, data["annotations"], policy))
@@ -457,7 +458,7 @@ def _release_images(path: Path, images_raw: Any, policy: ErrorPolicy, unknown: U
             unknown.check(e, image_fields, path=path)
             entries.append((f"images[{i}] (image {e['id']!r})", e["id"], e.get("filename", e.get("file_name"))))
     else:
-        raise DatasetInputError(f"{path}: 'images' must be an object or a list, got {type(images_raw).__name__}")
+        raise DatasetInputError(f"{path}: 'images' must be an object or a list, got {json_kind(images_raw)}")
     images: dict[str, str] = {}
     for where, k, name in entries:
         if not isinstance(name, str) or not name.strip():
@@ -490,7 +491,7 @@ def _release_annotations(path: Path, anns_raw: Any, policy: ErrorPolicy) -> list
             listed.append((str(qid), f"question {qid}", a))
     else:
         raise DatasetInputError(
-            f"{path}: 'annotations' must be an object or a list, got {type(anns_raw).__name__}")
+            f"{path}: 'annotations' must be an object or a list, got {json_kind(anns_raw)}")
     anns, seen = [], set()
     for qid, record, a in listed:
         if qid in seen:
@@ -509,7 +510,7 @@ def clean_question(value: Any, *, path: Any, record: str) -> str:
         DatasetInputError: the value is not a string, or is empty after normalization.
     """
     if not isinstance(value, str):
-        raise record_error(path, record, f"question is {type(value).__name__} ({value!r}), expected a string")
+        raise record_error(path, record, f"question is {json_kind(value)} ({value!r}), expected a string" if value is not None else "no question")
     q = normalize_text(value)
     if not q:
         raise record_error(path, record, f"empty question ({value!r})")
@@ -532,11 +533,11 @@ def clean_answers(value: Any, *, path: Any, record: str, required: bool) -> list
     """
     values = [] if value is None else [value] if isinstance(value, str) else value
     if not isinstance(values, list):
-        raise record_error(path, record, f"answers must be a string or list of strings, got {type(value).__name__}")
+        raise record_error(path, record, f"answers must be a string or list of strings, got {json_kind(value)}")
     out = []
     for i, a in enumerate(values):
         if not isinstance(a, str):
-            raise record_error(path, record, f"answer {i} is {type(a).__name__} ({a!r}), expected a string")
+            raise record_error(path, record, f"answer {i} is {json_kind(a)} ({a!r}), expected a string")
         na = normalize_text(a)
         if not na:
             if len(values) > 1:

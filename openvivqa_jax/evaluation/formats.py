@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
 from openvivqa_jax.errors import UserError
 
 from openvivqa_jax import jsonio
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
 __all__ = [
@@ -153,21 +155,40 @@ def _read_json(path: str, what: str) -> Any:
     return jsonio.read_json(path, what=f"{what} file", error=InputError, repeated_keys="error")
 
 
+def answer_text(value: Any, where: str, what: str = "answer") -> str | None:
+    """``value`` when it is a string (or None: no answer), as the dataset builders read an answer.
+
+    A JSON number is refused as the builders refuse it (``tfds_builders/readers.py``): its text is not kept
+    (``1e2``, ``100.0`` and ``100.00`` all read as the number 100.0), so no conversion could give the string the
+    file meant, and ``"100.0"`` would score 0 against a reference ``"100"``.
+
+    Raises:
+      InputError: a number, true/false, a list or an object (the message starts with ``where``).
+    """
+    if value is None or isinstance(value, str):
+        return value
+    shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (bool, int, float)) else None
+    hint = (f"; write it in quotes as it should be scored, e.g. \"{int(value) if float(value).is_integer() else value}\""
+            " (a number's own spelling is not kept: 1e2 and 100.0 both read as 100.0)"
+            if isinstance(value, (int, float)) and not isinstance(value, bool) else "")
+    raise InputError(f"{where}: {what} is {json_kind(value)}{f' ({shown})' if shown else ''}, expected a string{hint}")
+
+
 def _answers_list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, list):
-        out = []
-        for a in value:
-            if isinstance(a, dict) and "text" in a:  # SQuAD-style {text, answer_start}
-                a = a["text"]
-            elif isinstance(a, dict) and "answer" in a:  # VQA-style {answer, answer_id}
-                a = a["answer"]
-            out.append(a)
-        return out
-    raise InputError(f"{where}: answers must be a string or a list of strings, got {type(value).__name__}")
+    if not isinstance(value, list):
+        if isinstance(value, dict):
+            raise InputError(f"{where}: answers must be a string or a list of strings, got {json_kind(value)}")
+        return [answer_text(value, where)]
+    out = []
+    for i, a in enumerate(value):
+        if isinstance(a, dict) and "text" in a:  # SQuAD-style {text, answer_start}
+            a = a["text"]
+        elif isinstance(a, dict) and "answer" in a:  # VQA-style {answer, answer_id}
+            a = a["answer"]
+        out.append(answer_text(a, where, f"answer {i}"))
+    return out
 
 
 #: Record fields kept in :attr:`ReferenceSet.fields` (scores can be grouped by them).
@@ -216,7 +237,7 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
             for qid, rec in anns.items():
                 where = f"{path}: annotation {qid!r}"
                 if not isinstance(rec, dict):
-                    raise InputError(f"{where}: expected an object, got {type(rec).__name__}")
+                    raise InputError(f"{where}: expected an object, got {json_kind(rec)}")
                 if "answer" not in rec and "answers" not in rec:
                     raise InputError(f"{where}: no 'answer' field")
                 answers = _answers_list(rec.get("answer", rec.get("answers")), where)
@@ -227,7 +248,7 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
             for i, rec in enumerate(anns):
                 where = f"{path}: annotations[{i}]"
                 if not isinstance(rec, dict):
-                    raise InputError(f"{where}: expected an object, got {type(rec).__name__}")
+                    raise InputError(f"{where}: expected an object, got {json_kind(rec)}")
                 qid = rec.get("id", rec.get("question_id"))
                 where = f"{path}: annotation {qid!r} (annotations[{i}])"
                 if "answers" not in rec and "answer" not in rec:
@@ -278,7 +299,7 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
         for qid, value in data.items():
             _add(ref, qid, _answers_list(value, f"{path}: question {qid!r}"), QA_TYPE_UNKNOWN, None, path)
         return ref
-    raise InputError(f"{path}: unrecognized reference format (top level is {type(data).__name__})")
+    raise InputError(f"{path}: unrecognized reference format (top level is {json_kind(data)})")
 
 
 def _load_csv(path: str) -> ReferenceSet:
@@ -332,10 +353,10 @@ def predictions_from_json(data: Any, path: str = "<json>") -> PredictionSet:
         for qid, value in data.items():
             if isinstance(value, (list, dict)):
                 raise InputError(
-                    f"{path}: question {qid!r}: prediction must be a string, got {type(value).__name__} "
-                    "(a {{question_id: [answers]}} file is a reference file)"
+                    f"{path}: question {qid!r}: prediction must be a string, got {json_kind(value)} "
+                    "(a file of {question_id: [answers]} holds references: give it as --references)"
                 )
-            preds[str(qid)] = value
+            preds[str(qid)] = answer_text(value, f"{path}: question {qid!r}", "prediction")
         return PredictionSet(preds, None, "mapping", path)
     if isinstance(data, list):
         preds: dict[str, Any] = {}
@@ -349,10 +370,10 @@ def predictions_from_json(data: Any, path: str = "<json>") -> PredictionSet:
                 raise InputError(f"{path}: question {qid!r} (record {i}): no 'prediction' or 'answer' field")
             if qid in preds:
                 raise InputError(f"{path}: question {qid!r} (record {i}): duplicate question id")
-            preds[qid] = rec[key]
+            preds[qid] = answer_text(rec[key], f"{path}: question {qid!r} (record {i})", key)
         refs = references_from_json(data, path) if has_refs else None
         return PredictionSet(preds, refs, "records" if has_refs else "answer-records", path)
-    raise InputError(f"{path}: unrecognized predictions format (top level is {type(data).__name__})")
+    raise InputError(f"{path}: unrecognized predictions format (top level is {json_kind(data)})")
 
 
 def load_predictions(path: str | os.PathLike) -> PredictionSet:
@@ -385,7 +406,7 @@ def clean_question(question: Any, where: str) -> str:
       InputError: not text, or empty after normalization (the message starts with ``where``).
     """
     if not isinstance(question, str):
-        raise InputError(f"{where}: question is {type(question).__name__}, expected text")
+        raise InputError(f"{where}: question is {json_kind(question)}, expected text")
     q = normalize_text(question)
     if not q:
         raise InputError(f"{where}: the question is empty")

@@ -208,7 +208,7 @@ BAD_JSON = {
                           r"\[0\] \(question q1\): empty answer list"),
     "empty answer": ([{"image": "blue.jpeg", "question": "a?", "answer": ""}], r"\[0\]: empty answer$"),
     "answer not a string": ([{"image": "blue.jpeg", "question": "a?", "answers": ["b", 3]}],
-                            r"\[0\]: answer 1 is int \(3\), expected a string"),
+                            r"\[0\]: answer 1 is a number \(3\), expected a string"),
     "missing image": ([{"image": "gone.png", "question": "a?", "answer": "b", "question_id": 4}],
                       r"\[0\] \(question 4\): image file 'gone\.png' not found"),
     "unknown language": ([{"image": "blue.jpeg", "question": "a?", "answer": "b", "language": "fr"}],

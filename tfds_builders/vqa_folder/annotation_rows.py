@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from openvivqa_jax.jsonio import json_kind
 from tfds_builders import common, readers
 
 __all__ = ["Row", "IMAGE_COLUMNS", "ANSWER_COLUMNS", "KNOWN_COLUMNS", "LANGUAGE_ALIASES", "detect_language",
@@ -294,7 +295,7 @@ def parse_json(path: Path, *, answers_required: bool, policy: readers.ErrorPolic
                     "(configs/openvivqa/mlpag.py)")
         raise readers.DatasetInputError(
             f"{path}: expected a JSON list of objects {{\"image\", \"question\", \"answer\"}}, got "
-            f"{type(data).__name__}{hint}")
+            f"{json_kind(data)}{hint}")
     rows: list[Row] = []
     for i, item in enumerate(data):
         record = f"[{i}]"
