@@ -16,8 +16,10 @@ never opened); OCR by the builders' engines (:func:`openvivqa_jax.data.ocr.run_o
 (:func:`openvivqa_jax.data.ocr.read_ocr_table`); answers, word provenance and the attention heat map by
 :meth:`openvivqa_jax.vqa.inference.Inference.answer_photos`; the picture by :func:`openvivqa_jax.plot.plot_prediction`.
 Bad input ends with exit code 2 and one ``error:`` line on stderr naming the file or question; nothing is
-skipped silently. In batch mode ``--skip_bad`` answers every question whose image can be used and lists the
-others with the reason (stderr, and ``<output stem>.skipped.json``).
+skipped silently. In batch mode ``--skip_bad`` answers every question whose image can be used and sets the
+others aside: stderr counts them per reason with one example each, ``<output stem>.skipped.json`` lists every one
+with its reason. A question cut to ``model.max_question_len`` pieces, and one in a language the run was not
+trained on (its ``languages.json``), are counted in a ``warning:`` line and marked in ``--json``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ from openvivqa_jax.errors import UserError
 from openvivqa_jax.evaluation import formats
 from openvivqa_jax.plot import plot_prediction
 from openvivqa_jax.training import interrupts
-from openvivqa_jax.vqa.report import format_result, json_result, no_text_note, write_submission
+from openvivqa_jax.text.language import training_languages
+from openvivqa_jax.vqa.report import (cut_questions_warning, format_result, json_result, language_warning,
+                                      no_text_note, skipped_summary, write_submission)
 from openvivqa_jax.vqa.workdir import check_workdir, load_config
 
 __all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
@@ -168,9 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot_dir", help="batch: write one picture per question (<question_id>.png) here")
     p.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS, help="largest image accepted (width*height)")
     p.add_argument("--skip_bad", action="store_true",
-                   help="batch: answer every usable question (a usable question and image); list the others (empty "
-                        "question, unknown image id, repeated id, unusable image) on stderr and in "
-                        "<output stem>.skipped.json {question_id: reason} instead of stopping at the first")
+                   help="batch: answer every usable question (a usable question and image) instead of stopping at "
+                        "the first bad one; the others (empty question, unknown image id, repeated id, unusable image) "
+                        "are counted per reason on stderr and listed in <output stem>.skipped.json {question_id: "
+                        "reason}")
     p.add_argument("--verbose", action="store_true", help="show library logging on stderr")
     return p
 
@@ -214,15 +219,15 @@ def _run(args) -> int:
     if want_plot:
         _plot_results(args, run, beam, results, items, single)
     interrupts.raise_if_received()
+    notes = [cut_questions_warning(results, pre.q_len, single=single),
+             language_warning(results, training_languages(run.workdir),
+                              {r["question_id"]: r["language"] for r in records if r.get("language")}, single=single)]
     output = skipped_path = None
     if not single:
         output, skipped_path = write_submission(args.output, results, skipped)
     _print_results(args, results, single, output)
-    if skipped:
-        print(f"skipped {len(skipped)} questions whose question or image could not be used (listed in "
-              f"{skipped_path}):", file=sys.stderr)
-        for qid, why in skipped.items():
-            print(f"  question {qid!r}: {why}", file=sys.stderr)
+    for line in [*(n for n in notes if n), *skipped_summary(skipped, len(skipped) + len(results), skipped_path)]:
+        print(line, file=sys.stderr)
     if args.ocr in OCR_ENGINES and args.ocr != "none":  # an engine ran (not --ocr none, not a tokens file)
         note = no_text_note(args.ocr, items)
         if note:

@@ -268,19 +268,25 @@ class UnknownFields:
 
     Attributes:
         counts: ``{file: Counter(field -> number of records carrying it)}``.
+        units: ``{file: what a record is}``: ``"records"`` (JSON objects), ``"rows"`` (a CSV file, whose header
+            names its fields once for every row).
     """
 
     def __init__(self, name: str):
         """Args: name: shown in the log line, e.g. ``"openvivqa/train"``."""
         self.name = name
         self.counts: dict[str, collections.Counter[str]] = {}
+        self.units: dict[str, str] = {}
 
-    def check(self, record: Mapping[str, Any], known: Iterable[str], *, path: Any) -> list[str]:
-        """Counts the keys of ``record`` outside ``known``; returns them (file order)."""
+    def check(self, record: Mapping[str, Any], known: Iterable[str], *, path: Any, times: int = 1,
+              unit: str = "records") -> list[str]:
+        """Counts the keys of ``record`` outside ``known`` (``times`` records carry them: a CSV header's columns
+        are in each of its ``times`` rows, ``unit="rows"``); returns them (file order)."""
         known = set(known)
         unknown = [k for k in record if k not in known]
-        if unknown:
-            self.counts.setdefault(str(path), collections.Counter()).update(unknown)
+        if unknown and times > 0:
+            self.counts.setdefault(str(path), collections.Counter()).update({k: times for k in unknown})
+            self.units[str(path)] = unit
         return unknown
 
     def totals(self) -> dict[str, int]:
@@ -291,11 +297,13 @@ class UnknownFields:
         return dict(out)
 
     def log_summary(self) -> None:
-        """Logs one warning per file listing the unknown fields and how many records carry each."""
+        """Logs one warning per file listing the unknown fields (a CSV file's: columns) and how many records (a
+        CSV file's: rows) carry each."""
         for path, c in self.counts.items():
+            unit = self.units.get(path, "records")
             logging.warning(
-                "%s: %s: fields not stored by this builder (records carrying each): %s",
-                self.name, path, dict(sorted(c.items())))
+                "%s: %s: %s not stored by this builder (%s carrying each): %s",
+                self.name, path, "columns" if unit == "rows" else "fields", unit, dict(sorted(c.items())))
 
 
 #: Filename keyword -> split. Tokens are the lowercase alphanumeric runs of the file stem.

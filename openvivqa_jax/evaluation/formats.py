@@ -440,8 +440,8 @@ def read_questions_file(path: str, image_dir: str | list[str], skipped: dict[str
     builders do; ``json.load`` would keep the last without a word).
 
     Returns:
-      ``[{question_id, image_id, question, image_path}]`` in file order (answers are not needed); questions
-      normalized by :func:`clean_question`.
+      ``[{question_id, image_id, question, image_path[, language]}]`` in file order (answers are not needed;
+      ``language`` where the annotation has one, as EVJVQA's); questions normalized by :func:`clean_question`.
 
     Raises:
       InputError: unreadable / invalid JSON, an unknown layout, or (unless ``skipped`` is given) a bad question
@@ -477,7 +477,8 @@ def read_questions_file(path: str, image_dir: str | list[str], skipped: dict[str
             bad(qid, str(e))
             continue
         out.append({"question_id": qid, "image_id": image_id, "question": question,
-                    "image_path": _locate_image(dirs, str(images[image_id]))})
+                    "image_path": _locate_image(dirs, str(images[image_id])),
+                    **({"language": a["language"].strip().lower()} if isinstance(a.get("language"), str) else {})})
     if not out:
         extra = f" ({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})" if skipped else ""
         raise InputError(f"{where}: no question{extra}")

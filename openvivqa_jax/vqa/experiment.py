@@ -19,6 +19,7 @@ from flax import nnx
 from openvivqa_jax.data.datasets import DataSplits
 from openvivqa_jax.evaluation.evaluator import resolve_metrics
 from openvivqa_jax.models import build_model, model_class
+from openvivqa_jax.text.language import write_training_languages
 from openvivqa_jax.training import sharding
 from openvivqa_jax.training.run_log import JsonlWriter
 from openvivqa_jax.training.state import (TrainState, counter_optimizer, freeze_params, frozen_param_regex,
@@ -149,6 +150,8 @@ def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
     train_records = None
     if not assets.exists_on_process_0(os.path.join(workdir, "spm.model")):
         train_records = data.records(cfg.data.train_split)
+        if jax.process_index() == 0:  # what predict compares a question's language with
+            write_training_languages(train_records, workdir, cfg.data.train_split)
     tokenizer = assets.load_tokenizer(cfg, workdir, train_records)
     answer_list = None
     if not model_class(cfg.model.name).is_generator:

@@ -129,7 +129,7 @@ def test_excel_semicolon_csv_with_bom_and_extra_columns(tmp_path):
     (m / "train.csv").write_bytes(train.encode("utf-8"))  # the BOM written by hand
     builder = build(Builder, m, tmp_path / "d", NO_OCR)
     assert sorted(read(builder, "train")) == ["q0", "q1", "q2"]
-    assert dict(builder.unknown_fields["train"][str(m / "train.csv")]) == {"note": 1}
+    assert dict(builder.unknown_fields["train"][str(m / "train.csv")]) == {"note": 3}  # each of its 3 rows
 
 
 def _bad_csv(row: str) -> str:
