@@ -91,8 +91,11 @@ def skipped_summary(skipped: dict[str, str], total: int, listed_in: str | None, 
     for qid, why in skipped.items():
         kinds.setdefault(_reason_kind(why), []).append(qid)
     ranked = sorted(kinds.items(), key=lambda kv: -len(kv[1]))
-    lines = [f"skipped {len(skipped)} of {total} questions whose question or image could not be used, by reason "
-             f"(each question with its reason: {listed_in}):"]
+    images = sum(k.startswith("image ") for k in skipped)  # a repeated image id: an entry, not a question
+    questions = len(skipped) - images
+    also = f" and {images} image entr{'y' if images == 1 else 'ies'}" if images else ""
+    lines = [f"skipped {questions} of {total - images} questions whose question or image could not be used{also}, "
+             f"by reason (each with its reason: {listed_in}):"]
     for kind, qids in ranked[:kinds_shown]:
         lines.append(f"  {len(qids)} x {kind} (e.g. question {qids[0]!r}: {skipped[qids[0]]})")
     rest = ranked[kinds_shown:]

@@ -462,8 +462,9 @@ def test_skip_bad_writes_every_good_answer_and_lists_the_bad(tmp_path, trained):
     skipped = json.loads((tmp_path / "out" / "sub.skipped.json").read_text(encoding="utf-8"))
     assert list(skipped) == ["20"] and "b.jpg" in skipped["20"]
     err = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith(("I", "W"))]
-    assert err[0].startswith("skipped 1 questions whose question or image could not be used") and "sub.skipped.json" in err[0]
-    assert err[1].startswith("  question '20': ") and "b.jpg" in err[1]
+    assert err[0].startswith("skipped 1 of 3 questions whose question or image could not be used, by reason") and \
+        "sub.skipped.json" in err[0]
+    assert err[1].startswith("  1 x image …: ") and "(e.g. question '20': " in err[1] and "b.jpg" in err[1]
     assert "wrote " in res.stdout and ": 2 answers" in res.stdout
 
 

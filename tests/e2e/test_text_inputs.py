@@ -197,7 +197,8 @@ def test_predict_skip_bad_answers_the_good_questions(tmp_path, trained):
     assert sorted(json.loads(sub.read_text(encoding="utf-8"))) == ["10", "30"]
     skipped = json.loads((tmp_path / "sub.skipped.json").read_text(encoding="utf-8"))
     assert sorted(skipped) == ["10 (repeat 2)", "40", "50", "image 1 (repeat 2)"]
-    assert "skipped 4 questions whose question or image could not be used" in res.stderr
+    assert "skipped 3 of 5 questions whose question or image could not be used and 1 image entry, by reason" in \
+        res.stderr
 
 
 @pytest.fixture(scope="module")
