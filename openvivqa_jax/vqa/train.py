@@ -175,13 +175,18 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     re-score it (``--mode evaluate``); nothing is appended to ``metrics.jsonl`` and no TensorBoard file is
     written. Smoke-run settings that train nothing (warm-up past the last step, :func:`warn_warmup`) and inputs
     mostly cut (:func:`warn_cut_inputs`) are WARNING lines.
+
+    Raises:
+      CheckpointMismatchError: a setting the run's files fix differs from its ``config.json``
+        (:func:`openvivqa_jax.vqa.run_settings.check_settings`), before anything is made or loaded.
     """
+    # Before anything is made or loaded (a finished run too): a changed setting that the run's files fix is one
+    # line, not ignored.
+    run_settings.check_settings(cfg, os.path.abspath(os.path.expanduser(workdir)))
     finished = finished_step(workdir, cfg.train.num_train_steps)
     if finished is not None:
         _report_finished(workdir, finished)
         return {}
-    # Before anything is made or loaded: a changed setting that the run's files fix is one line, not ignored.
-    run_settings.check_settings(cfg, os.path.abspath(os.path.expanduser(workdir)))
     warn_warmup(cfg)
     exp, state = create_experiment(cfg, workdir)
     spec, t = exp.spec, cfg.train
