@@ -16,10 +16,8 @@ never opened); OCR by the builders' engines (:func:`openvivqa_jax.data.ocr.run_o
 (:func:`openvivqa_jax.data.ocr.read_ocr_table`); answers, word provenance and the attention heat map by
 :meth:`openvivqa_jax.vqa.inference.Inference.answer_photos`; the picture by :func:`openvivqa_jax.plot.plot_prediction`.
 Bad input ends with exit code 2 and one ``error:`` line on stderr naming the file or question; nothing is
-skipped silently. In batch mode ``--skip_bad`` answers every question whose image can be used and sets the
-others aside: stderr counts them per reason with one example each, ``<output stem>.skipped.json`` lists every one
-with its reason. A question cut to ``model.max_question_len`` pieces, and one in a language the run was not
-trained on (its ``languages.json``), are counted in a ``warning:`` line and marked in ``--json``.
+skipped silently. ``--skip_bad`` (batch) answers every question whose image can be used and counts the others per
+reason on stderr (each in ``<output stem>.skipped.json``); cut and other-language questions get a ``warning:``.
 """
 
 from __future__ import annotations
@@ -52,10 +50,9 @@ from openvivqa_jax.errors import UserError
 from openvivqa_jax.evaluation import formats
 from openvivqa_jax.plot import plot_prediction
 from openvivqa_jax.training import interrupts
-from openvivqa_jax.text.language import training_languages
-from openvivqa_jax.vqa.report import (cut_questions_warning, format_result, json_result, language_warning,
-                                      no_text_note, skipped_summary, write_submission)
-from openvivqa_jax.vqa.workdir import check_workdir, load_config
+from openvivqa_jax.vqa.report import (answer_warnings, format_result, json_result, no_text_note, skipped_summary,
+                                      write_submission)
+from openvivqa_jax.vqa.workdir import answering_reads, check_workdir, load_config
 
 __all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
            "plausible_token", "run_ocr_passes", "merge_ocr_passes", "load_image", "load_run",
@@ -172,10 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot_dir", help="batch: write one picture per question (<question_id>.png) here")
     p.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS, help="largest image accepted (width*height)")
     p.add_argument("--skip_bad", action="store_true",
-                   help="batch: answer every usable question (a usable question and image) instead of stopping at "
-                        "the first bad one; the others (empty question, unknown image id, repeated id, unusable image) "
-                        "are counted per reason on stderr and listed in <output stem>.skipped.json {question_id: "
-                        "reason}")
+                   help="batch: answer every usable question (a usable question and image); count the others (empty "
+                        "question, unknown image id, repeated id, unusable image) per reason on stderr, list them in "
+                        "<output stem>.skipped.json {question_id: reason}, instead of stopping at the first")
     p.add_argument("--verbose", action="store_true", help="show library logging on stderr")
     return p
 
@@ -196,12 +192,11 @@ def _run(args) -> int:
     """Reads the questions and checks every image, then loads the run, answers and reports (the stages below);
     returns the exit code."""
     single = args.image is not None or args.question is not None
-    if args.questions and not single and args.output is None:
-        args.output = "submission.json"  # the default, checked like a given path (it may be the questions file)
+    args.output = args.output or ("submission.json" if args.questions and not single else None)  # checked too
     skipped_list = os.path.splitext(args.output)[0] + ".skipped.json" if args.output and args.skip_bad else None
     paths.check_args(args, PATH_FLAGS, extra=[("--ocr", None if args.ocr in OCR_ENGINES else args.ocr,
                                                paths.INPUT_FILE), ("--skip_bad list", skipped_list, paths.OUTPUT_FILE)],
-                     reads=_implicit_reads(args))
+                     reads=answering_reads(args.workdir, args.questions, args.image_dir))
     records, question_skips = _read_records(args, single)
     ocr_cfg = _ocr_settings(args)
     # Every image is checked before the model is loaded, so bad input fails fast (or, with --skip_bad in batch
@@ -219,14 +214,12 @@ def _run(args) -> int:
     if want_plot:
         _plot_results(args, run, beam, results, items, single)
     interrupts.raise_if_received()
-    notes = [cut_questions_warning(results, pre.q_len, single=single),
-             language_warning(results, training_languages(run.workdir),
-                              {r["question_id"]: r["language"] for r in records if r.get("language")}, single=single)]
+    notes = answer_warnings(results, pre.q_len, run.workdir, records, single)
     output = skipped_path = None
     if not single:
         output, skipped_path = write_submission(args.output, results, skipped)
     _print_results(args, results, single, output)
-    for line in [*(n for n in notes if n), *skipped_summary(skipped, len(skipped) + len(results), skipped_path)]:
+    for line in [*notes, *skipped_summary(skipped, len(skipped) + len(results), skipped_path)]:
         print(line, file=sys.stderr)
     if args.ocr in OCR_ENGINES and args.ocr != "none":  # an engine ran (not --ocr none, not a tokens file)
         note = no_text_note(args.ocr, items)
@@ -235,18 +228,6 @@ def _run(args) -> int:
     if stats:
         logging.info("OCR counters: %s", stats)
     return 0
-
-
-def _implicit_reads(args) -> list[tuple[str, str]]:
-    """What predict reads without a flag of its own, which no output may replace: the run's files in
-    ``--workdir`` and, for ``--questions`` without ``--image_dir``, the folders its images are looked up in."""
-    wd = os.path.expanduser(args.workdir)
-    reads = [(f"the run's {name} in --workdir {args.workdir}", os.path.join(wd, name))
-             for name in ("config.json", "spm.model", "answers.json", "checkpoints", "best")]
-    if args.questions and not args.image_dir:
-        reads += [(f"the image folder {f} of --questions", f)
-                  for f in formats.image_folders(os.path.expanduser(args.questions), None)]
-    return reads
 
 
 def _read_records(args, single: bool) -> tuple[list[dict], dict[str, str] | None]:
@@ -268,8 +249,6 @@ def _read_records(args, single: bool) -> tuple[list[dict], dict[str, str] | None
         question = _input(formats.clean_question, args.question, f"--question {args.question!r}")
         return [{"question_id": "0", "image_id": os.path.basename(args.image), "question": question,
                  "image_path": args.image}], None
-    if args.image_dir and not os.path.isdir(args.image_dir):
-        raise PredictError(f"--image_dir {args.image_dir}: not a folder")
     question_skips: dict[str, str] | None = {} if args.skip_bad else None
     records = _input(formats.read_questions_file, args.questions,
                      formats.image_folders(args.questions, args.image_dir), question_skips)

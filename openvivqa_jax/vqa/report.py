@@ -9,10 +9,10 @@ import json
 import os
 import re
 
-from openvivqa_jax.text.language import detect_language
+from openvivqa_jax.text.language import detect_language, training_languages
 
 __all__ = ["format_result", "json_result", "no_text_note", "write_submission", "cut_questions_warning",
-           "skipped_summary", "language_warning"]
+           "skipped_summary", "language_warning", "answer_warnings"]
 
 
 def _fmt_box(b) -> str:
@@ -129,6 +129,18 @@ def language_warning(results: list[dict], trained: set[str] | None, given: dict[
             f"training questions are in {', '.join(sorted(trained))}): question {listed}"
             f"{', ...' if len(odd) > shown else ''}; the model reads them as pieces it never learned to use, so its "
             "answers to them say little (each is marked with language_not_trained in --json)")
+
+
+def answer_warnings(results: list[dict], max_question_len: int, workdir: str, records: list[dict],
+                    single: bool = False) -> list[str]:
+    """The warning lines of answered questions (marking the results): those cut to ``max_question_len``
+    (:func:`cut_questions_warning`) and those in a language the run in ``workdir`` was not trained on
+    (:func:`language_warning`, :func:`~openvivqa_jax.text.language.training_languages`; a question's language is
+    its record's ``language`` where the questions file has one)."""
+    given = {r["question_id"]: r["language"] for r in records if r.get("language")}
+    found = [cut_questions_warning(results, max_question_len, single=single),
+             language_warning(results, training_languages(workdir), given, single=single)]
+    return [w for w in found if w]
 
 
 def no_text_note(engine: str, items: list) -> str | None:

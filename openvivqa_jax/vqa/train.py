@@ -174,14 +174,9 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     A run that has finished (:func:`finished_step`) is not evaluated again: one line says so and how to
     re-score it (``--mode evaluate``); nothing is appended to ``metrics.jsonl`` and no TensorBoard file is
     written. Smoke-run settings that train nothing (warm-up past the last step, :func:`warn_warmup`) and inputs
-    mostly cut (:func:`warn_cut_inputs`) are WARNING lines.
-
-    Raises:
-      CheckpointMismatchError: a setting the run's files fix differs from its ``config.json``
-        (:func:`openvivqa_jax.vqa.run_settings.check_settings`), before anything is made or loaded.
+    mostly cut (:func:`warn_cut_inputs`) are WARNING lines. A setting the run's files fix that differs from its
+    ``config.json`` raises ``CheckpointMismatchError`` first (:func:`run_settings.check_settings`; a finished run too).
     """
-    # Before anything is made or loaded (a finished run too): a changed setting that the run's files fix is one
-    # line, not ignored.
     run_settings.check_settings(cfg, os.path.abspath(os.path.expanduser(workdir)))
     finished = finished_step(workdir, cfg.train.num_train_steps)
     if finished is not None:

@@ -13,9 +13,12 @@ import os
 import ml_collections
 
 from openvivqa_jax.errors import UserError
-from openvivqa_jax.evaluation.formats import InputError, read_json_file
+from openvivqa_jax.evaluation.formats import InputError, image_folders, read_json_file
 
-__all__ = ["RunFolderError", "check_workdir", "load_config"]
+__all__ = ["RunFolderError", "RUN_FILES", "check_workdir", "load_config", "answering_reads"]
+
+#: The files and folders of a run that answering from it reads.
+RUN_FILES = ("config.json", "spm.model", "answers.json", "checkpoints", "best")
 
 
 class RunFolderError(UserError, FileNotFoundError):
@@ -65,3 +68,15 @@ def _tuplify(x):
     if isinstance(x, list):
         return tuple(_tuplify(v) for v in x)
     return x
+
+
+def answering_reads(workdir: str, questions: str | None, image_dir: str | None) -> list[tuple[str, str]]:
+    """What answering questions from the run in ``workdir`` reads without a flag of its own, as ``(what, path)``
+    for :func:`openvivqa_jax.paths.check_paths`'s ``reads`` (no output may replace them): the run's
+    :data:`RUN_FILES` and, for a ``questions`` file without an ``image_dir``, the folders its images are looked
+    up in (:func:`~openvivqa_jax.evaluation.formats.image_folders`)."""
+    folder = os.path.expanduser(workdir)
+    reads = [(f"the run's {name} in --workdir {workdir}", os.path.join(folder, name)) for name in RUN_FILES]
+    if questions and not image_dir:
+        reads += [(f"the image folder {f} of --questions", f) for f in image_folders(os.path.expanduser(questions), None)]
+    return reads
