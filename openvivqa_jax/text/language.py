@@ -24,6 +24,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from openvivqa_jax.jsonio import read_json
+
 __all__ = ["detect_language", "count_languages", "write_training_languages", "training_languages",
            "LANGUAGES_FILE", "MIN_SHARE"]
 
@@ -103,9 +105,8 @@ def training_languages(workdir: str) -> set[str] | None:
     """The languages a run in ``workdir`` was trained on (at least :data:`MIN_SHARE` of its training questions, from
     ``languages.json``); None when the run has no readable file (runs made before it was written)."""
     try:
-        with open(os.path.join(workdir, LANGUAGES_FILE), encoding="utf-8") as f:
-            counts = json.load(f)["questions"]
+        counts = read_json(os.path.join(workdir, LANGUAGES_FILE))["questions"]
         total = sum(int(n) for n in counts.values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # no file (read_json's ValueError), or not ours
         return None
     return {lang for lang, n in counts.items() if lang != "?" and total and int(n) / total >= MIN_SHARE}
