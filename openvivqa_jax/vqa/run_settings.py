@@ -11,7 +11,7 @@ the new one, and how to start fresh (a new ``--workdir``). Keys under :data:`FRE
 the model computes (``dtype``, ``remat``, the attention kernel), the weights of training-only losses, dropout,
 and pretrained files read only when a run starts.
 
-A fresh run writes its ``config.json`` before it makes any file (:func:`write_initial_config`), so a run
+A run writes its ``config.json`` before it makes its first file (:func:`write_initial_config`), so a run
 stopped while its tokenizer or answer list was made is checked too; training rewrites it once the checkpoint
 is known to fit (:mod:`openvivqa_jax.vqa.train`), so it stays the config the run uses.
 """
@@ -149,10 +149,11 @@ def check_settings(cfg, workdir: str, mode: str = "train") -> None:
 
 
 def write_initial_config(cfg, workdir: str) -> None:
-    """Writes ``<workdir>/config.json`` for a run that has none yet, before any of its files is made (a temporary
-    file renamed into place); a run stopped while it made its tokenizer is then checked on its next start."""
+    """Writes ``<workdir>/config.json`` for a run none of whose files is made yet (:data:`FIXED`: no tokenizer, no
+    answer list, no checkpoint), before the first is made (a temporary file renamed into place); a run stopped
+    while it made its tokenizer is then checked on its next start."""
     path = os.path.join(workdir, "config.json")
-    if os.path.exists(path):
+    if os.path.exists(path) and any(_present(workdir).values()):
         return
     os.makedirs(workdir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".config.json.", dir=workdir)
