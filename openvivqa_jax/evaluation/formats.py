@@ -27,8 +27,10 @@ Predictions (``load_predictions``): ``{qid: answer}`` (also the public release's
 submission), the evaluator's predictions file (records as above; it also carries references), or a
 list of ``{question_id, answer}`` records (TextVQA/ST-VQA submission style).
 
-All ids become strings. Every error is an :class:`InputError` whose one-line message names the file
-and, where it applies, the record.
+All ids become strings. Answers and predictions must be JSON strings (or null: no answer): a number or
+true/false is refused as the dataset builders refuse it (:func:`answer_text`), since the file's spelling of a
+number is lost in parsing. Every error is an :class:`InputError` whose one-line message names the file and,
+where it applies, the record, and names JSON's kinds ("an object", "a list", "a number").
 """
 
 from __future__ import annotations

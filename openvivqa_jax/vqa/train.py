@@ -4,8 +4,10 @@ checkpoints and resuming. The periodic dev scores and the evaluations after trai
 
 The workdir holds everything needed to resume or to predict::
 
-    config.json            the resolved config
+    config.json            the resolved config (written before the run's first file; a resume must keep the
+                           settings its files fix: openvivqa_jax/vqa/run_settings.py)
     spm.model              the SentencePiece model (trained on the train split only)
+    languages.json         the train split's question languages (predict warns of others)
     checkpoints/<step>/    orbax: train state + grain iterator state (latest ``keep_checkpoints``)
     best/<step>/           orbax: the best train state by the dev metric
     events.out.tfevents.*  TensorBoard scalars (train/*, dev/*, and the final test/*)
