@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from openvivqa_jax.errors import ConfigError
+from openvivqa_jax.evaluation.evaluator import TEXT_MODES
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
 from openvivqa_jax.models import DTYPES, MODEL_REGISTRY, OCR_FEATURE_GROUPS
 from openvivqa_jax.models.fields import config_files_for, missing_fields
@@ -102,6 +103,7 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model.dtype", DTYPES),
     ("tokenizer.model_type", MODEL_TYPES),
     ("eval.answer_rules", ANSWER_RULES),
+    ("eval.text_mode", TEXT_MODES),
     ("eval.decoding", ("greedy", "beam")),
     ("eval.select_decoding", ("", "greedy", "beam")),
     ("model.attention_impl", ("xla", "cudnn")),

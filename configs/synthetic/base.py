@@ -195,6 +195,10 @@ def _eval(c: ml_collections.ConfigDict) -> None:
     # VQA-accuracy's answer processing: 'vietnamese' (our normalizer) or 'english' (the official VQA rules:
     # punctuation, number words, articles, contractions; TextVQA and ST-VQA configs).
     c.eval.answer_rules = "vietnamese"
+    # How answers are compared (openvivqa_jax/evaluation/evaluator.py): 'openvivqa' (Vietnamese-normalized scores),
+    # 'official' (each metric by its official script: TextVQA, ST-VQA, ViQuAD configs) or 'pycocoevalcap'.
+    # EVJVQA-F1/BLEU are the challenge scorer's in every mode.
+    c.eval.text_mode = "openvivqa"
 
 
 def _evals(c: ml_collections.ConfigDict) -> None:

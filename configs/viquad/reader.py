@@ -63,6 +63,7 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict()
     c.eval.batch_size = 64
     c.eval.metrics = ("EM", "F1")
+    c.eval.text_mode = "official"  # SQuAD v1.1's evaluate-v1.1.py, the script ViQuAD's paper scores with
     c.eval.max_eval_examples = 0  # 0: the whole split
     c.eval.num_examples_to_print = 4
 

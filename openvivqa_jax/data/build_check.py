@@ -14,6 +14,11 @@ and builder config now given.
   rebuilds (``data.rebuild``) or stops with one :class:`StaleDatasetError` line; a prepared dataset is never
   reused silently after its sources changed (the stale-cache failure of dataset libraries that key a cache by
   name only).
+* :func:`write_notes` / :func:`read_notes` / :func:`notes_summary`: a reader builder's notes, written in
+  :data:`NOTES_FILE` beside ``dataset_info.json``: per split, the annotation flaws it repaired (kind, count per
+  file, first ids: :mod:`openvivqa_jax.data.repairs`), the records it skipped per reason and the fields it did not
+  store. A user reads them after the build; :func:`openvivqa_jax.data.datasets.load_builder` logs their summary
+  when it opens a dataset built earlier, so a run's log says what its data was made from.
 
 Imports neither JAX nor TensorFlow (the builders and the CLIs use it).
 """
@@ -30,11 +35,14 @@ from typing import Any
 from openvivqa_jax import jsonio
 from openvivqa_jax.errors import UserError
 
-__all__ = ["IncompleteBuildError", "StaleDatasetError", "SOURCES_FILE", "TEXT_SUFFIXES", "check_split_files",
-           "count_records", "sources_fingerprint", "write_sources", "read_sources", "compare_sources"]
+__all__ = ["IncompleteBuildError", "StaleDatasetError", "SOURCES_FILE", "NOTES_FILE", "TEXT_SUFFIXES",
+           "check_split_files", "count_records", "sources_fingerprint", "write_sources", "read_sources",
+           "compare_sources", "config_defaults", "write_notes", "read_notes", "notes_summary"]
 
 #: File written beside ``dataset_info.json``: what the build was made from.
 SOURCES_FILE = "openvivqa_sources.json"
+#: File written beside ``dataset_info.json``: what the build repaired, skipped and did not store.
+NOTES_FILE = "openvivqa_build_notes.json"
 #: Suffixes of the manual files whose content is hashed (the others: size and modification time).
 TEXT_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".txt")
 
@@ -182,11 +190,28 @@ def read_sources(data_dir: str | os.PathLike) -> dict | None:
     return jsonio.read_json(p)
 
 
-def compare_sources(recorded: dict, current: dict, limit: int = 3) -> list[str]:
+def config_defaults(config: Any) -> dict:
+    """The default value of every field of a builder config's class, as :func:`sources_fingerprint` records
+    values (for :func:`compare_sources`: a field added to the class after a build was recorded)."""
+    if not dataclasses.is_dataclass(config):
+        return {}
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return json.loads(json.dumps(out, default=str, sort_keys=True))
+
+
+def compare_sources(recorded: dict, current: dict, limit: int = 3, defaults: dict | None = None) -> list[str]:
     """What differs between two :func:`sources_fingerprint` records, as short phrases (at most ``limit`` files
-    named, then a count); ``[]`` when they are the same."""
+    named, then a count); ``[]`` when they are the same. A config field the recorded build lacks counts as its
+    value in ``defaults`` (:func:`config_defaults`: a field added since, e.g. ``strict``, at its default is no
+    change)."""
     out = []
     rc, cc = recorded.get("config", {}), current.get("config", {})
+    rc = {**{k: v for k, v in (defaults or {}).items() if k in cc}, **rc}
     changed_fields = sorted(k for k in set(rc) | set(cc) if rc.get(k) != cc.get(k))
     if changed_fields:
         out.append("builder config field(s) " + ", ".join(
@@ -201,10 +226,37 @@ def compare_sources(recorded: dict, current: dict, limit: int = 3) -> list[str]:
     return out
 
 
+def write_notes(data_dir: str | os.PathLike, notes: dict) -> None:
+    """Writes :data:`NOTES_FILE` (``{split: {"repairs": ..., "skipped": ..., "fields_not_stored": ...}}``, as
+    :meth:`tfds_builders.readers.BuildCounts.build_notes` gives it) into a build's folder."""
+    Path(data_dir, NOTES_FILE).write_text(json.dumps(notes, indent=1, sort_keys=True, ensure_ascii=False),
+                                          encoding="utf-8")
+
+
+def read_notes(data_dir: str | os.PathLike) -> dict | None:
+    """A build's notes (:func:`write_notes`); None when it has none (a generated dataset, or built before builds
+    wrote them)."""
+    p = Path(data_dir, NOTES_FILE)
+    return jsonio.read_json(p) if p.is_file() else None
+
+
+def notes_summary(notes: dict) -> list[str]:
+    """One phrase per split that had repairs or skips: ``"dev: 32 answer_start_reanchored, 7
+    repeated_id_renamed"``; ``[]`` when the build repaired and skipped nothing."""
+    out = []
+    for split, n in sorted(notes.items()):
+        parts = [f"{v.get('count', 0)} {k}" for k, v in sorted((n.get("repairs") or {}).items())]
+        parts += [f"{v} skipped ({k})" for k, v in sorted((n.get("skipped") or {}).items())]
+        if parts:
+            out.append(f"{split}: {', '.join(parts)}")
+    return out
+
+
 class RecordsSources:
     """Mixin for a TFDS ``DatasetBuilder``: after the build, writes :data:`SOURCES_FILE` (:func:`write_sources`:
-    the builder config and the manual folder's fingerprint) into the build's folder, before TFDS moves it into
-    place, so every prepared dataset says what it was built from."""
+    the builder config and the manual folder's fingerprint) and, for a builder with ``build_notes()``
+    (:class:`tfds_builders.readers.BuildCounts`), :data:`NOTES_FILE` (:func:`write_notes`) into the build's
+    folder, before TFDS moves it into place, so every prepared dataset says what it was built from."""
 
     def _download_and_prepare(self, dl_manager, download_config=None):  # noqa: D401 - TFDS hook
         out = super()._download_and_prepare(dl_manager, download_config)
@@ -213,4 +265,6 @@ class RecordsSources:
         except (AssertionError, ValueError):  # no manual folder (a generated dataset)
             manual = None
         write_sources(self.data_dir, manual, self.builder_config)
+        if callable(getattr(self, "build_notes", None)):
+            write_notes(self.data_dir, self.build_notes())
         return out

@@ -93,6 +93,7 @@ def load_builder(data_cfg, prepare: bool = True):
         if prepared and _stale(builder, full, folder if how else None, bool(data_cfg.get("rebuild"))):
             shutil.rmtree(builder.data_dir)  # the stale build; rebuilt below from the sources given
             builder = tfds.builder(full, data_dir=data_dir, file_format="array_record", **kwargs)
+            prepared = False
         try:
             builder.download_and_prepare(download_config=dl)
         except AssertionError as e:  # TFDS asserts that the manual folder exists and is not empty
@@ -100,7 +101,19 @@ def load_builder(data_cfg, prepare: bool = True):
                 raise
             raise missing from None
         build_check.check_split_files(builder)
+        if prepared:  # built earlier: the build's own log lines are not in this run's log
+            _log_notes(builder, full)
     return builder
+
+
+def _log_notes(builder, full: str) -> None:
+    """Logs the notes of a dataset built earlier (:func:`openvivqa_jax.data.build_check.notes_summary`): what its
+    build repaired and skipped, and the file that lists the records."""
+    notes = build_check.read_notes(builder.data_dir)
+    summary = build_check.notes_summary(notes) if notes else []
+    if summary:
+        logging.info("%s was built with repairs or skips (per file and first ids in %s): %s", full,
+                     os.path.join(builder.data_dir, build_check.NOTES_FILE), "; ".join(summary))
 
 
 def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
@@ -121,7 +134,8 @@ def _stale(builder, full: str, manual_dir: str | None, rebuild: bool) -> bool:
     current = build_check.sources_fingerprint(manual, builder.builder_config)
     if manual is None:  # no manual folder given now: only the builder config can be compared
         current["files"] = recorded.get("files", {})
-    changes = build_check.compare_sources(recorded, current)
+    changes = build_check.compare_sources(recorded, current,
+                                          defaults=build_check.config_defaults(builder.builder_config))
     if not changes:
         return False
     if rebuild:

@@ -18,6 +18,13 @@ plain mapping                 ``{qid: [answers]}`` or ``{qid: answer}``         
 evaluator records             ``[{question_id, question, prediction, references, qa_type}]``      as given
 ============================  =================================================================  =========
 
+A question id repeated in a list of records (UIT-ViQuAD 1.0's dev and test files repeat 7 and 2) follows the
+builders' rule (:mod:`openvivqa_jax.data.repairs`): a repeat carrying another question is renamed ``<id>#<n>``
+(:attr:`ReferenceSet.renamed`), an exact duplicate is dropped, a repeat of the same question with other
+answers is an error; each is counted in :attr:`ReferenceSet.repairs`. A renamed question without a prediction
+of its own is scored with the prediction of its original id (:func:`fill_renamed`), as SQuAD's
+``evaluate-v1.1.py`` scores every record of an id with the one prediction of that id.
+
 Records that carry ``language`` (EVJVQA: ``vi``/``en``/``ja``) or ``kind`` keep them in
 :attr:`ReferenceSet.fields`, so scores can be grouped by them. A key repeated in a JSON object (a
 duplicated question id of the public-release form, which ``json.load`` would silently overwrite) is an
@@ -44,6 +51,7 @@ from typing import Any
 from openvivqa_jax.errors import UserError
 
 from openvivqa_jax import jsonio
+from openvivqa_jax.data import repairs
 from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
@@ -64,6 +72,7 @@ __all__ = [
     "references_from_json",
     "predictions_from_json",
     "GROUP_FIELDS",
+    "fill_renamed",
 ]
 
 # Same values as tfds_builders.common (not imported: it pulls in TensorFlow Datasets).
@@ -104,6 +113,8 @@ class ReferenceSet:
       path: the file.
       fields: record field -> {question id: value} for the grouping fields of :data:`GROUP_FIELDS`
         (``language``, ``kind``) where the file's records carry them (EVJVQA's ``language``).
+      renamed: new id -> the id as in the file, for the repeated ids renamed ``<id>#<n>`` (module doc).
+      repairs: repair kind (:data:`openvivqa_jax.data.repairs.KINDS`) -> ``{"count", "first"}`` of the file.
     """
 
     answers: dict[str, list[Any]]
@@ -112,6 +123,8 @@ class ReferenceSet:
     format: str
     path: str = ""
     fields: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    renamed: dict[str, str] = dataclasses.field(default_factory=dict)
+    repairs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -197,13 +210,50 @@ def _answers_list(value: Any, where: str) -> list[Any]:
 GROUP_FIELDS = ("language", "kind")
 
 
+def _refuse(path: Any, record: str, what: str, reason: str) -> None:
+    """The repair rule's error hook: one :class:`InputError` line naming the file and the record."""
+    raise InputError(f"{path}: {record}: {what}")
+
+
+class _RepeatedIds:
+    """The builders' rule for ids repeated in a reference file's list of records (module doc), filling
+    :attr:`ReferenceSet.renamed` and :attr:`ReferenceSet.repairs`."""
+
+    def __init__(self, ref: ReferenceSet):
+        self.ref = ref
+        self.log = repairs.RepairLog(ref.path, _refuse)
+        self.ids = repairs.RepeatedIds(self.log)
+
+    def resolve(self, qid: str, same: Any, answers: list[Any], where: str) -> str | None:
+        """The id to keep the record under (``qid`` or ``<qid>#<n>``), or None for an exact duplicate."""
+        new = self.ids.resolve(qid, same, answers, path=self.ref.path, record=where.split(": ", 1)[-1])
+        if new is not None and new != qid:
+            self.ref.renamed[new] = qid
+        self.ref.repairs = {k: {"count": v["count"], "first": [i for e in v["files"].values() for i in e["first"]]}
+                            for k, v in self.log.as_dict().items()}
+        return new
+
+
 def _add(
     ref: ReferenceSet, qid: Any, answers: list[Any], qa_type: int, question: Any, where: str,
-    rec: Mapping[str, Any] | None = None,
+    rec: Mapping[str, Any] | None = None, ids: _RepeatedIds | None = None, same: Any = None,
 ) -> None:
+    """Stores one record's references under its id.
+
+    Args:
+      ids, same: the repeated-id rule of a list of records and what makes two records the same question
+        (the question and its passage or image); None: a repeated id is an error (a JSON object's keys).
+
+    Raises:
+      InputError: a missing id, a repeated one that the rule cannot resolve, or a malformed field.
+    """
     if qid is None or isinstance(qid, (dict, list)):
         raise InputError(f"{where}: missing or invalid question id {qid!r}")
     qid = str(qid)
+    if ids is not None:
+        qid = ids.resolve(qid, question if same is None else same, answers, where)
+        if qid is None:
+            return
     if qid in ref.answers:
         raise InputError(f"{where}: duplicate question id {qid!r}")
     ref.answers[qid] = answers
@@ -247,6 +297,7 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
             return ref
         if isinstance(anns, list):  # older list form
             ref = ReferenceSet({}, {}, {}, "openvivqa-list", path)
+            ids = _RepeatedIds(ref)
             for i, rec in enumerate(anns):
                 where = f"{path}: annotations[{i}]"
                 if not isinstance(rec, dict):
@@ -256,13 +307,15 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
                 if "answers" not in rec and "answer" not in rec:
                     raise InputError(f"{where}: no 'answers' field")
                 answers = _answers_list(rec.get("answers", rec.get("answer")), where)
-                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where, rec)
+                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where, rec, ids,
+                     [rec.get("image_id"), rec.get("question")])
             return ref
         raise InputError(f"{path}: 'annotations' must be an object or a list")
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         items = data["data"]
         if items and isinstance(items[0], dict) and "paragraphs" in items[0]:  # SQuAD v1.1
             ref = ReferenceSet({}, {}, {}, "squad-v1.1", path)
+            ids = _RepeatedIds(ref)
             for a_i, article in enumerate(items):
                 for p_i, para in enumerate(article.get("paragraphs", [])):
                     for q_i, qa in enumerate(para.get("qas", [])):
@@ -270,10 +323,12 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
                         if not isinstance(qa, dict) or "id" not in qa:
                             raise InputError(f"{where}: no 'id' field")
                         answers = _answers_list(qa.get("answers"), f"{where} (id {qa['id']!r})")
-                        _add(ref, qa["id"], answers, QA_TYPE_UNKNOWN, qa.get("question"), where)
+                        _add(ref, qa["id"], answers, QA_TYPE_UNKNOWN, qa.get("question"), where, None, ids,
+                             [qa.get("question"), para.get("context")])
             return ref
         name = str(data.get("dataset_name", "textvqa/st-vqa")).lower()
         ref = ReferenceSet({}, {}, {}, name, path)
+        ids = _RepeatedIds(ref)
         for i, rec in enumerate(items):
             where = f"{path}: data[{i}]"
             if not isinstance(rec, dict) or "question_id" not in rec:
@@ -281,7 +336,8 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
             where = f"{path}: question {rec['question_id']!r} (data[{i}])"
             answers = _answers_list(rec.get("answers"), where)
             # Every TextVQA / ST-VQA question needs the image text to be answered.
-            _add(ref, rec["question_id"], answers, _qa_type_of(rec, where, QA_TYPE_TEXT), rec.get("question"), where, rec)
+            _add(ref, rec["question_id"], answers, _qa_type_of(rec, where, QA_TYPE_TEXT), rec.get("question"), where, rec,
+                 ids, [rec.get("image_id"), rec.get("question")])
         return ref
     if isinstance(data, list):  # evaluator records
         ref = ReferenceSet({}, {}, {}, "records", path)
@@ -306,6 +362,7 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
 
 def _load_csv(path: str) -> ReferenceSet:
     ref = ReferenceSet({}, {}, {}, "vivqa-csv", path)
+    ids = _RepeatedIds(ref)
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
@@ -318,7 +375,8 @@ def _load_csv(path: str) -> ReferenceSet:
                 qid = row.get(index_col) if index_col is not None else None
                 qid = qid if qid not in (None, "") else str(row_no)
                 answer = row.get("answer")
-                _add(ref, qid, [] if answer is None else [answer], QA_TYPE_UNKNOWN, row.get("question"), where)
+                _add(ref, qid, [] if answer is None else [answer], QA_TYPE_UNKNOWN, row.get("question"), where, None,
+                     ids, [row.get("img_id"), row.get("question")])
     except FileNotFoundError:
         raise InputError(f"cannot read references file {path!r}: no such file") from None
     except UnicodeDecodeError as e:
@@ -376,6 +434,21 @@ def predictions_from_json(data: Any, path: str = "<json>") -> PredictionSet:
         refs = references_from_json(data, path) if has_refs else None
         return PredictionSet(preds, refs, "records" if has_refs else "answer-records", path)
     raise InputError(f"{path}: unrecognized predictions format (top level is {json_kind(data)})")
+
+
+def fill_renamed(predictions: Mapping[str, Any], refs: ReferenceSet) -> tuple[dict[str, Any], list[str]]:
+    """The predictions with each renamed reference question (``<id>#<n>``, :attr:`ReferenceSet.renamed`) that has
+    no prediction of its own given the prediction of its original id, as SQuAD's ``evaluate-v1.1.py`` scores
+    every record of a repeated id with that id's one prediction.
+
+    Returns:
+      ``(predictions, filled)``: a new mapping, and the renamed ids that were filled.
+    """
+    out = dict(predictions)
+    filled = [new for new, old in refs.renamed.items() if new not in out and old in out]
+    for new in filled:
+        out[new] = out[refs.renamed[new]]
+    return out, filled
 
 
 def load_predictions(path: str | os.PathLike) -> PredictionSet:

@@ -85,7 +85,8 @@ def evaluate_split(cfg, workdir: str, graphdef, params, tokenizer, records: list
     records = records[:limit] if limit else records
     preds, spans = predict_split(cfg, graphdef, params, tokenizer, records)
     out = os.path.join(workdir, "eval")
-    metrics = evaluation.evaluate_split(preds, out, tag, metrics=tuple(cfg.eval.metrics))
+    metrics = evaluation.evaluate_split(preds, out, tag, metrics=tuple(cfg.eval.metrics),
+                                        text_mode=cfg.eval.get("text_mode", "openvivqa"))
     metrics["decoding"] = {"method": "best_span", "max_answer_len": int(cfg.model.max_answer_len),
                            "step": None if step is None else int(step)}
     with open(os.path.join(out, f"{tag}_metrics.json"), "w", encoding="utf-8") as f:

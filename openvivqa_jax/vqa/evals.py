@@ -114,7 +114,8 @@ def evaluate_split(exp: Experiment, params, step: int | None, split: str, write:
     writes = write and jax.process_index() == 0
     metrics = evaluation.evaluate_split(preds, out_dir if writes else None, tag or split,
                                         metrics=tuple(cfg.eval.metrics),
-                                        answer_rules=cfg.eval.get("answer_rules", "vietnamese"))
+                                        answer_rules=cfg.eval.get("answer_rules", "vietnamese"),
+                                        text_mode=cfg.eval.get("text_mode", "openvivqa"))
     metrics["decoding"] = dict(settings.describe(), ocr_masked=bool(mask_ocr), step=None if step is None else int(step))
     if writes:
         write_metrics_file(exp, tag or split, metrics)

@@ -93,6 +93,9 @@ def test_config_value_out_of_range(tmp_path, override, needle):
     ("eval.decoding", "beams", "config value eval.decoding='beams' is out of range: must be one of 'greedy', "
                                "'beam' (set it with --config.eval.decoding=...)"),
     ("eval.answer_rules", "english", None),
+    ("eval.text_mode", "offical", "config value eval.text_mode='offical' is out of range: must be one of "
+                                  "'openvivqa', 'official', 'pycocoevalcap' (set it with --config.eval.text_mode=...)"),
+    ("eval.text_mode", "official", None),
 ])
 def test_check_config_ranges(field, value, message):
     from openvivqa_jax.config_check import ConfigError, check_config

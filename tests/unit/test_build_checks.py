@@ -152,3 +152,20 @@ def test_trainer_checks_the_files_of_a_prepared_dataset(tmp_path):
     shard.unlink()
     with pytest.raises(build_check.IncompleteBuildError, match=rf"file {shard.name} is missing"):
         datasets.load_builder(cfg)
+
+
+def test_a_build_recorded_before_a_config_field_existed_is_not_stale(tmp_path):
+    """A build whose sources record lacks a config field added since (``strict``) is reused while the field is at its
+    default, and named as changed when it is not."""
+    from openvivqa_jax.data import datasets
+
+    a = tmp_path / "A"
+    small_dataset(a)
+    built = datasets.load_builder(_data_cfg(tmp_path / "data", a))
+    path = Path(built.data_dir) / build_check.SOURCES_FILE
+    record = json.loads(path.read_text(encoding="utf-8"))
+    del record["config"]["strict"]  # as written before the field existed
+    path.write_text(json.dumps(record), encoding="utf-8")
+    assert _answers(datasets.load_builder(_data_cfg(tmp_path / "data", a)))["100"] == ["phở hòa"]
+    with pytest.raises(build_check.StaleDatasetError, match=r"builder config field\(s\) strict \(False -> True\)"):
+        datasets.load_builder(_data_cfg(tmp_path / "data", a, strict=True))

@@ -18,7 +18,10 @@ Splits are named as the files: ``train``, ``val``, ``test`` (only those whose qu
 
 Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file and the question id (or
 image id for OCR records); ``skip_missing_images`` / ``skip_invalid_records`` skip questions instead
-(counted in ``Builder.skip_counts`` and logged).
+(counted in ``Builder.skip_counts`` and logged). A repeated question id follows
+:class:`openvivqa_jax.data.repairs.RepeatedIds` (another question: renamed ``<id>#<n>``; an exact duplicate:
+dropped; both counted in ``Builder.repairs[split]`` and logged; the same question with other answers: an error;
+the config field ``strict`` refuses the repairs).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ except ImportError:  # loaded by `tfds build tfds_builders/textvqa` as `textvqa.
     from tfds_builders import beam_build, common, readers
 
 from openvivqa_jax.data import ocr as ocr_lib
+from openvivqa_jax.data import repairs
 from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
@@ -179,7 +183,8 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
             raise readers.DatasetInputError(f"{path}: expected {{\"data\": [records]}} (TextVQA format)")
         required = split in cfg.answers_required_splits
-        seen: set[str] = set()
+        log = self._repair_log(split, f"textvqa/{split}", policy)
+        ids = repairs.RepeatedIds(log, reserved={str(it.get("question_id")) for it in data["data"] if isinstance(it, dict)})
         unknown = self._field_counter(split, f"textvqa/{split}")  # image_classes, flickr URLs, ...: logged once
         kept = 0
         for i, item in enumerate(data["data"]):
@@ -193,14 +198,15 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
                     raise readers.record_error(path, record, "needs 'question_id' and 'image_id'")
                 qid, image_id = str(item["question_id"]), str(item["image_id"])
                 record = f"question {qid}"
-                if qid in seen:
-                    raise readers.record_error(path, record, "duplicate question id")
+                qid = ids.resolve(qid, [image_id, item.get("question")],
+                                  {k: v for k, v in item.items() if k != "question_id"}, path=path, record=record)
+                if qid is None:
+                    continue
                 question = readers.clean_question(item.get("question"), path=path, record=record)
                 answers = readers.clean_answers(item.get("answers"), path=path, record=record, required=required)
             except readers.DatasetInputError as e:
                 policy.handle("invalid_record", e)
                 continue
-            seen.add(qid)
             image = self._images.load_or_skip(
                 readers.find_file(f"{image_id}.jpg", image_dirs), policy, source=path, record=record,
                 not_found=f"image file {image_id}.jpg not found in {[str(d) for d in image_dirs]}")
@@ -225,4 +231,5 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
             }
         counter.log_summary(kept)
         unknown.log_summary()
+        log.log_summary()
         logging.info("textvqa/%s: OCR stats %s", split, self.ocr_stats)
