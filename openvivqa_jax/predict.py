@@ -5,7 +5,7 @@ Single question::
     python -m openvivqa_jax.predict --workdir runs/mlpag --image shop.jpg --question "cửa hàng này tên gì?" \\
         [--ocr tesseract|none|FILE] [--beam N] [--json] [--plot out.png]
 
-Batch (:func:`openvivqa_jax.evaluation.formats.read_questions_file`), writing the Codalab submission
+Batch (:func:`openvivqa_jax.evaluation.question_files.read_questions_file`), writing the Codalab submission
 ``{question_id: answer}`` (UTF-8 JSON)::
 
     python -m openvivqa_jax.predict --workdir runs/mlpag --questions test.json --image_dir images/ \\
@@ -47,7 +47,7 @@ from openvivqa_jax.data.ocr import (  # engines in data/ocr/engines.py, the merg
 )
 from openvivqa_jax import paths
 from openvivqa_jax.errors import UserError
-from openvivqa_jax.evaluation import formats
+from openvivqa_jax.evaluation import questions as question_files
 from openvivqa_jax.plot import plot_prediction
 from openvivqa_jax.training import interrupts
 from openvivqa_jax.vqa.report import (answer_warnings, format_result, json_result, no_text_note, skipped_summary,
@@ -246,12 +246,12 @@ def _read_records(args, single: bool) -> tuple[list[dict], dict[str, str] | None
     if single:
         if args.image is None or args.question is None:
             raise PredictError("a single prediction needs both --image and --question")
-        question = _input(formats.clean_question, args.question, f"--question {args.question!r}")
+        question = _input(question_files.clean_question, args.question, f"--question {args.question!r}")
         return [{"question_id": "0", "image_id": os.path.basename(args.image), "question": question,
                  "image_path": args.image}], None
     question_skips: dict[str, str] | None = {} if args.skip_bad else None
-    records = _input(formats.read_questions_file, args.questions,
-                     formats.image_folders(args.questions, args.image_dir), question_skips)
+    records = _input(question_files.read_questions_file, args.questions,
+                     question_files.image_folders(args.questions, args.image_dir), question_skips)
     return records, question_skips
 
 

@@ -13,7 +13,8 @@ import os
 import ml_collections
 
 from openvivqa_jax.errors import UserError
-from openvivqa_jax.evaluation.formats import InputError, image_folders, read_json_file
+from openvivqa_jax.evaluation.formats import InputError
+from openvivqa_jax.evaluation.questions import image_folders, read_json_file
 
 __all__ = ["RunFolderError", "RUN_FILES", "check_workdir", "load_config", "answering_reads"]
 
@@ -74,7 +75,7 @@ def answering_reads(workdir: str, questions: str | None, image_dir: str | None) 
     """What answering questions from the run in ``workdir`` reads without a flag of its own, as ``(what, path)``
     for :func:`openvivqa_jax.paths.check_paths`'s ``reads`` (no output may replace them): the run's
     :data:`RUN_FILES` and, for a ``questions`` file without an ``image_dir``, the folders its images are looked
-    up in (:func:`~openvivqa_jax.evaluation.formats.image_folders`)."""
+    up in (:func:`~openvivqa_jax.evaluation.questions.image_folders`)."""
     folder = os.path.expanduser(workdir)
     reads = [(f"the run's {name} in --workdir {workdir}", os.path.join(folder, name)) for name in RUN_FILES]
     if questions and not image_dir:

@@ -128,7 +128,7 @@ def test_missing_image_and_bad_questions_file(tmp_path):
 
 # --------------------------------------------------------------------------------------------- units
 def test_read_questions_file_both_layouts(tmp_path):
-    from openvivqa_jax.evaluation.formats import read_questions_file
+    from openvivqa_jax.evaluation.questions import read_questions_file
 
     p = tmp_path / "public.json"
     p.write_text(json.dumps({"images": {"3": "a.jpg"},
@@ -142,7 +142,7 @@ def test_read_questions_file_both_layouts(tmp_path):
 
 
 def test_batch_images_found_next_to_the_file_or_in_images(tmp_path):
-    from openvivqa_jax.evaluation.formats import image_folders, read_questions_file
+    from openvivqa_jax.evaluation.questions import image_folders, read_questions_file
 
     p = tmp_path / "test_data.json"
     p.write_text(json.dumps({"images": {"1": "a.jpg", "2": "b.jpg", "3": "c.jpg", "4": "d.jpg"}, "annotations": {
