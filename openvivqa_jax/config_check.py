@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from openvivqa_jax.accelerator import PLATFORMS
 from openvivqa_jax.errors import ConfigError
 from openvivqa_jax.evaluation.evaluator import TEXT_MODES
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
@@ -111,6 +112,7 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model.question_embedding", ("learned", "fasttext")),
     ("model.text_encoder.kind", ("learned", "bert")),
     ("model.vision.kind", ("cnn", "vit", "region", "proposals")),
+    ("platform", PLATFORMS),
 )
 
 

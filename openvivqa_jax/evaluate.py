@@ -67,6 +67,7 @@ from openvivqa_jax import paths
 from openvivqa_jax.cli import print_error, run_main
 from openvivqa_jax.errors import UserError
 from openvivqa_jax import jsonio
+from openvivqa_jax import outputs
 from openvivqa_jax.evaluation import evaluator
 from openvivqa_jax.evaluation.formats import InputError, fill_renamed, load_predictions, load_references
 from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S, meteor_progress
@@ -338,18 +339,16 @@ def _coverage(args: argparse.Namespace, refs, answered: dict, unanswered: list) 
 
 
 def _write_json(result: dict, json_to: str | None) -> bool:
-    """Writes ``result`` as JSON to ``json_to`` (``-``: stdout; None: nowhere); False (after the error line)
-    when the file cannot be written."""
+    """Writes ``result`` as JSON to ``json_to`` (``-``: stdout; None: nowhere; a file through
+    :func:`openvivqa_jax.outputs.write_json`); False (after the error line) when the file cannot be written."""
     if json_to == "-":
         json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
         sys.stdout.write("\n")
     elif json_to:
-        try:
-            with open(json_to, "w", encoding="utf-8") as f:
-                json.dump(result, f, ensure_ascii=False, indent=2)
-                f.write("\n")
-        except OSError as e:
-            _error(f"cannot write --json {json_to!r}: {e.strerror or e}")
+        try:  # written whole, then renamed: a failed write keeps the earlier file
+            outputs.write_json(json_to, result, what="--json", indent=2, newline=True)
+        except outputs.OutputWriteError as e:
+            _error(e)
             return False
     return True
 

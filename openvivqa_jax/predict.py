@@ -45,7 +45,7 @@ from openvivqa_jax.data.ocr import (  # engines in data/ocr/engines.py, the merg
     read_ocr_table,
     run_ocr_passes,
 )
-from openvivqa_jax import paths
+from openvivqa_jax import accelerator, paths
 from openvivqa_jax.errors import UserError
 from openvivqa_jax.evaluation import questions as question_files
 from openvivqa_jax.plot import plot_prediction
@@ -127,7 +127,7 @@ def load_run(workdir: str, beam: int | None = None):
     with cfg.unlocked():
         cfg.mesh.shape = (1, 1)  # one example at a time, on one device
     from openvivqa_jax.vqa import inference  # heavy: JAX, imported once the input is known good
-
+    accelerator.start_backend()  # outside _input: a backend JAX cannot start is the machine's, not the workdir's
     return _input(inference.load_for_inference, workdir, cfg, prefix=f"workdir {workdir}: "), int(
         beam or cfg.eval.beam_size)
 

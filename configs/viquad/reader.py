@@ -33,6 +33,7 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = "reading"
     c.seed = 0
+    common.run_platform(c)
     c.data = common.tfds_data("viquad", "synthetic" if variant == "synthetic" else "default", eval_split="dev")
 
     c.tokenizer = common.bpe_tokenizer(1000 if variant == "synthetic" else 8000)

@@ -19,6 +19,8 @@ and builder config now given.
   file, first ids: :mod:`openvivqa_jax.data.repairs`), the records it skipped per reason and the fields it did not
   store. A user reads them after the build; :func:`openvivqa_jax.data.datasets.load_builder` logs their summary
   when it opens a dataset built earlier, so a run's log says what its data was made from.
+* :func:`describe_build`: the one line a run logs about the build it reads, built now or reused (where, when,
+  by whom, from which sources): on a cluster with a shared home folder one user's build is every user's data.
 
 Imports neither JAX nor TensorFlow (the builders and the CLIs use it).
 """
@@ -26,18 +28,22 @@ Imports neither JAX nor TensorFlow (the builders and the CLIs use it).
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import getpass
 import hashlib
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
+from openvivqa_jax import outputs
 from openvivqa_jax import jsonio
 from openvivqa_jax.errors import UserError
 
 __all__ = ["IncompleteBuildError", "StaleDatasetError", "SOURCES_FILE", "NOTES_FILE", "TEXT_SUFFIXES",
            "check_split_files", "count_records", "sources_fingerprint", "write_sources", "read_sources",
-           "compare_sources", "config_defaults", "write_notes", "read_notes", "notes_summary"]
+           "compare_sources", "config_defaults", "write_notes", "read_notes", "notes_summary", "describe_build"]
 
 #: File written beside ``dataset_info.json``: what the build was made from.
 SOURCES_FILE = "openvivqa_sources.json"
@@ -175,11 +181,23 @@ def sources_fingerprint(manual_dir: str | os.PathLike | None, config: Any) -> di
     return {"config": _config_fields(config), "files": files}
 
 
+def _who() -> str:
+    """``user@host`` of this process (the user id when the system has no name for it, as in some containers)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
 def write_sources(data_dir: str | os.PathLike, manual_dir, config: Any) -> None:
-    """Writes :data:`SOURCES_FILE` into a build's folder."""
+    """Writes :data:`SOURCES_FILE` into a build's folder: :func:`sources_fingerprint`, and the manual folder's
+    path, the time (UTC, ISO 8601) and ``user@host`` of the build, which :func:`describe_build` reports."""
     record = sources_fingerprint(manual_dir, config)
-    Path(data_dir, SOURCES_FILE).write_text(json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False),
-                                            encoding="utf-8")
+    record["manual_dir"] = os.path.abspath(manual_dir) if manual_dir is not None and Path(manual_dir).is_dir() else None
+    record["built_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    record["built_by"] = _who()
+    outputs.write_json(Path(data_dir, SOURCES_FILE), record, indent=1, sort_keys=True)
 
 
 def read_sources(data_dir: str | os.PathLike) -> dict | None:
@@ -229,8 +247,7 @@ def compare_sources(recorded: dict, current: dict, limit: int = 3, defaults: dic
 def write_notes(data_dir: str | os.PathLike, notes: dict) -> None:
     """Writes :data:`NOTES_FILE` (``{split: {"repairs": ..., "skipped": ..., "fields_not_stored": ...}}``, as
     :meth:`tfds_builders.readers.BuildCounts.build_notes` gives it) into a build's folder."""
-    Path(data_dir, NOTES_FILE).write_text(json.dumps(notes, indent=1, sort_keys=True, ensure_ascii=False),
-                                          encoding="utf-8")
+    outputs.write_json(Path(data_dir, NOTES_FILE), notes, indent=1, sort_keys=True)
 
 
 def read_notes(data_dir: str | os.PathLike) -> dict | None:
@@ -250,6 +267,59 @@ def notes_summary(notes: dict) -> list[str]:
         if parts:
             out.append(f"{split}: {', '.join(parts)}")
     return out
+#: Builder config fields left out of :func:`describe_build`'s settings (TFDS bookkeeping, not a source).
+_NOT_SETTINGS = ("name", "version", "supported_versions", "release_notes", "description", "tags")
+
+
+def _when(data_dir: Path, record: dict | None) -> str:
+    """When the build in ``data_dir`` was made, by whom if recorded: ``2026-12-05 08:53 UTC by root@host``; for a
+    build that did not record it, the time of its ``dataset_info.json``."""
+    at = (record or {}).get("built_at")
+    try:
+        when = datetime.datetime.fromisoformat(at) if at else datetime.datetime.fromtimestamp(
+            (data_dir / "dataset_info.json").stat().st_mtime, datetime.timezone.utc)
+    except (ValueError, OSError):
+        return "at an unknown time"
+    text = when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    by = (record or {}).get("built_by")
+    return f"{text} by {by}" if by else f"{text} (its dataset_info.json; who built it is not recorded)"
+
+
+def _sources_phrase(record: dict | None) -> str:
+    """``from the generator with seed=0, ...`` or ``from the manual folder <path> (N files) with ...``."""
+    if record is None:
+        return "from sources it did not record (built by an older version)"
+    settings = ", ".join(f"{k}={v}" for k, v in sorted((record.get("config") or {}).items())
+                         if k not in _NOT_SETTINGS and v is not None)
+    files = record.get("files") or {}
+    if files or record.get("manual_dir"):
+        where = record.get("manual_dir") or "a manual folder"
+        head = f"from the manual folder {where} ({len(files)} files fingerprinted)"
+    else:
+        head = "from the generator"
+    return f"{head} with {settings}" if settings else head
+
+
+def describe_build(builder: Any, built_s: float | None) -> str:
+    """One line saying which dataset build a run reads: name, config and version, where, when and by whom it was
+    made, from which sources (the manual folder, or the generator and its settings) and its splits; ``built now``
+    with the build's seconds when ``built_s`` is given, else ``reusing``.
+
+    Args:
+      builder: the prepared TFDS builder.
+      built_s: seconds the build took in this process; None when an existing build is reused.
+    """
+    data_dir = Path(os.fspath(builder.data_dir))
+    record = read_sources(data_dir)
+    splits = ", ".join(f"{k} {v.num_examples}" for k, v in sorted(builder.info.splits.items()))
+    config = getattr(builder, "builder_config", None)
+    name = f"{builder.name}/{config.name}" if config is not None else builder.name
+    head = f"Dataset {name} {builder.info.version}: "
+    if built_s is None:
+        head += f"reusing the build in {data_dir}, made {_when(data_dir, record)}"
+    else:
+        head += f"built now in {data_dir} in {built_s:.0f} s"
+    return f"{head}, {_sources_phrase(record)} (splits: {splits})"
 
 
 class RecordsSources:

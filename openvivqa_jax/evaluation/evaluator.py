@@ -64,7 +64,6 @@ logged with absl logging).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -77,6 +76,7 @@ import openvivqa_jax.evaluation.grouping as grouping
 import openvivqa_jax.evaluation.meteor as meteor_lib
 import openvivqa_jax.evaluation.vqa_accuracy as vqa_lib
 import openvivqa_jax.evaluation.wmd as wmd_lib
+from openvivqa_jax import outputs
 from openvivqa_jax.evaluation.formats import QA_TYPE_NON_TEXT, QA_TYPE_TEXT, QA_TYPE_UNKNOWN, parse_qa_type
 from openvivqa_jax.evaluation.registry import (ALL_METRICS, DEFAULT_METRICS, METRIC_FUNCTIONS, ScoringContext,
                                                register_metric, resolve_metrics)
@@ -329,12 +329,10 @@ def evaluate_split(
         return result
     os.makedirs(out_dir, exist_ok=True)
     pred_path = os.path.join(os.fspath(out_dir), f"{split}_predictions.json")
-    with open(pred_path, "w", encoding="utf-8") as f:
-        json.dump(clean_records, f, ensure_ascii=False, indent=1)
+    outputs.write_json(pred_path, clean_records, indent=1)  # whole, then renamed: a failed write keeps the old
     result = score(preds, refs, types, metrics, fields=fields, **score_kwargs)
     metrics_path = os.path.join(os.fspath(out_dir), f"{split}_metrics.json")
-    with open(metrics_path, "w", encoding="utf-8") as f:
-        json.dump(result, f, ensure_ascii=False, indent=2)
+    outputs.write_json(metrics_path, result, indent=2)
     logging.info("%s metrics written to %s", split, metrics_path)
     logging.debug("%s metrics:\n%s", split, format_table(result))  # callers print or log the scores once
     return result

@@ -6,7 +6,6 @@ scores and the final scoring the train loop (:mod:`openvivqa_jax.reading.train`)
 
 from __future__ import annotations
 
-import json
 import os
 
 import jax
@@ -15,6 +14,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
+from openvivqa_jax import outputs
 from openvivqa_jax import evaluation
 from openvivqa_jax.reading import ReadingError
 from openvivqa_jax.reading import features as feats
@@ -89,10 +89,8 @@ def evaluate_split(cfg, workdir: str, graphdef, params, tokenizer, records: list
                                         text_mode=cfg.eval.get("text_mode", "openvivqa"))
     metrics["decoding"] = {"method": "best_span", "max_answer_len": int(cfg.model.max_answer_len),
                            "step": None if step is None else int(step)}
-    with open(os.path.join(out, f"{tag}_metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, ensure_ascii=False, indent=2)
-    with open(os.path.join(out, f"{tag}_spans.json"), "w", encoding="utf-8") as f:
-        json.dump(spans, f, ensure_ascii=False, indent=1)
+    outputs.write_json(os.path.join(out, f"{tag}_metrics.json"), metrics, indent=2)
+    outputs.write_json(os.path.join(out, f"{tag}_spans.json"), spans, indent=1)
     return metrics, preds
 
 

@@ -33,6 +33,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
+from openvivqa_jax import outputs
 from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.reading import evals
 from openvivqa_jax.reading.data import read_split, reader_windows, setup
@@ -105,22 +106,21 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                                                    latest_items=("state", "data_iter"))
     stream = _Stream(len(windows), int(t.batch_size), int(cfg.seed))
     state, start, best_score = _resume(workdir, latest, state, stream)
-    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-        f.write(cfg.to_json_best_effort(indent=2))
+    outputs.write_text(os.path.join(workdir, "config.json"), cfg.to_json_best_effort(indent=2))
     writer = metric_writers.create_default_writer(workdir)
     report = periodic_actions.ReportProgress(num_train_steps=t.num_train_steps, writer=writer,
                                              every_steps=t.log_every_steps)
     train_step = _make_train_step(graphdef, tx, schedule, int(cfg.seed))
 
     def save(step: int) -> None:
-        latest.save(step, args=ocp.args.Composite(
+        checkpoints.save_step(latest, step, ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data_iter=ocp.args.JsonSave({"iterator": stream.get_state(), "best_score": float(best_score)})))
 
     acc = MeanAccumulator()
     timer = IntervalTimer()
     step = start
-    with interrupts.StopSignals() as signals:
+    with interrupts.StopSignals(workdir) as signals:
         for step in range(start + 1, t.num_train_steps + 1):
             with timer.waiting():
                 batch = windows.batch(stream.next())
@@ -133,8 +133,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                     step % t.eval_every_steps == 0 or step == t.num_train_steps):
                 with timer.excluded():
                     score = _eval_dev(cfg, workdir, writer, graphdef, state.params, tokenizer, dev_records, step)
-                    best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
-                              metrics={"score": score})
+                    checkpoints.save_step(best, step, ocp.args.Composite(state=ocp.args.StandardSave(state)),
+                                          {"score": score})
                 best_score = max(best_score, score)
             if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps:
                 with timer.excluded():

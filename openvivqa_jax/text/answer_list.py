@@ -22,7 +22,6 @@ A reference both in the list and among the OCR tokens scores on both classes.
 from __future__ import annotations
 
 import collections
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
+from openvivqa_jax import outputs
 from openvivqa_jax import jsonio
 from openvivqa_jax.text.answer_vocab import ocr_words
 from openvivqa_jax.text.normalize import normalize_text
@@ -120,9 +120,9 @@ class AnswerList:
     def save(self, path: str) -> None:
         """Writes ``{"answers": [...], "counts": [...] | null, "full_score_count": int, "distinct_answers": int |
         null}`` as UTF-8 JSON (``distinct_answers`` tells whether another ``top_k`` would give another list)."""
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"answers": self.answers, "counts": self.counts, "full_score_count": self.full_score_count,
-                       "distinct_answers": self.distinct_answers}, f, ensure_ascii=False, indent=0)
+        outputs.write_json(path, {"answers": self.answers, "counts": self.counts,
+                                  "full_score_count": self.full_score_count,
+                                  "distinct_answers": self.distinct_answers}, indent=0)
 
     @classmethod
     def load(cls, path: str) -> AnswerList:

@@ -18,12 +18,12 @@ written to ``<workdir>/languages.json`` (:func:`write_training_languages`).
 from __future__ import annotations
 
 import collections
-import json
 import os
 import re
 import unicodedata
 from collections.abc import Iterable
 
+from openvivqa_jax import outputs
 from openvivqa_jax.jsonio import read_json
 
 __all__ = ["detect_language", "count_languages", "write_training_languages", "training_languages",
@@ -90,14 +90,10 @@ def count_languages(records: Iterable) -> dict[str, int]:
 
 def write_training_languages(records: Iterable, workdir: str, split: str) -> dict[str, int]:
     """Counts the languages of the training ``records`` (:func:`count_languages`) and writes them to
-    ``<workdir>/languages.json`` (``{"split": ..., "questions": {language: n}}``, a temporary file renamed into
-    place); returns the counts."""
+    ``<workdir>/languages.json`` (``{"split": ..., "questions": {language: n}}``,
+    :func:`openvivqa_jax.outputs.write_json`); returns the counts."""
     counts = count_languages(records)
-    path = os.path.join(workdir, LANGUAGES_FILE)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"split": split, "questions": counts}, f, ensure_ascii=False, indent=1)
-    os.replace(tmp, path)
+    outputs.write_json(os.path.join(workdir, LANGUAGES_FILE), {"split": split, "questions": counts}, indent=1)
     return counts
 
 

@@ -10,7 +10,6 @@ What runs after training is ``config.evals`` (:func:`run`; the entries and their
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import jax
@@ -19,6 +18,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
+from openvivqa_jax import outputs
 from openvivqa_jax import evaluation
 from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import copying
@@ -148,8 +148,7 @@ def print_table(title: str, metrics: dict) -> str:
 def write_metrics_file(exp: Experiment, tag: str, metrics: dict) -> None:
     """Writes ``metrics`` to ``<workdir>/eval/<tag>_metrics.json`` (process 0; replaces the file)."""
     if jax.process_index() == 0:
-        with open(os.path.join(exp.workdir, "eval", f"{tag}_metrics.json"), "w", encoding="utf-8") as f:
-            json.dump(metrics, f, ensure_ascii=False, indent=2)
+        outputs.write_json(os.path.join(exp.workdir, "eval", f"{tag}_metrics.json"), metrics, indent=2)
 
 
 def run(exp, params, params_step: int, step: int, writer=None, record_kind: str = "final") -> dict[str, dict]:

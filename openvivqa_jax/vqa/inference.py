@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from openvivqa_jax import accelerator
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.models import build_model, model_class
@@ -310,9 +311,12 @@ def load_for_inference(workdir: str, cfg=None) -> Inference:
       FileNotFoundError: ``spm.model``, ``answers.json`` (classifiers) or every checkpoint is missing.
       openvivqa_jax.evaluation.formats.InputError: an unusable ``config.json``
         (:func:`openvivqa_jax.vqa.workdir.load_config`).
+      openvivqa_jax.accelerator.BackendError: ``JAX_PLATFORMS`` names a backend JAX cannot start.
     """
     workdir = os.path.abspath(os.path.expanduser(workdir))
     cfg = load_config(workdir) if cfg is None else cfg
+    # The log's backend line; the run's config.platform is not enforced: a run trained on GPUs answers anywhere.
+    accelerator.start_backend()
     with cfg.unlocked():
         if cfg.model.get("vision") is not None and cfg.model.vision.get("checkpoint"):
             cfg.model.vision.checkpoint = None  # the trained weights come from the run's checkpoint

@@ -5,10 +5,10 @@ words came from) or as JSON, and the Codalab submission file of a batch. Imports
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
+from openvivqa_jax import outputs
 from openvivqa_jax.text.language import detect_language, training_languages
 
 __all__ = ["format_result", "json_result", "no_text_note", "write_submission", "cut_questions_warning",
@@ -161,14 +161,20 @@ def no_text_note(engine: str, items: list) -> str | None:
 def write_submission(output: str | None, results: list[dict], skipped: dict[str, str]) -> tuple[str, str | None]:
     """Batch mode: writes the submission ``{question_id: answer}`` to ``output`` (``--output``; None:
     ``submission.json``) and, when questions were skipped, ``<output stem>.skipped.json``; returns both paths (the
-    second None when nothing was skipped)."""
+    second None when nothing was skipped). Each file is written whole and renamed into place
+    (:func:`openvivqa_jax.outputs.write_json`), so a failed write leaves an earlier file as it was.
+
+    Raises:
+      openvivqa_jax.outputs.OutputWriteError: a file cannot be written (one line naming it and the reason).
+    """
     output = output or "submission.json"
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w", encoding="utf-8") as f:
-        json.dump({r["question_id"]: r["answer"] for r in results}, f, ensure_ascii=False, indent=1)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    except OSError as e:
+        raise outputs.write_error(output, e, "--output") from e
+    outputs.write_json(output, {r["question_id"]: r["answer"] for r in results}, what="--output", indent=1)
     skipped_path = None
     if skipped:
         skipped_path = os.path.splitext(output)[0] + ".skipped.json"
-        with open(skipped_path, "w", encoding="utf-8") as f:
-            json.dump(skipped, f, ensure_ascii=False, indent=1)
+        outputs.write_json(skipped_path, skipped, what="the list of skipped questions", indent=1)
     return output, skipped_path

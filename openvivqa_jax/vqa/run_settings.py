@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Any
 
+from openvivqa_jax import outputs
 from openvivqa_jax.jsonio import read_json
 from openvivqa_jax.training.checkpoints import CheckpointMismatchError
 
@@ -150,18 +150,14 @@ def check_settings(cfg, workdir: str, mode: str = "train") -> None:
 
 def write_initial_config(cfg, workdir: str) -> None:
     """Writes ``<workdir>/config.json`` for a run none of whose files is made yet (:data:`FIXED`: no tokenizer, no
-    answer list, no checkpoint), before the first is made (a temporary file renamed into place); a run stopped
-    while it made its tokenizer is then checked on its next start."""
+    answer list, no checkpoint), before the first is made (:func:`openvivqa_jax.outputs.write_text`: whole or not
+    at all); a run stopped while it made its tokenizer is then checked on its next start.
+
+    Raises:
+      openvivqa_jax.outputs.OutputWriteError: the file cannot be written (one line naming it and the cause).
+    """
     path = os.path.join(workdir, "config.json")
     if os.path.exists(path) and any(_present(workdir).values()):
         return
     os.makedirs(workdir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".config.json.", dir=workdir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(cfg.to_json_best_effort(indent=2))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    outputs.write_text(path, cfg.to_json_best_effort(indent=2))

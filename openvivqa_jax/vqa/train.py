@@ -36,6 +36,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
+from openvivqa_jax import outputs
 from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
@@ -198,13 +199,12 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     # Written once the checkpoint (if any) is known to fit, so a resume with other model settings keeps the
     # run's own config.json.
     if jax.process_index() == 0:
-        with open(os.path.join(exp.workdir, "config.json"), "w", encoding="utf-8") as f:
-            f.write(cfg.to_json_best_effort(indent=2))
+        outputs.write_text(os.path.join(exp.workdir, "config.json"), cfg.to_json_best_effort(indent=2))
     step_fn = make_train_step(spec)
     hooks = _profile_hooks(exp)
 
     def save(step: int) -> None:
-        latest.save(step, args=ocp.args.Composite(
+        checkpoints.save_step(latest, step, ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data_iter=ocp.args.JsonSave({"iterator": it.get_state(), "best_score": float(best_score),
                                          "bad_evals": int(bad_evals)})))
@@ -215,7 +215,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     stopped_early = False
     # Ctrl-C / SIGTERM: finish the step, save it, stop with one line (openvivqa_jax.training.interrupts). With several
     # processes SIGTERM is JAX's preemption notice and orbax says at which step all processes save.
-    signals = interrupts.StopSignals() if jax.process_count() == 1 else contextlib.nullcontext()
+    signals = interrupts.StopSignals(exp.workdir) if jax.process_count() == 1 else contextlib.nullcontext()
     with signals:
         for step in range(start + 1, t.num_train_steps + 1):
             with timer.waiting():
@@ -445,7 +445,7 @@ def _record_dev_score(exp: Experiment, best: ocp.CheckpointManager, state: Train
     """Saves ``state`` to ``best`` with its dev ``score`` and counts evaluations without improvement; returns
     ``(best_score, bad_evals, stop)``, ``stop`` True (with a log line) when ``train.patience`` of them ran out."""
     t = exp.cfg.train
-    best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), metrics={"score": score})
+    checkpoints.save_step(best, step, ocp.args.Composite(state=ocp.args.StandardSave(state)), {"score": score})
     if score > best_score:
         best_score, bad_evals = score, 0
     else:
