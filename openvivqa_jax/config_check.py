@@ -16,6 +16,7 @@ from openvivqa_jax.errors import ConfigError
 from openvivqa_jax.evaluation.evaluator import TEXT_MODES
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
 from openvivqa_jax.models import DTYPES, MODEL_REGISTRY, OCR_FEATURE_GROUPS
+from openvivqa_jax.models.fields import config_files_for, missing_fields
 from openvivqa_jax.text.tokenizer import MODEL_TYPES
 from openvivqa_jax.vqa import config as vqa_config
 from openvivqa_jax.vqa.config import parse_kind_weights
@@ -132,6 +133,25 @@ def _fail(field: str, value: Any, allowed: str) -> None:
                       f"(set it with --config.{field}=...)")
 
 
+def _check_model_fields(cfg) -> None:
+    """Raises a :class:`ConfigError` when ``config.model`` lacks fields its model's constructor reads
+    (:func:`openvivqa_jax.models.fields.missing_fields`: a config made for another model), naming them and the
+    shipped configs made for the model."""
+    model = _get(cfg, "model")
+    if model is _MISSING or model is None:
+        return
+    missing = missing_fields(model)
+    if not missing:
+        return
+    name = model.get("name")
+    builder = _get(cfg, "data.builder")
+    starts = config_files_for(name, builder if isinstance(builder, str) else None)
+    hint = (f"start from {starts[0]}, which has them" + (f" (or {', '.join(starts[1:])})" if starts[1:] else "")
+            if starts else f"start from a config made for {name}")
+    raise ConfigError(f"config value model.name={name!r} needs model fields this config does not have: "
+                      f"{', '.join('model.' + f for f in missing)} (the config was made for another model); {hint}")
+
+
 def check_config(cfg) -> None:
     """Checks the ranges of the config's values (module doc).
 
@@ -140,7 +160,8 @@ def check_config(cfg) -> None:
 
     Raises:
       ConfigError: the first value out of range (one line: field, value, allowed range, flag), or a choice
-        field (:data:`CHOICES`) with a value it does not know, or a ``model.ocr_features`` group that is not one of
+        field (:data:`CHOICES`) with a value it does not know, a ``config.model`` without the fields its model
+        reads (a config made for another model), or a ``model.ocr_features`` group that is not one of
         :data:`openvivqa_jax.models.OCR_FEATURE_GROUPS`; also
         ``model.d_model`` not divisible by ``model.num_heads``, ``model.word_region_loss.weight`` > 0 without
         ``model.question_over_image``, a ``data.image_size`` that is not two
@@ -164,6 +185,7 @@ def check_config(cfg) -> None:
         if value not in allowed_values:
             _fail(field, value, "one of " + ", ".join(repr(v) for v in allowed_values))
     if answering:
+        _check_model_fields(cfg)
         vqa_config.plan(cfg)  # the evaluations after training: kinds, fields and references
     groups = _get(cfg, "model.ocr_features")
     if isinstance(groups, (tuple, list)) and set(groups) - set(OCR_FEATURE_GROUPS):

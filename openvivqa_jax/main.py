@@ -249,15 +249,17 @@ def _check_paths(cfg) -> None:
 
     Raises:
       PathError: ``--workdir`` (a new or writable folder; one that exists for ``--mode evaluate``),
-        ``--config.data.data_dir`` or ``--config.data.model_ready_dir`` cannot serve.
+        ``--config.data.data_dir``, ``--config.data.manual_dir`` (read when there) or
+        ``--config.data.model_ready_dir`` cannot serve, or an output folder is the manual folder.
     """
     data = cfg.get("data") or {}
     specs = [("--workdir", FLAGS.workdir, paths.RUN_DIR if FLAGS.mode == "evaluate" else paths.OUTPUT_DIR),
              ("--config.data.data_dir", data.get("data_dir"), paths.DATA_DIR),
+             ("--config.data.manual_dir", data.get("manual_dir"), paths.OPTIONAL_INPUT_DIR),
              ("--config.data.model_ready_dir", data.get("model_ready_dir") if data.get("model_ready") else None,
               paths.OUTPUT_DIR)]
     if FLAGS.mode == "prepare":  # builds the dataset only
-        specs = specs[1:2]
+        specs = specs[1:3]
     for (flag, given, _), checked in zip(specs, paths.check_paths(specs)):
         if checked != given and flag == "--workdir":
             FLAGS.workdir = checked

@@ -279,8 +279,8 @@ PATH_FLAGS = {"--workdir": paths.INPUT_DIR, "--output": paths.OUTPUT_FILE}
 
 
 def _run(args: argparse.Namespace) -> int:
-    paths.check_args(args, PATH_FLAGS)
     path = os.path.join(os.path.expanduser(args.workdir), "metrics.jsonl")
+    paths.check_args(args, PATH_FLAGS, reads=[(f"the run's metrics.jsonl in --workdir {args.workdir}", path)])
     if not os.path.isdir(os.path.expanduser(args.workdir)):
         raise UserError(f"workdir {args.workdir!r} does not exist")
     if not os.path.isfile(path):

@@ -29,6 +29,7 @@ from PIL import Image
 
 from openvivqa_jax.cli import install_tfds_cli_handler
 from openvivqa_jax import jsonio
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.data import images as images_lib
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.data import repairs
@@ -311,19 +312,25 @@ class UnknownFields:
 
     Attributes:
         counts: ``{file: Counter(field -> number of records carrying it)}``.
+        units: ``{file: what a record is}``: ``"records"`` (JSON objects), ``"rows"`` (a CSV file, whose header
+            names its fields once for every row).
     """
 
     def __init__(self, name: str):
         """Args: name: shown in the log line, e.g. ``"openvivqa/train"``."""
         self.name = name
         self.counts: dict[str, collections.Counter[str]] = {}
+        self.units: dict[str, str] = {}
 
-    def check(self, record: Mapping[str, Any], known: Iterable[str], *, path: Any) -> list[str]:
-        """Counts the keys of ``record`` outside ``known``; returns them (file order)."""
+    def check(self, record: Mapping[str, Any], known: Iterable[str], *, path: Any, times: int = 1,
+              unit: str = "records") -> list[str]:
+        """Counts the keys of ``record`` outside ``known`` (``times`` records carry them: a CSV header's columns
+        are in each of its ``times`` rows, ``unit="rows"``); returns them (file order)."""
         known = set(known)
         unknown = [k for k in record if k not in known]
-        if unknown:
-            self.counts.setdefault(str(path), collections.Counter()).update(unknown)
+        if unknown and times > 0:
+            self.counts.setdefault(str(path), collections.Counter()).update({k: times for k in unknown})
+            self.units[str(path)] = unit
         return unknown
 
     def totals(self) -> dict[str, int]:
@@ -334,11 +341,13 @@ class UnknownFields:
         return dict(out)
 
     def log_summary(self) -> None:
-        """Logs one warning per file listing the unknown fields and how many records carry each."""
+        """Logs one warning per file listing the unknown fields (a CSV file's: columns) and how many records (a
+        CSV file's: rows) carry each."""
         for path, c in self.counts.items():
+            unit = self.units.get(path, "records")
             logging.warning(
-                "%s: %s: fields not stored by this builder (records carrying each): %s",
-                self.name, path, dict(sorted(c.items())))
+                "%s: %s: %s not stored by this builder (%s carrying each): %s",
+                self.name, path, "columns" if unit == "rows" else "fields", unit, dict(sorted(c.items())))
 
 
 #: Filename keyword -> split. Tokens are the lowercase alphanumeric runs of the file stem.
@@ -469,7 +478,8 @@ def clean_question(value: Any, *, path: Any, record: str) -> str:
         DatasetInputError: the value is not a string, or is empty after normalization.
     """
     if not isinstance(value, str):
-        raise record_error(path, record, f"question is {type(value).__name__} ({value!r}), expected a string")
+        raise record_error(path, record, "no question" if value is None else
+                           f"question is {json_kind(value)} ({value!r}), expected a string")
     q = normalize_text(value)
     if not q:
         raise record_error(path, record, f"empty question ({value!r})")
@@ -492,11 +502,11 @@ def clean_answers(value: Any, *, path: Any, record: str, required: bool) -> list
     """
     values = [] if value is None else [value] if isinstance(value, str) else value
     if not isinstance(values, list):
-        raise record_error(path, record, f"answers must be a string or list of strings, got {type(value).__name__}")
+        raise record_error(path, record, f"answers must be a string or list of strings, got {json_kind(value)}")
     out = []
     for i, a in enumerate(values):
         if not isinstance(a, str):
-            raise record_error(path, record, f"answer {i} is {type(a).__name__} ({a!r}), expected a string")
+            raise record_error(path, record, f"answer {i} is {json_kind(a)} ({a!r}), expected a string")
         na = normalize_text(a)
         if not na:
             if len(values) > 1:

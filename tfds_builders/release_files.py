@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from openvivqa_jax.data import repairs
+from openvivqa_jax.jsonio import json_kind
 from tfds_builders.readers import DatasetInputError, ErrorPolicy, UnknownFields, read_json, record_error
 
 __all__ = ["read_release_file"]
@@ -50,7 +51,7 @@ def read_release_file(path: Path, *, dataset: str, policy: ErrorPolicy, unknown:
     if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
         raise DatasetInputError(
             f"{path}: expected an object with 'images' and 'annotations' ({dataset} format), got "
-            f"{type(data).__name__}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}")
+            f"{json_kind(data)}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}")
     unknown.check(data, top_fields, path=path)
     return (_release_images(path, data["images"], policy, unknown, image_fields, ids.log),
             _release_annotations(path, data["annotations"], policy, ids))
@@ -70,7 +71,7 @@ def _release_images(path: Path, images_raw: Any, policy: ErrorPolicy, unknown: U
             unknown.check(e, image_fields, path=path)
             entries.append((f"images[{i}] (image {e['id']!r})", e["id"], e.get("filename", e.get("file_name")), ""))
     else:
-        raise DatasetInputError(f"{path}: 'images' must be an object or a list, got {type(images_raw).__name__}")
+        raise DatasetInputError(f"{path}: 'images' must be an object or a list, got {json_kind(images_raw)}")
     images: dict[str, str] = {}
     for where, k, name, how in entries:
         if not isinstance(name, str) or not name.strip():
@@ -103,7 +104,7 @@ def _release_annotations(path: Path, anns_raw: Any, policy: ErrorPolicy, ids: re
             listed.append((str(qid), a))
     else:
         raise DatasetInputError(
-            f"{path}: 'annotations' must be an object or a list, got {type(anns_raw).__name__}")
+            f"{path}: 'annotations' must be an object or a list, got {json_kind(anns_raw)}")
     ids.reserved.update(qid for qid, _ in listed)
     anns = []
     for qid, a in listed:

@@ -181,7 +181,10 @@ def score(
 def _rules(names: list[str], text_mode: str, answer_rules: str, text: PreparedText) -> dict[str, Any]:
     """Each metric's rule (:func:`.rules.metric_rules`), logged."""
     rules = metric_rules(names, text_mode, answer_rules, text.ptb_unavailable)
-    logging.info("evaluation rules (text mode %s):\n%s", text_mode, "\n".join(format_rules(rules)))
+    # One log record per rule: a record spanning lines would read as untagged messages to a log reader.
+    logging.info("evaluation rules (text mode %s):", text_mode)
+    for line in format_rules(rules):
+        logging.info("  %s", line)
     return rules
 
 

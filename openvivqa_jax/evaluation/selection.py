@@ -6,6 +6,7 @@ their references, sanitized (:mod:`.sanitize`), what was set aside or changed co
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -204,6 +205,32 @@ def count_selection(report: Report, sel: Selection, pred_map: Mapping[str, Any],
           f"{sum(int(dn[q]['unknown_pieces']) for q in unk_ids)} unknown pieces (skipped)")
 
 
+def _unicode_form(text: str) -> str | None:
+    """``"NFC"`` when ``text`` holds composed characters that NFD would split (``ố`` as one code point),
+    ``"NFD"`` when it holds decomposed ones that NFC would join (``o`` + U+0302 + U+0301), None for neither
+    (plain ASCII) or both."""
+    nfc, nfd = unicodedata.normalize("NFC", text), unicodedata.normalize("NFD", text)
+    if nfc == nfd or text not in (nfc, nfd):
+        return None
+    return "NFC" if text == nfc else "NFD"
+
+
+def count_unicode_form_mismatch(report: Report, sel: Selection, text_mode: str) -> None:
+    """Counts the questions whose prediction and references are in different Unicode normalization forms (one
+    NFC, the other NFD): a mode that compares the text as written (``text_mode`` other than ``openvivqa``) never
+    matches their accented words, and the scores fall near 0 with nothing else to say why."""
+    odd = []
+    for qid, hyp, refs in zip(sel.ids, sel.raw_hyps, sel.raw_refs):
+        h = _unicode_form(hyp)
+        forms = {f for f in map(_unicode_form, refs) if f}
+        if h and forms and h not in forms:
+            odd.append(qid)
+    report.count("unicode_form_mismatch", odd, "{n} predictions are in another Unicode normalization form than their "
+                 "references (NFD: a letter, then its accent marks; NFC: one code point each), so text mode "
+                 f"{text_mode!r}, which compares the characters as written, matches none of their accented words; "
+                 "--text_mode openvivqa composes both (NFC) before scoring")
+
+
 @dataclasses.dataclass
 class PreparedText:
     """The strings the metrics read (:func:`prepare_text`): ``hyps``/``refs`` for the n-gram metrics,
@@ -249,6 +276,8 @@ def prepare_text(report: Report, sel: Selection, names: Sequence[str], lang_map:
       ValueError: the ``pycocoevalcap`` mode without its tokenizer (Java or the jar).
     """
     ids = sel.ids
+    if text_mode != "openvivqa":  # the text is compared as written
+        count_unicode_form_mismatch(report, sel, text_mode)
     if text_mode == "official" and not any(m in PTB_METRICS for m in names):
         # No caption metric: the other metrics read the answers as given; hyps/refs serve the per-field tables only.
         text = _normalized_text(report, sel, names, lang_map, max_tokens, cut=False)

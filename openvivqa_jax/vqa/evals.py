@@ -25,8 +25,9 @@ from openvivqa_jax.evaluation import copying
 from openvivqa_jax.training import checkpoints, interrupts, sharding
 from openvivqa_jax.training.state import TrainState
 from openvivqa_jax.vqa import config as vqa_config
-from openvivqa_jax.vqa import decoding
+from openvivqa_jax.vqa import decoding, run_settings
 from openvivqa_jax.vqa.experiment import Experiment, create_experiment
+from openvivqa_jax.vqa.workdir import check_workdir
 
 __all__ = ["predict_split", "evaluate_split", "print_table", "write_metrics_file", "run", "final_evaluation",
            "evaluate"]
@@ -261,6 +262,14 @@ def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None
 def evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     """``--mode evaluate``: runs the evaluations of ``config.evals`` again with the best checkpoint of ``workdir``
     (:func:`final_evaluation`; records of kind ``evaluate``). The model is built abstractly and only the
-    parameters of the best checkpoint are restored."""
+    parameters of the best checkpoint are restored.
+
+    Raises:
+      RunFolderError: ``workdir`` holds no checkpoint, tokenizer or config (checked before anything is made).
+      CheckpointMismatchError: a setting the run's files fix differs (:func:`run_settings.check_settings`).
+    """
+    folder = os.path.abspath(os.path.expanduser(workdir))
+    check_workdir(folder)  # nothing to score: say so before a tokenizer is made
+    run_settings.check_settings(cfg, folder, mode="evaluate")
     exp, _ = create_experiment(cfg, workdir, initialize=False)
     return final_evaluation(exp, step=None, record_kind="evaluate")

@@ -4,8 +4,10 @@ checkpoints and resuming. The periodic dev scores and the evaluations after trai
 
 The workdir holds everything needed to resume or to predict::
 
-    config.json            the resolved config
+    config.json            the resolved config (written before the run's first file; a resume must keep the
+                           settings its files fix: openvivqa_jax/vqa/run_settings.py)
     spm.model              the SentencePiece model (trained on the train split only)
+    languages.json         the train split's question languages (predict warns of others)
     checkpoints/<step>/    orbax: train state + grain iterator state (latest ``keep_checkpoints``)
     best/<step>/           orbax: the best train state by the dev metric
     events.out.tfevents.*  TensorBoard scalars (train/*, dev/*, and the final test/*)
@@ -39,6 +41,7 @@ from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.models.counting import COUNTING_FIELDS, counter_weight
+from openvivqa_jax.vqa import run_settings
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, peak_device_memory_mib
 from openvivqa_jax.training.state import TrainState, make_schedule
@@ -174,8 +177,10 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     A run that has finished (:func:`finished_step`) is not evaluated again: one line says so and how to
     re-score it (``--mode evaluate``); nothing is appended to ``metrics.jsonl`` and no TensorBoard file is
     written. Smoke-run settings that train nothing (warm-up past the last step, :func:`warn_warmup`) and inputs
-    mostly cut (:func:`warn_cut_inputs`) are WARNING lines.
+    mostly cut (:func:`warn_cut_inputs`) are WARNING lines. A setting the run's files fix that differs from its
+    ``config.json`` raises ``CheckpointMismatchError`` first (:func:`run_settings.check_settings`; a finished run too).
     """
+    run_settings.check_settings(cfg, os.path.abspath(os.path.expanduser(workdir)))
     finished = finished_step(workdir, cfg.train.num_train_steps)
     if finished is not None:
         _report_finished(workdir, finished)

@@ -83,6 +83,7 @@ except ImportError:  # loaded by `tfds build tfds_builders/openvivqa` as `openvi
 
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.data import repairs
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
 _CITATION = """\
@@ -297,7 +298,7 @@ def load_feature_file(
     tokens = []
     for i, (t, b, s) in enumerate(zip(texts, oboxes, scores)):
         if not isinstance(t, str):
-            raise readers.record_error(source, rec, f"texts[{i}] is {type(t).__name__}, expected str")
+            raise readers.record_error(source, rec, f"texts[{i}] is {json_kind(t)}, expected a string")
         nt = normalize_text(t)
         if not nt:
             ocr_stats["dropped_empty_after_normalization"] = ocr_stats.get("dropped_empty_after_normalization", 0) + 1

@@ -44,6 +44,7 @@ except ImportError:  # loaded by `tfds build tfds_builders/textvqa` as `textvqa.
 
 from openvivqa_jax.data import ocr as ocr_lib
 from openvivqa_jax.data import repairs
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
 _CITATION = """\
@@ -113,7 +114,7 @@ def read_rosetta(path: Path, stats: dict) -> dict[str, list[dict]]:
                     path, record, f"ocr_info[{j}] needs word and bounding_box{{top_left_x, top_left_y, width, "
                     f"height}} numbers ({e!r})") from None
             if not isinstance(word, str):
-                raise readers.record_error(path, record, f"ocr_info[{j}] word is {type(word).__name__}, expected str")
+                raise readers.record_error(path, record, f"ocr_info[{j}] word is {json_kind(word)}, expected a string")
             if not all(math.isfinite(v) for v in (x, y, w, h)) or w < 0 or h < 0:
                 raise readers.record_error(path, record, f"ocr_info[{j}] bounding box {bb} is invalid")
             text = normalize_text(word)
