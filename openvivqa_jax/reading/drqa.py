@@ -114,14 +114,15 @@ class DrQAEncoder(nnx.Module):
         emb = self.embed(input_ids, char_ids, deterministic=deterministic, rngs=rngs)
         emb = self.emb_dropout(emb, deterministic=deterministic, rngs=rngs)
         e_q, q_mask = gather_question(emb, passage_mask, self.q_len)
-        e_p, p_mask = gather_passage(emb, passage_mask, self.p_len)
+        p_len = min(self.p_len, input_ids.shape[1] - 3)  # a length-bucketed batch is shorter (.batching)
+        e_p, p_mask = gather_passage(emb, passage_mask, p_len)
         aligned = aligned_question_embedding(jax.nn.relu(self.align(e_p)), jax.nn.relu(self.align(e_q)), e_q,
                                              q_mask)
         parts = [e_p, aligned]
         if self.match_features:
             if token_features is None:
                 raise ValueError("model.match_features is on but the batch has no token_features")
-            parts.append(gather_passage(token_features, passage_mask, self.p_len)[0].astype(e_p.dtype))
+            parts.append(gather_passage(token_features, passage_mask, p_len)[0].astype(e_p.dtype))
         p = self.passage_rnn(jnp.concatenate(parts, -1), jnp.sum(p_mask, 1), deterministic=deterministic,
                              rngs=rngs)
         q = self.question_rnn(e_q, jnp.sum(q_mask, 1), deterministic=deterministic, rngs=rngs)

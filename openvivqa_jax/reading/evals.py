@@ -18,6 +18,7 @@ from openvivqa_jax import outputs
 from openvivqa_jax import evaluation
 from openvivqa_jax.reading import ReadingError
 from openvivqa_jax.reading import features as feats
+from openvivqa_jax.reading.batching import eval_batches
 from openvivqa_jax.reading.data import read_split, reader_windows, setup, tokenizer_file
 from openvivqa_jax.reading.model import build_reader
 from openvivqa_jax.reading.report import comparison_table
@@ -28,8 +29,15 @@ from openvivqa_jax.training.run_log import write_jsonl
 __all__ = ["predict_split", "evaluate_split", "one_device_abstract", "final_evaluation", "evaluate"]
 
 
+_SPAN_FNS: dict = {}
+
+
 def _span_fn(graphdef, max_answer_len: int):
-    """The jitted ``(params, batch) -> (start, end, score)`` (``(batch,)`` each; :func:`.spans.best_spans`)."""
+    """The jitted ``(params, batch) -> (start, end, score)`` (``(batch,)`` each; :func:`.spans.best_spans`), one
+    per model structure, so that the periodic dev evaluations reuse its compiled shapes."""
+    key = (graphdef, int(max_answer_len))
+    if key in _SPAN_FNS:
+        return _SPAN_FNS[key]
 
     @jax.jit
     def fn(params, batch):
@@ -37,11 +45,15 @@ def _span_fn(graphdef, max_answer_len: int):
         s, e = model(batch, deterministic=True)
         return best_spans(s, e, batch["passage_mask"], max_answer_len)
 
+    if len(_SPAN_FNS) > 4:
+        _SPAN_FNS.clear()
+    _SPAN_FNS[key] = fn
     return fn
 
 
 def predict_split(cfg, graphdef, params, tokenizer, records: list[dict]) -> tuple[list[dict], dict]:
-    """Best span per question (the best over its windows) cut from its original passage.
+    """Best span per question (the best over its windows) cut from its original passage; the windows are read in
+    batches of ``eval.batch_size``, length-bucketed by ``train.bucket_width`` (:func:`.batching.eval_batches`).
 
     Returns:
       ``(predictions, spans)``: per question ``{question_id, question, prediction, references, qa_type}`` for :func:`openvivqa_jax.evaluation.evaluate_split`, and ``{question_id: {"start", "end",
@@ -49,14 +61,12 @@ def predict_split(cfg, graphdef, params, tokenizer, records: list[dict]) -> tupl
     """
     w = reader_windows(cfg, tokenizer, records, train=False)
     fn = _span_fn(graphdef, int(cfg.model.max_answer_len))
-    bs = int(cfg.eval.batch_size)
     n = len(w)
     starts, ends, scores = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -np.inf)
-    for b0 in range(0, n, bs):
-        idx = np.arange(b0, b0 + bs) % max(n, 1)  # the last batch padded with repeats: one compiled shape
-        s, e, v = jax.device_get(fn(params, w.batch(idx)))
-        k = min(bs, n - b0)
-        starts[b0:b0 + k], ends[b0:b0 + k], scores[b0:b0 + k] = s[:k], e[:k], v[:k]
+    width = int(cfg.train.get("bucket_width", 0) or 0)
+    for idx, length, k in eval_batches(w.lengths(), int(cfg.eval.batch_size), width, int(cfg.model.max_seq_len)):
+        s, e, v = jax.device_get(fn(params, w.batch(idx, length)))
+        starts[idx[:k]], ends[idx[:k]], scores[idx[:k]] = s[:k], e[:k], v[:k]
     best: dict[int, int] = {}
     for r in range(n):
         ei = int(w.example[r])

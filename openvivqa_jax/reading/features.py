@@ -271,16 +271,28 @@ class Windows:
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
-    def batch(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+    def lengths(self) -> np.ndarray:
+        """``(windows,)`` int: each window's real tokens (specials included)."""
+        return self.input_mask.sum(1)
+
+    def batch(self, idx: np.ndarray, length: int | None = None) -> dict[str, np.ndarray]:
         """The model inputs and labels of windows ``idx`` ``(batch,)``: the arrays of the class doc, with
-        ``token_features`` as float32 and ``char_ids`` ``(batch, max_seq_len, MAX_WORD_CHARS)`` int32 when there
-        are characters."""
-        out = {k: getattr(self, k)[idx] for k in ("input_ids", "segment_ids", "input_mask", "passage_mask",
-                                                  "start_positions", "end_positions")}
+        ``token_features`` as float32 and ``char_ids`` ``(batch, len, MAX_WORD_CHARS)`` int32 when there are
+        characters; ``len`` is ``length`` (the first positions of each window, at least its real tokens:
+        :mod:`.batching`) or ``max_seq_len``.
+
+        Raises:
+          ValueError: ``length`` cuts a real token of one of the windows.
+        """
+        n = self.input_ids.shape[1] if length is None else int(length)
+        if n < self.input_ids.shape[1] and self.input_mask[idx, n:].any():
+            raise ValueError(f"batch length {n} cuts real tokens of windows {idx.tolist()}")
+        out = {k: getattr(self, k)[idx, :n] for k in ("input_ids", "segment_ids", "input_mask", "passage_mask")}
+        out.update({k: getattr(self, k)[idx] for k in ("start_positions", "end_positions")})
         if self.token_features is not None:
-            out["token_features"] = self.token_features[idx].astype(np.float32)
+            out["token_features"] = self.token_features[idx, :n].astype(np.float32)
         if self.key_chars is not None:
-            out["char_ids"] = self.key_chars[self.key_ids[idx]]
+            out["char_ids"] = self.key_chars[self.key_ids[idx, :n]]
         return out
 
 

@@ -197,7 +197,7 @@ class QANetEncoder(nnx.Module):
         kw = dict(deterministic=deterministic, rngs=rngs)
         x = self._embed(input_ids, token_features, char_ids, **kw)
         q, q_mask = gather_question(x, passage_mask, self.q_len)
-        c, c_mask = gather_passage(x, passage_mask, self.p_len)
+        c, c_mask = gather_passage(x, passage_mask, min(self.p_len, input_ids.shape[1] - 3))  # .batching
         q, c = self.embed_block(q, q_mask, **kw), self.embed_block(c, c_mask, **kw)
         h = context_query_attention(c, q, c_mask, q_mask, self.w_c[...], self.w_q[...], self.w_cq[...])
         h = self.cq_proj(self.dropout(h, **kw))

@@ -5,8 +5,8 @@
 The run folder is laid out as the answer generators' (:mod:`openvivqa_jax.vqa.train`): ``config.json``,
 ``spm.model`` (SentencePiece, trained on the train split's normalized passages and questions when absent),
 orbax checkpoints in ``checkpoints/<step>/`` (items ``state`` = :class:`~openvivqa_jax.training.state.TrainState` and
-``data_iter`` = the epoch and position of the shuffled window stream, so a killed run resumes where it
-stopped) and ``best/<step>/`` (the best dev ``train.best_metric``), TensorBoard event files and
+``data_iter`` = the batches read from the shuffled window stream, :class:`.batching.WindowStream`, so a killed
+run resumes where it stopped) and ``best/<step>/`` (the best dev ``train.best_metric``), TensorBoard event files and
 ``metrics.jsonl`` (clu), and per evaluated split ``eval/<split>_metrics.json`` (EM, F1 and the ViQuAD
 human-performance protocol, :func:`openvivqa_jax.evaluation.evaluate_split`), ``eval/<split>_predictions.json``
 and ``eval/<split>_spans.json`` (each prediction's characters ``[start, end)`` in its original passage and its
@@ -21,7 +21,7 @@ Ctrl-C / SIGTERM save the current step and stop with one line (:mod:`openvivqa_j
 
 The log speaks as the answer generators' (:mod:`openvivqa_jax.vqa.train`): one line per ``train.log_every_steps``
 (means since the last line, finished steps per second and the time left to the last step at that rate, both
-measured after the steps' results are fetched), one per dev evaluation, TensorBoard scalar events written without
+measured after the steps' results are fetched, and the process's CPU minutes so far), one per dev evaluation, TensorBoard scalar events written without
 logging them again, and at the end the dev/test tables and the comparison with the paper's Table 5
 (:mod:`.report`). A schedule whose peak rate is too high for a reader trained from scratch, or whose warmup
 outlasts the run, is a WARNING line (:func:`warn_schedule`).
@@ -30,6 +30,7 @@ outlasts the run, is a WARNING line (:func:`warn_schedule`).
 from __future__ import annotations
 
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +44,7 @@ from flax import nnx
 from openvivqa_jax import outputs
 from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.reading import evals
+from openvivqa_jax.reading.batching import WindowStream
 from openvivqa_jax.reading.data import read_split, reader_windows, setup
 from openvivqa_jax.reading.model import build_reader, span_loss
 from openvivqa_jax.text.tokenizer import Tokenizer
@@ -92,36 +94,6 @@ def warn_schedule(cfg) -> str | None:
     return msg
 
 
-class _Stream:
-    """Windows in a fresh random order every epoch (``seed + epoch``); the state is ``{epoch, position}``."""
-
-    def __init__(self, n: int, batch_size: int, seed: int):
-        self.n, self.bs, self.seed = n, batch_size, seed
-        self.epoch, self.position = 0, 0
-        self._order = None
-
-    def _perm(self) -> np.ndarray:
-        if self._order is None:
-            self._order = np.random.default_rng(self.seed + self.epoch).permutation(self.n)
-        return self._order
-
-    def next(self) -> np.ndarray:
-        out = []
-        while len(out) < self.bs:
-            take = self._perm()[self.position:self.position + self.bs - len(out)]
-            out.extend(take.tolist())
-            self.position += len(take)
-            if self.position >= self.n:
-                self.epoch, self.position, self._order = self.epoch + 1, 0, None
-        return np.asarray(out)
-
-    def get_state(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def set_state(self, state: dict) -> None:
-        self.epoch, self.position, self._order = int(state["epoch"]), int(state["position"]), None
-
-
 def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains the reader in ``workdir`` (resuming from its latest checkpoint), evaluates dev every
     ``train.eval_every_steps``, then scores dev and test with the best checkpoint; returns ``{split: metrics}``.
@@ -154,7 +126,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                  cfg.model.max_seq_len)
     latest, best = checkpoints.checkpoint_managers(workdir, keep=t.keep_checkpoints,
                                                    latest_items=("state", "data_iter"))
-    stream = _Stream(len(windows), int(t.batch_size), int(cfg.seed))
+    stream = WindowStream(windows.lengths(), int(t.batch_size), int(cfg.seed),
+                          bucket_width=int(t.get("bucket_width", 0) or 0), max_len=int(cfg.model.max_seq_len))
     state, start, best_score = _resume(workdir, latest, state, stream)
     outputs.write_text(os.path.join(workdir, "config.json"), cfg.to_json_best_effort(indent=2))
     writer = tensorboard_writer.create_writer(workdir)
@@ -171,7 +144,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     with interrupts.StopSignals(workdir) as signals:
         for step in range(start + 1, t.num_train_steps + 1):
             with timer.waiting():
-                batch = windows.batch(stream.next())
+                batch = windows.batch(*stream.next())
             state, m = train_step(state, batch)
             acc.add(m)
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
@@ -212,7 +185,7 @@ def _train_windows(cfg, builder, tokenizer: Tokenizer, train_records):
     return train_windows
 
 
-def _resume(workdir: str, latest: ocp.CheckpointManager, state: TrainState, stream: _Stream):
+def _resume(workdir: str, latest: ocp.CheckpointManager, state: TrainState, stream: WindowStream):
     """``(state, start_step, best_score)`` from the latest checkpoint of ``latest``, with ``stream`` moved to
     where that checkpoint's was; ``(state, 0, -inf)`` when there is none.
 
@@ -262,12 +235,16 @@ def _log_train_means(cfg, workdir: str, writer, step: int, acc: MeanAccumulator,
     t = cfg.train
     vals = acc.pop_means()
     speed = timer.pop()
+    # The process's CPU time (all threads, since it started) tells a run's cost apart from the machine's load,
+    # which stretches the wall time of a CPU run by whatever else runs beside it.
+    speed["cpu_minutes"] = time.process_time() / 60
     writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()}, **speed})
     write_jsonl(workdir, step, "train", {**vals, **speed})
     left = (t.num_train_steps - step) / max(speed["steps_per_sec"], 1e-9)
     logging.info("step %d/%d loss %.4f start acc %.3f end acc %.3f lr %.2e (%.2f steps/s, input wait %.0f%%, "
-                 "%s left)", step, t.num_train_steps, vals["loss"], vals["start_accuracy"], vals["end_accuracy"],
-                 vals["learning_rate"], speed["steps_per_sec"], 100 * speed["input_wait"], _duration(left))
+                 "%s left; CPU %.1f min)", step, t.num_train_steps, vals["loss"], vals["start_accuracy"],
+                 vals["end_accuracy"], vals["learning_rate"], speed["steps_per_sec"], 100 * speed["input_wait"],
+                 _duration(left), speed["cpu_minutes"])
 
 
 def _duration(seconds: float) -> str:
@@ -285,6 +262,7 @@ def _eval_dev(cfg, workdir: str, writer, graphdef, params, tokenizer: Tokenizer,
                                       step)
     overall = {k: v for k, v in metrics["overall"].items() if v is not None}
     writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items()})
-    write_jsonl(workdir, step, "eval", {f"dev/{k}": v for k, v in overall.items()})
+    write_jsonl(workdir, step, "eval", {**{f"dev/{k}": v for k, v in overall.items()},
+                                        "cpu_minutes": time.process_time() / 60})
     logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items()})
     return float(overall.get(cfg.train.best_metric, 0.0))

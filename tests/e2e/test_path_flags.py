@@ -104,6 +104,8 @@ TABLE: dict[str, Row] = {
     "param_count": Row(_m("openvivqa_jax.param_count"), {"--config_dir": D}),
     "fasttext_train": Row(_m("openvivqa_jax.text.fasttext_train"), {"--config": I, "--out": OF},
                           required=("--config", "--out")),
+    "reading predict": Row(_m("openvivqa_jax.reading.predict"), {"--workdir": D, "--input": I, "--output": OD},
+                           required=("--workdir", "--input", "--output")),
     "accelerator detect": Row(_m("openvivqa_jax.accelerator"), no_paths="reads the machine (nvidia-smi, /dev) "
                               "and prints one word; launch/setup.sh runs it before anything is installed"),
     "accelerator": Row(_b("accelerator.py"), no_paths="measures in memory and prints JSON"),
