@@ -31,12 +31,31 @@ INSTALL_REQUIRES = [
     "scipy>=1.11",
     "matplotlib>=3.8",
     "absl-py>=2.0",
+    # One run per workdir and one build per dataset folder (openvivqa_jax/locks.py): flock locks that end with
+    # their process, SIGKILL included.
+    "filelock>=3.12",
     # The user's pretrained text files (docs/pretrained.md): fastText .bin/.vec (gensim's reader, with subword
     # n-grams), Hugging Face model.safetensors and tokenizer.json; wheels for Python 3.11 and 3.12, no compiler.
     "gensim>=4.3.3",
     "safetensors>=0.4.0",
     "tokenizers>=0.15.0",
+    # The lock of a model-ready cache entry, so that two runs building one entry at once build it once.
+    "filelock>=3.12",
 ]
+
+# JAX for an accelerator, as JAX's install guide gives it (https://docs.jax.dev/en/latest/installation.html):
+# jaxlib with a PJRT plugin, and for GPUs NVIDIA's CUDA libraries as wheels, so no CUDA toolkit is needed, only
+# the NVIDIA driver. Each extra resolves to wheels from PyPI alone (checked by .ci/run without installing).
+ACCELERATORS = {
+    # NVIDIA GPUs with CUDA 12 wheels: driver >= 525.60.13 (JAX's guide), as on most clusters and Colab today.
+    "cuda": ["jax[cuda12]>=0.4.35"],
+    # CUDA 13 wheels (jax >= 0.7.2 ships them): for NVIDIA drivers of the CUDA 13 series (>= 580).
+    "cuda13": ["jax[cuda13]>=0.7.2"],
+    # Cloud TPU VMs: jaxlib and libtpu. Up to jax 0.5.0 libtpu came from JAX's own index and JAX's guide gave
+    # `pip install "jax[tpu]" -f https://storage.googleapis.com/jax-releases/libtpu_releases.html`, a find-links
+    # that an extra cannot carry; since 0.5.1 libtpu is on PyPI, so the extra needs no -f.
+    "tpu": ["jax[tpu]>=0.5.1"],
+}
 
 TENSORFLOW = [
     "tensorflow-cpu>=2.16; platform_machine=='x86_64' or platform_machine=='AMD64'",
@@ -59,9 +78,10 @@ EXTRAS_REQUIRE = {
     "meteor": ["pycocoevalcap==1.2"],
     # launch/colab.ipynb run headless (nbclient).
     "notebook": ["nbformat", "nbclient", "ipykernel"],
+    **ACCELERATORS,
 }
 # Everything the tests need: every extra above (the tests also run the `tfds` command line and the notebook).
-EXTRAS_REQUIRE["test"] = ["pytest>=8.0", "pytest-xdist>=3.5", "filelock>=3.12",
+EXTRAS_REQUIRE["test"] = ["pytest>=8.0", "pytest-xdist>=3.5",
                           *dict.fromkeys(r for k in ("tfds-cli", "beam", "profile", "meteor", "notebook")
                                          for r in EXTRAS_REQUIRE[k])]
 

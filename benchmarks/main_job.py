@@ -23,7 +23,10 @@ object:
 * ``machine``: platform, CPU count, load averages at the start, JAX version, backend, device kind.
 
 The run is the product's own command, so a resumed or finished workdir is timed as what it does (nothing, for a
-finished one): give a fresh ``--workdir`` for a full measurement.
+finished one): give a fresh ``--workdir`` for a full measurement. The model-ready records live in a cache shared
+by the runs (next to the dataset, docs/input_pipeline.md): a run whose records another run built reuses them
+(``model_ready_train`` None); give a fresh ``--data_dir``, or set ``OPENVIVQA_CACHE_DIR`` to an empty folder, to
+time their build too.
 """
 
 from __future__ import annotations

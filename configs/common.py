@@ -170,6 +170,14 @@ def use_dataset(data: ml_collections.ConfigDict, builder: str, builder_config: s
     data.test_split = test_split
 
 
+def run_platform(c: ml_collections.ConfigDict) -> None:
+    """Sets ``c.platform``, the backend a run must get (openvivqa_jax/accelerator.py): ``auto`` (the default) runs on
+    what JAX finds, an accelerator before the CPU; ``cpu`` keeps JAX off any accelerator; ``gpu`` or ``tpu`` stop
+    the run with one ``error:`` line when JAX does not see one (instead of training on the CPU), saying what to
+    install. ``JAX_PLATFORMS``, when the user sets it, must agree."""
+    c.platform = "auto"
+
+
 def adam_noam(train: ml_collections.ConfigDict, *, lr_scale: float) -> None:
     """Sets the fields :func:`openvivqa_jax.training.state.make_optimizer` reads: Adam on the transformer's Noam
     schedule.

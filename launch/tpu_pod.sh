@@ -9,7 +9,7 @@
 #       configs/openvivqa/mlpag.py /mnt/shared/runs/mlpag --config.data.manual_dir=/mnt/shared/openvivqa
 #
 # Steps (first argument):
-#   setup    copy this repository's sources to ~/openvivqa_jax on every worker and `pip install -e .` with jax[tpu]
+#   setup    copy this repository's sources to ~/openvivqa_jax on every worker and `pip install -e ".[tpu]"`
 #   prepare  build the TFDS dataset of CONFIG on every worker (into DATA_DIR, default a local disk),
 #            before any training process starts, so no two processes build the same files at once
 #   train    python -m openvivqa_jax.main on every worker (--worker=all), distributed.initialize=True
@@ -20,8 +20,8 @@
 # metrics by process 0 and read by all. Each worker reads only its share of every batch.
 #
 # Environment: TPU_NAME, ZONE (required); PROJECT (optional); DATA_DIR (default ~/tensorflow_datasets
-# on each worker); REMOTE_DIR (default openvivqa_jax, relative to the workers' home); TPU_PIP (default
-# "jax[tpu]"); DRY_RUN=1 prints the gcloud commands instead of running them; TARBALL=<file.tar.gz> keeps
+# on each worker); REMOTE_DIR (default openvivqa_jax, relative to the workers' home); TPU_PIP (more
+# requirements for pip beside the package's [tpu] extra, e.g. "jax[tpu]==0.12.0"; default none); DRY_RUN=1 prints the gcloud commands instead of running them; TARBALL=<file.tar.gz> keeps
 # the source archive that setup copies (git's tracked and non-ignored files: no .git, venvs or runs).
 #
 # Sharding: the mesh is config.mesh.shape over ('data', 'model'); (-1, 1) (the default) is pure data
@@ -37,7 +37,7 @@ case "$STEP" in setup|prepare|train|all) ;; -h|--help) usage 0 ;; *) echo "unkno
 : "${TPU_NAME:?set TPU_NAME to the TPU VM name}"
 : "${ZONE:?set ZONE to the TPU VM zone}"
 REMOTE_DIR=${REMOTE_DIR:-openvivqa_jax}
-TPU_PIP=${TPU_PIP:-jax[tpu]}
+TPU_PIP=${TPU_PIP:-}
 DATA_DIR=${DATA_DIR:-}
 PROJECT_ARGS=()
 [ -n "${PROJECT:-}" ] && PROJECT_ARGS=(--project "$PROJECT")
@@ -77,8 +77,8 @@ do_setup() {
     "${PROJECT_ARGS[@]}" --worker=all
   [ -n "${TARBALL:-}" ] || rm -f "$tarball"
   on_all "set -e; mkdir -p ~/$REMOTE_DIR && tar -C ~/$REMOTE_DIR -xzf ~/openvivqa_jax.tar.gz && \
-cd ~/$REMOTE_DIR && python3 -m pip install -q -U pip && python3 -m pip install -q '$TPU_PIP' && \
-python3 -m pip install -q -e . && python3 -c 'import jax; print(jax.process_count(), jax.device_count())'"
+cd ~/$REMOTE_DIR && python3 -m pip install -q -U pip && python3 -m pip install -q -e '.[tpu]' $TPU_PIP && \
+python3 -c 'import jax; print(jax.process_count(), jax.device_count())'"
 }
 
 # Builds (or reuses) the TFDS dataset of a config; single process, no jax.distributed. The main entry point's

@@ -39,7 +39,6 @@ when a split has no question.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -47,6 +46,7 @@ from collections.abc import Mapping, Sequence
 import ml_collections
 from absl import logging
 
+from openvivqa_jax import outputs
 from openvivqa_jax import paths
 from openvivqa_jax.analysis import guideline, kappa, stats
 from openvivqa_jax.analysis.figures import write_figures
@@ -303,9 +303,7 @@ def _run(args: argparse.Namespace) -> int:
         written = write_figures(result["splits"], args.out, title)
         result["figures"] = [os.path.basename(p) for p in written]
     path = os.path.join(args.out, "analysis.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(result, f, ensure_ascii=False, indent=1)
-        f.write("\n")
+    outputs.write_json(path, result, indent=1, newline=True)
     print(format_summary(result))
     print(f"\nwrote {path}" + (f" and {len(written)} figures" if written else ""))
     return 0

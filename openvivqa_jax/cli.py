@@ -9,6 +9,11 @@
   class name), and returns the error's exit code; the traceback is logged at debug level (``--verbosity=1``);
 * handles Ctrl-C (SIGINT) and, where asked, SIGTERM (:mod:`openvivqa_jax.training.interrupts`): one ``interrupted ...``
   line and 130 / 143;
+* keeps the output streams from ending a finished command with a traceback (:func:`safe_output_streams`):
+  text that the terminal's encoding cannot show (``PYTHONIOENCODING=ascii``) is written with backslash escapes,
+  and a write that standard output refuses (a full disk behind ``>``, ``> /dev/full``) is one
+  :class:`~openvivqa_jax.outputs.OutputWriteError` line, as is a write that runs out of room anywhere
+  (``ENOSPC``, ``EFBIG``, ``EDQUOT``) and names no file of its own;
 * sets up the quiet start-up (:mod:`openvivqa_jax.quiet`): ``TF_CPP_MIN_LOG_LEVEL=2``, TensorFlow imported with
   its C++ notices filtered out, absl logging at a chosen level, Python warnings off, for the call only.
 
@@ -21,6 +26,7 @@ prints the same one line for a user's error and exits with its code.
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 import warnings
@@ -28,13 +34,14 @@ from collections.abc import Callable, Iterable
 
 from absl import app, logging
 
+from openvivqa_jax import outputs
 from openvivqa_jax.errors import UserError
 from openvivqa_jax.paths import remove_created
 from openvivqa_jax.quiet import quiet_tensorflow_imports
 from openvivqa_jax.training import interrupts
 
 __all__ = ["run_main", "run_script", "error_line", "find_user_error", "print_error", "install_tfds_cli_handler",
-           "exit_now"]
+           "exit_now", "safe_output_streams"]
 
 
 def _one_line(text) -> str:
@@ -125,6 +132,9 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow can be imported
     verbosity = logging.get_verbosity()
     handlers = interrupts.install(sigterm=sigterm)  # a Ctrl-C is never lost (openvivqa_jax.training.interrupts)
+    safe_output_streams()
+    stdout = sys.stdout
+    sys.stdout = guard = outputs.GuardedStream(stdout)
     failed = True
     with warnings.catch_warnings():
         if not verbose:
@@ -137,6 +147,7 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
                 quiet_tensorflow_imports()
             code = body()
             code = 0 if code is None else int(code)
+            sys.stdout.flush()  # here, not at exit: a stream that refuses the text is the command's error
             failed = code != 0
             return code
         except SystemExit as e:  # sys.exit in the body, or the paths-only check (openvivqa_jax.paths)
@@ -152,22 +163,82 @@ def run_main(body: Callable[[], int | None], *, verbose: bool = False, import_te
             print(on_interrupt(), file=sys.stderr)
             return interrupts.EXIT_CODES[interrupts.received() or "SIGINT"]
         except Exception as e:  # noqa: BLE001 - a user's error gets one line, anything else is re-raised
-            found = find_user_error(e)
-            if found is None and not isinstance(e, tuple(handled)):
-                raise
-            logging.debug("traceback of the error below", exc_info=True)
-            cls, message = found or (type(e), str(e))
-            message = _one_line(message) if squash else message.strip()
-            code = next((exit_codes[c] for c in cls.__mro__ if c in (exit_codes or {})),
-                        getattr(cls, "exit_code", 1))
-            print(f"error: {cls.__name__}: {message}" if with_class else f"error: {message}", file=sys.stderr)
-            return code
+            return _report(e, tuple(handled), squash, exit_codes or {}, with_class)
         finally:
+            sys.stdout = stdout
+            if guard.failed:
+                _silence(stdout)
             if failed:  # a refused or failed command leaves no empty folder behind
                 remove_created()
             interrupts.clear_received()
             interrupts.restore(handlers)
             logging.set_verbosity(verbosity)
+
+
+def _report(e: Exception, handled: tuple, squash: bool, exit_codes: dict, with_class: bool) -> int:
+    """Prints the one line of :func:`run_main` for ``e`` and returns the exit code; re-raises ``e`` when it is
+    no user's error (nor of ``handled``, nor a write that ran out of room)."""
+    found = find_user_error(e)
+    if found is None and isinstance(e, OSError) and e.errno in outputs.SPACE_ERRNOS:
+        found = (outputs.OutputWriteError, f"could not write {e.filename or 'an output file'}: {e.strerror}")
+    if found is None and not isinstance(e, handled):
+        raise e
+    logging.debug("traceback of the error below", exc_info=True)
+    cls, message = found or (type(e), str(e))
+    message = _one_line(message) if squash else message.strip()
+    code = next((exit_codes[c] for c in cls.__mro__ if c in exit_codes), getattr(cls, "exit_code", 1))
+    print(f"error: {cls.__name__}: {message}" if with_class else f"error: {message}", file=sys.stderr)
+    return code
+
+
+#: The error handler :func:`safe_output_streams` gives standard output and standard error.
+ESCAPE_ERRORS = "openvivqa-json-escape"
+
+
+def _json_escape(err: UnicodeEncodeError) -> tuple[str, int]:
+    """Writes each character the stream's encoding cannot hold as JSON's ``\\uXXXX`` escape (a surrogate pair
+    above U+FFFF): readable text stays readable, and JSON printed on such a stream stays valid JSON that
+    decodes to the same text (``\\xe0``, Python's ``backslashreplace``, is not JSON)."""
+    out = []
+    for ch in err.object[err.start:err.end]:
+        cp = ord(ch)
+        if cp > 0xFFFF:
+            cp -= 0x10000
+            out.append(f"\\u{0xD800 + (cp >> 10):04x}\\u{0xDC00 + (cp & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{cp:04x}")
+    return "".join(out), err.end
+
+
+codecs.register_error(ESCAPE_ERRORS, _json_escape)
+
+
+def safe_output_streams() -> None:
+    """Makes standard output and standard error write what their encoding cannot hold as ``\\uXXXX`` escapes
+    (:data:`ESCAPE_ERRORS`) instead of raising ``UnicodeEncodeError``: under ``PYTHONIOENCODING=ascii`` or an
+    ASCII locale a Vietnamese answer is printed escaped (``c\\u1eeda h\\u00e0ng``), after the work it ends is
+    done, and ``--json`` output stays valid JSON. A stream set to another handler than ``strict``
+    (``backslashreplace``, what Python gives standard error) or without ``reconfigure`` (a test's capture) is
+    left as it is."""
+    for stream in (sys.stdout, sys.stderr):
+        stream = getattr(stream, "wrapped", stream)
+        try:
+            if getattr(stream, "errors", None) in ("strict", "backslashreplace"):
+                stream.reconfigure(errors=ESCAPE_ERRORS)
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+def _silence(stream) -> None:
+    """Points the file descriptor of ``stream`` (standard output that refused a write) at ``/dev/null``, so that
+    Python's flush at exit does not print ``Exception ignored`` after the command's one error line."""
+    try:
+        fd = stream.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (AttributeError, ValueError, OSError):
+        pass
 
 
 def run_script(main: Callable[[], object], **kwargs) -> int:

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from openvivqa_jax.accelerator import PLATFORMS
 from openvivqa_jax.errors import ConfigError
+from openvivqa_jax.evaluation.evaluator import TEXT_MODES
 from openvivqa_jax.evaluation.vqa_accuracy import ANSWER_RULES
 from openvivqa_jax.models import DTYPES, MODEL_REGISTRY, OCR_FEATURE_GROUPS
+from openvivqa_jax.models.fields import config_files_for, missing_fields
 from openvivqa_jax.text.tokenizer import MODEL_TYPES
 from openvivqa_jax.vqa import config as vqa_config
 from openvivqa_jax.vqa.config import parse_kind_weights
@@ -100,6 +103,7 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model.dtype", DTYPES),
     ("tokenizer.model_type", MODEL_TYPES),
     ("eval.answer_rules", ANSWER_RULES),
+    ("eval.text_mode", TEXT_MODES),
     ("eval.decoding", ("greedy", "beam")),
     ("eval.select_decoding", ("", "greedy", "beam")),
     ("model.attention_impl", ("xla", "cudnn")),
@@ -107,6 +111,7 @@ CHOICES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model.question_embedding", ("learned", "fasttext")),
     ("model.text_encoder.kind", ("learned", "bert")),
     ("model.vision.kind", ("cnn", "vit", "region", "proposals")),
+    ("platform", PLATFORMS),
 )
 
 
@@ -127,6 +132,25 @@ def _fail(field: str, value: Any, allowed: str) -> None:
                       f"(set it with --config.{field}=...)")
 
 
+def _check_model_fields(cfg) -> None:
+    """Raises a :class:`ConfigError` when ``config.model`` lacks fields its model's constructor reads
+    (:func:`openvivqa_jax.models.fields.missing_fields`: a config made for another model), naming them and the
+    shipped configs made for the model."""
+    model = _get(cfg, "model")
+    if model is _MISSING or model is None:
+        return
+    missing = missing_fields(model)
+    if not missing:
+        return
+    name = model.get("name")
+    builder = _get(cfg, "data.builder")
+    starts = config_files_for(name, builder if isinstance(builder, str) else None)
+    hint = (f"start from {starts[0]}, which has them" + (f" (or {', '.join(starts[1:])})" if starts[1:] else "")
+            if starts else f"start from a config made for {name}")
+    raise ConfigError(f"config value model.name={name!r} needs model fields this config does not have: "
+                      f"{', '.join('model.' + f for f in missing)} (the config was made for another model); {hint}")
+
+
 def check_config(cfg) -> None:
     """Checks the ranges of the config's values (module doc).
 
@@ -135,7 +159,8 @@ def check_config(cfg) -> None:
 
     Raises:
       ConfigError: the first value out of range (one line: field, value, allowed range, flag), or a choice
-        field (:data:`CHOICES`) with a value it does not know, or a ``model.ocr_features`` group that is not one of
+        field (:data:`CHOICES`) with a value it does not know, a ``config.model`` without the fields its model
+        reads (a config made for another model), or a ``model.ocr_features`` group that is not one of
         :data:`openvivqa_jax.models.OCR_FEATURE_GROUPS`; also
         ``model.d_model`` not divisible by ``model.num_heads``, ``model.word_region_loss.weight`` > 0 without
         ``model.question_over_image``, a ``data.image_size`` that is not two
@@ -154,9 +179,12 @@ def check_config(cfg) -> None:
             continue
         if field == "model.name" and not answering:  # other tasks name their own models
             continue
+        if field == "tokenizer.model_type" and value == "words" and _get(cfg, "task") == "reading":
+            continue  # the span reader's syllable vocabulary (openvivqa_jax/reading/vocab.py)
         if value not in allowed_values:
             _fail(field, value, "one of " + ", ".join(repr(v) for v in allowed_values))
     if answering:
+        _check_model_fields(cfg)
         vqa_config.plan(cfg)  # the evaluations after training: kinds, fields and references
     steps = _get(cfg, "train.num_train_steps")
     derived = _get(cfg, "train.steps_from_data") not in (_MISSING, None)

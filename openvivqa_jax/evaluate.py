@@ -5,18 +5,22 @@ Usage::
     python -m openvivqa_jax.evaluate --predictions preds.json --references dev.json \\
         [--metrics BLEU-4,CIDEr,METEOR ...] [--meteor_jar meteor-1.5.jar] [--java /usr/bin/java] \\
         [--vectors vi.vec] [--meteor_timeout 300] [--max_tokens 256] [--per_question] [--table] [--json FILE] \\
-        [--answer_rules auto|vietnamese|english] [--text_mode openvivqa|pycocoevalcap]
+        [--answer_rules auto|vietnamese|english] [--text_mode openvivqa|official|pycocoevalcap]
         [--relevance_model runs/w2vvpp_vi | vi=runs/a,en=runs/b] [--image_features feats.npz]
 
 ``--relevance_model`` (W2VV++ workdirs of configs/relevance/w2vvpp.py) adds CLinRel and CMedRel to the default
 metrics; CMedRel reads each question's ``image_id`` from the predictions or references file and the image
 features from ``--image_features`` (``.npz`` keyed by image id) or the model's workdir (docs/relevance.md).
 
-``--text_mode openvivqa`` (default) scores the Vietnamese-normalized text (one tone-mark convention, prices,
-format characters removed): spellings of one answer count as one, which is what the OpenViVQA paper's
-validation step asks of the data. ``--text_mode pycocoevalcap`` prepares text as the original toolkit
-does (PTB tokenizer only) to reproduce numbers computed with it. ``--answer_rules auto`` uses the
-official English VQA answer processing for TextVQA/ST-VQA reference files, the Vietnamese rules otherwise.
+``--text_mode official`` gives each metric its official script's number: pycocoevalcap for BLEU, ROUGE-L, CIDEr
+and METEOR (needs Java), the ST-VQA RRC rule for ANLS, EvalAI's TextVQA/ST-VQA rule for VQA-accuracy, SQuAD v1.1's
+``evaluate-v1.1.py`` for EM/F1. ``--text_mode openvivqa`` (default) scores the Vietnamese-normalized text (one
+tone-mark convention, prices, format characters removed): spellings of one answer count as one, which is what the
+OpenViVQA paper's validation step asks of the data; these are not the official numbers. ``--text_mode
+pycocoevalcap`` prepares text as the original toolkit does (PTB tokenizer only) for every metric. EVJVQA-F1 and
+EVJVQA-BLEU are the challenge scorer's in every mode. The output's ``rules`` (and ``--table``) say which rule each
+metric used. ``--answer_rules auto`` uses the official English VQA answer processing for TextVQA/ST-VQA reference
+files, the Vietnamese rules otherwise (outside the official mode).
 
 Inputs (see :mod:`openvivqa_jax.evaluation.formats`):
 
@@ -63,8 +67,9 @@ from openvivqa_jax import paths
 from openvivqa_jax.cli import print_error, run_main
 from openvivqa_jax.errors import UserError
 from openvivqa_jax import jsonio
+from openvivqa_jax import outputs
 from openvivqa_jax.evaluation import evaluator
-from openvivqa_jax.evaluation.formats import InputError, load_predictions, load_references
+from openvivqa_jax.evaluation.formats import InputError, fill_renamed, load_predictions, load_references
 from openvivqa_jax.evaluation.meteor import DEFAULT_TIMEOUT_S, meteor_progress
 from openvivqa_jax.evaluation.relevance import RelevanceInputs, image_ids_from_file
 from openvivqa_jax.evaluation.evaluator import TEXT_MODES
@@ -127,8 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--text_mode",
         choices=TEXT_MODES,
         default="openvivqa",
-        help="'openvivqa': Vietnamese normalization (one tone-mark convention, prices, ...); 'pycocoevalcap': the "
-        "original toolkit's PTB tokenization only, to reproduce its numbers exactly (needs Java)",
+        help="'official': each metric by its official script (pycocoevalcap, ST-VQA RRC, EvalAI, SQuAD v1.1); "
+        "'openvivqa': Vietnamese-normalized scores (one tone-mark convention, prices, ...), not the official numbers; "
+        "'pycocoevalcap': the original toolkit's PTB tokenization for every metric (needs Java). EVJVQA-F1/BLEU are "
+        "the challenge scorer's in every mode",
     )
     return p
 
@@ -236,6 +243,7 @@ def _load_inputs(args: argparse.Namespace):
         raise InputError(
             f"predictions file {args.predictions!r} has no references; pass --references"
         )
+    _note_repairs(preds, refs)
     languages = refs.fields.get("language", {})
     metrics = evaluator.resolve_metrics(
         args.metrics, have_vectors=args.vectors is not None,
@@ -243,6 +251,21 @@ def _load_inputs(args: argparse.Namespace):
     if args.metrics is None and args.relevance_model:
         metrics = evaluator.resolve_metrics([*metrics, "CLinRel", "CMedRel"])
     return preds, refs, metrics
+
+
+def _note_repairs(preds, refs) -> None:
+    """One stderr line per repair kind made in reading the references file (repeated ids renamed ``<id>#<n>``,
+    exact duplicates dropped: :mod:`openvivqa_jax.data.repairs`), and the renamed questions given their original
+    id's prediction (:func:`~openvivqa_jax.evaluation.formats.fill_renamed`), counted in one more line."""
+    from openvivqa_jax.data.repairs import KINDS
+    for kind, entry in refs.repairs.items():
+        first = ", ".join(entry["first"]) + (", ..." if entry["count"] > len(entry["first"]) else "")
+        print(f"note: references file {refs.path!r}: {entry['count']} x {KINDS[kind]} ({first})", file=sys.stderr)
+    if refs.renamed:
+        preds.predictions, filled = fill_renamed(preds.predictions, refs)
+        if filled:
+            print(f"note: {len(filled)} renamed questions have no prediction of their own and are scored with the "
+                  "prediction of their id as in the file, as SQuAD's evaluate-v1.1.py does", file=sys.stderr)
 
 
 def _check_ids(args: argparse.Namespace, preds, refs, ref_path: str) -> int | None:
@@ -316,18 +339,16 @@ def _coverage(args: argparse.Namespace, refs, answered: dict, unanswered: list) 
 
 
 def _write_json(result: dict, json_to: str | None) -> bool:
-    """Writes ``result`` as JSON to ``json_to`` (``-``: stdout; None: nowhere); False (after the error line)
-    when the file cannot be written."""
+    """Writes ``result`` as JSON to ``json_to`` (``-``: stdout; None: nowhere; a file through
+    :func:`openvivqa_jax.outputs.write_json`); False (after the error line) when the file cannot be written."""
     if json_to == "-":
         json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
         sys.stdout.write("\n")
     elif json_to:
-        try:
-            with open(json_to, "w", encoding="utf-8") as f:
-                json.dump(result, f, ensure_ascii=False, indent=2)
-                f.write("\n")
-        except OSError as e:
-            _error(f"cannot write --json {json_to!r}: {e.strerror or e}")
+        try:  # written whole, then renamed: a failed write keeps the earlier file
+            outputs.write_json(json_to, result, what="--json", indent=2, newline=True)
+        except outputs.OutputWriteError as e:
+            _error(e)
             return False
     return True
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["JsonFileError", "JsonObject", "read_json", "loads", "duplicate_keys", "strip_bom", "BOM"]
+__all__ = ["JsonFileError", "JsonObject", "read_json", "loads", "duplicate_keys", "strip_bom", "json_kind", "BOM"]
 
 #: The UTF-8 byte-order mark, as text.
 BOM = "\ufeff"
@@ -66,6 +66,24 @@ def _no_repeats(pairs):
     if obj.duplicates:
         raise _Repeated(obj.duplicates[0][0])
     return obj
+
+
+def json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's words, for messages: ``"an object"``, ``"a list"``, ``"a string"``,
+    ``"a number"``, ``"true/false"`` or ``"null"`` (never a Python class name such as :class:`JsonObject`)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return type(value).__name__
 
 
 def duplicate_keys(obj: Any) -> list[str]:

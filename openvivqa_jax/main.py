@@ -10,12 +10,19 @@ Modes:
 
 Any config field can be overridden on the command line: ``--config.train.num_train_steps=100``.
 
+The log of a ``train`` or ``evaluate`` run (every task) starts with the backend JAX runs on and its devices,
+``backend gpu: 8 devices (NVIDIA H100 80GB HBM3), 1 process`` (:mod:`openvivqa_jax.accelerator`);
+``--config.platform=gpu`` (or ``tpu``) makes a run that JAX cannot give that accelerator stop with one line
+saying what JAX found and what to install, instead of training on the CPU.
+
 What goes wrong on the user's side ends with one ``error:`` line on stderr, never a traceback (which
 ``--verbosity=1`` logs): a misspelt flag or config field (with ml_collections' "Did you mean" suggestion) or a
 config file that does not load, a path that cannot serve (``--workdir`` a file or not writable,
-``--config.data.data_dir`` a file; :mod:`openvivqa_jax.paths`) (exit status 2); a config value out of range
+``--config.data.data_dir`` a file; :mod:`openvivqa_jax.paths`), a ``--workdir`` in use by another run (each
+mode holds the workdir's lock, :mod:`openvivqa_jax.locks`) (exit status 2); a config value out of range
 (:func:`openvivqa_jax.config_check.check_config`), a bad dataset file, a missing manual download folder (the
-line, then the builder's download instructions), a missing OCR engine or a bad ViT checkpoint (exit status 1).
+line, then the builder's download instructions), a missing OCR engine, a bad ViT checkpoint, or an accelerator
+asked for (``config.platform``, ``JAX_PLATFORMS``) that JAX cannot start (exit status 1).
 Ctrl-C or SIGTERM during training saves a checkpoint of the current step and prints ``interrupted at step N;
 last checkpoint step M; rerun the same command to resume`` (exit status 130 / 143;
 :mod:`openvivqa_jax.training.interrupts`). On CPU, JAX's ``Unable to initialize backend 'tpu'`` notices and
@@ -37,7 +44,7 @@ if "--verbose" not in sys.argv:  # before TensorFlow can be imported: its C++ st
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from openvivqa_jax import cli, paths  # noqa: E402
+from openvivqa_jax import cli, locks, paths  # noqa: E402
 from openvivqa_jax.cli import print_error  # noqa: E402
 from openvivqa_jax.errors import USAGE_EXIT_CODE, ConfigError  # noqa: E402
 from openvivqa_jax.quiet import quiet_tensorflow_imports  # noqa: E402
@@ -158,8 +165,6 @@ def _init_distributed(cfg) -> None:
     if d.get("initialization_timeout"):
         kwargs["initialization_timeout"] = int(d.initialization_timeout)
     jax.distributed.initialize(**kwargs)
-    logging.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
-                 jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
 def main(argv) -> int:
@@ -197,11 +202,46 @@ def _main(argv) -> None:
     if not FLAGS.verbose:
         quiet_tensorflow_imports()  # TensorFlow only if a TFDS build needs it, and without its notices
         logging.get_absl_handler().addFilter(_QuietLibraries())
+    mode = f"main --mode {FLAGS.mode}"
     if FLAGS.mode == "prepare":
-        _prepare(cfg)
+        with locks.hold_workdir(FLAGS.workdir, mode):
+            _prepare(cfg)
         return
+    _start_backend(cfg)
+    # One run per workdir (openvivqa_jax.locks): a second process refuses here, before it reads or writes anything.
+    with locks.hold_workdir(FLAGS.workdir, mode, process_index=_process_index(cfg)):
+        _run_task(cfg.get("task", "vqa"), cfg)
+
+
+def _process_index(cfg) -> int:
+    """This JAX process's index (0 unless the config starts several processes: JAX is not imported for one)."""
+    d = cfg.get("distributed")
+    if not d or not d.get("initialize"):
+        return 0
+    import jax
+
+    return jax.process_index()
+
+
+def _start_backend(cfg) -> None:
+    """Connects the processes of a multi-process run and starts JAX's backend as ``config.platform`` asks; the
+    log's first line names the backend and its devices (:mod:`openvivqa_jax.accelerator`).
+
+    Raises:
+      BackendError: the run asked for an accelerator JAX does not see, or ``JAX_PLATFORMS`` names one JAX cannot
+        start (one line).
+    """
+    from openvivqa_jax import accelerator
+
+    platform = cfg.get("platform") or "auto"
+    accelerator.restrict_platform(platform)  # before jax.distributed.initialize, which precedes the backend
     _init_distributed(cfg)
-    _run_task(cfg.get("task", "vqa"), cfg)
+    accelerator.start_backend(platform)
+    if cfg.get("distributed") and cfg.distributed.get("initialize"):
+        import jax
+
+        logging.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
+                     jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
 def _check_paths(cfg) -> None:
@@ -209,15 +249,17 @@ def _check_paths(cfg) -> None:
 
     Raises:
       PathError: ``--workdir`` (a new or writable folder; one that exists for ``--mode evaluate``),
-        ``--config.data.data_dir`` or ``--config.data.model_ready_dir`` cannot serve.
+        ``--config.data.data_dir``, ``--config.data.manual_dir`` (read when there) or
+        ``--config.data.model_ready_dir`` cannot serve, or an output folder is the manual folder.
     """
     data = cfg.get("data") or {}
     specs = [("--workdir", FLAGS.workdir, paths.RUN_DIR if FLAGS.mode == "evaluate" else paths.OUTPUT_DIR),
              ("--config.data.data_dir", data.get("data_dir"), paths.DATA_DIR),
+             ("--config.data.manual_dir", data.get("manual_dir"), paths.OPTIONAL_INPUT_DIR),
              ("--config.data.model_ready_dir", data.get("model_ready_dir") if data.get("model_ready") else None,
               paths.OUTPUT_DIR)]
     if FLAGS.mode == "prepare":  # builds the dataset only
-        specs = specs[1:2]
+        specs = specs[1:3]
     for (flag, given, _), checked in zip(specs, paths.check_paths(specs)):
         if checked != given and flag == "--workdir":
             FLAGS.workdir = checked
@@ -251,6 +293,7 @@ def _run_task(task: str, cfg) -> None:
 
 def run() -> None:
     """Console-script entry point (``openvivqa-train``)."""
+    cli.safe_output_streams()  # the flags' own error lines too
     app.run(main, flags_parser=_parse_flags)
 
 

@@ -25,6 +25,11 @@ How the checks are made:
   files) are created with their parents. Folders created this way are removed again by
   :func:`remove_created` if they are still empty when the command fails afterwards (``run_main`` calls it), so
   a refused or failed command leaves nothing behind.
+* An output path (a file or folder the command writes) that is one of its input paths is refused: ``predict
+  --output`` naming the ``--questions`` file, ``--plot`` the ``--image``, ``evaluate --json`` the
+  ``--predictions``. Paths are compared once links, ``.`` and ``..`` are resolved, and by inode when both exist
+  (a hard link). A command also names the files it reads without a flag of their own (``reads``: a run
+  folder's ``config.json``), so that no output replaces them either.
 * ``~`` is expanded (a shell leaves it alone after ``--flag=``); :func:`check_args` writes the expanded paths
   back into the namespace so that the command uses what was checked. Values holding ``://`` (``gs://...``)
   are left to the library that opens them.
@@ -50,9 +55,9 @@ from typing import Any
 
 from openvivqa_jax.errors import UsageError
 
-__all__ = ["PathKind", "PathError", "INPUT_FILE", "INPUT_DIR", "INPUT", "RUN_DIR", "OUTPUT_DIR", "NEW_OUTPUT_DIR",
-           "DATA_DIR", "OUTPUT_FILE", "PROGRAM", "check_paths", "check_args", "remove_created",
-           "CHECK_ONLY_ENV"]
+__all__ = ["PathKind", "PathError", "INPUT_FILE", "INPUT_DIR", "INPUT", "OPTIONAL_INPUT_DIR", "RUN_DIR", "OUTPUT_DIR",
+           "NEW_OUTPUT_DIR", "DATA_DIR", "OUTPUT_FILE", "PROGRAM", "is_output", "check_paths", "check_args",
+           "remove_created", "CHECK_ONLY_ENV"]
 
 #: Environment variable: when set to a non-empty value other than ``0``, a command stops (exit status 0) right
 #: after its paths passed, printing one ``paths ok:`` line on stderr.
@@ -100,6 +105,9 @@ OUTPUT_DIR = PathKind("output folder", folder=True, must_exist=False, writable=T
 NEW_OUTPUT_DIR = PathKind("new output folder", folder=True, must_exist=False, writable=True, create=True, empty=True)
 #: A TFDS data folder: created when missing; an existing one may be read-only (a built dataset is only read).
 DATA_DIR = PathKind("data folder", folder=True, must_exist=False, create=True)
+#: A folder that is read when it is there and not needed otherwise (a dataset's manual download folder, read
+#: only to build the dataset): only a file in its place is refused.
+OPTIONAL_INPUT_DIR = PathKind("input folder", folder=True, must_exist=False)
 #: A file that is written; its folder is created when missing.
 OUTPUT_FILE = PathKind("output file", folder=False, must_exist=False, writable=True, create=True)
 #: A program to run: a path to an executable file, or a name looked up on ``PATH``.
@@ -208,6 +216,8 @@ def _check_one(flag: str, given: str, kind: PathKind) -> tuple[str, str | None]:
         return path, None
     if kind.must_exist:
         fail(f"{_kind_word(kind)} not found{_suggestion(path)}")
+    if not (kind.writable or kind.create):  # read only when it is there
+        return path, None
     # Missing, and made by the command: the folder itself, or the folder of a file.
     target = os.path.abspath(path) if kind.folder else os.path.dirname(os.path.abspath(path))
     if os.path.isdir(target):  # a file's folder that exists
@@ -232,25 +242,75 @@ def _values(value: Any) -> list[str]:
     return [os.fspath(v) for v in items if v is not None and os.fspath(v) != ""]
 
 
-def check_paths(specs: Iterable[tuple[str, Any, PathKind]]) -> list[Any]:
-    """Checks every ``(flag, value, kind)``, then creates the missing output folders.
+def is_output(kind: PathKind) -> bool:
+    """Whether a path of ``kind`` is written by the command (an output: a folder or file it writes, creates or
+    builds into); otherwise it is only read (an input)."""
+    return kind.writable or kind.create
+
+
+def _same_path(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` name one file or folder: the same path once links, ``.`` and ``..`` are resolved,
+    or (both existing) the same inode, as a hard link or a bind mount is."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
+
+
+def _check_distinct(checked: list[tuple[str, str, str, PathKind]], reads: Iterable[tuple[str, str]]) -> None:
+    """Refuses an output path that is an input path of the same command (the same file or folder).
+
+    Args:
+      checked: ``(flag, value as given, checked path, kind)`` of every path value.
+      reads: ``(what, path)`` of files and folders the command reads without a flag of their own (a run
+        folder's ``config.json``); compared when they exist.
+
+    Raises:
+      PathError: naming the output flag, the input it equals and why it is refused.
+    """
+    inputs = [(f"{flag} {given}", shutil.which(path) or path if kind.program and os.sep not in path else path,
+               kind.folder) for flag, given, path, kind in checked if not is_output(kind)]
+    inputs += [(what, path, None) for what, path in reads if path and os.path.lexists(path)]
+    for flag, given, path, kind in checked:
+        if not is_output(kind):
+            continue
+        for named, in_path, in_folder in inputs:
+            if in_folder not in (None, kind.folder) or not _same_path(path, in_path):
+                continue
+            if kind.folder:
+                raise PathError(f"{flag} {given}: is the same folder as {named}, an input of this command; the "
+                                "output would be written among (and could replace) its files, so give another folder")
+            raise PathError(f"{flag} {given}: is the same file as {named}, an input of this command; writing the "
+                            "output would replace it, so give another path")
+
+
+def check_paths(specs: Iterable[tuple[str, Any, PathKind]], reads: Iterable[tuple[str, str]] = ()) -> list[Any]:
+    """Checks every ``(flag, value, kind)``, then that no output path is an input path, then creates the missing
+    output folders.
 
     A value of None or ``""`` (the flag not given) is skipped; a list (``nargs``) is checked item by item; a
-    value holding ``://`` (``gs://bucket/x``) is left to the library that opens it. Nothing is created unless
-    every path passes.
+    value holding ``://`` (``gs://bucket/x``) is left to the library that opens it. An output (:func:`is_output`)
+    that is the same file or folder as an input (links resolved; hard links found by inode) is refused: the
+    command would replace what it reads. Nothing is created unless every path passes.
 
     Args:
       specs: ``(flag as the user types it, value, kind)`` for each path flag.
+      reads: ``(what, path)`` of files or folders the command also reads without a flag of their own (a run
+        folder's ``config.json``, named ``"the run's config.json"``): no output may be one of them.
 
     Returns:
       The values in order, with ``~`` expanded (lists stay lists, None stays None).
 
     Raises:
-      PathError: the first path that cannot serve, named with its flag (nothing created).
+      PathError: the first path that cannot serve, named with its flag, or an output that is an input, named
+        with both (nothing created).
     """
     specs = list(specs)
     out: list[Any] = []
     to_create: list[tuple[str, str, str]] = []
+    seen: list[tuple[str, str, str, PathKind]] = []
     for flag, value, kind in specs:
         if not isinstance(kind, PathKind):
             raise TypeError(f"{flag}: kind must be a PathKind, got {kind!r}")
@@ -261,12 +321,14 @@ def check_paths(specs: Iterable[tuple[str, Any, PathKind]]) -> list[Any]:
                 continue
             path, folder = _check_one(flag, given, kind)
             checked.append(path)
+            seen.append((flag, given, path, kind))
             if folder:
                 to_create.append((flag, given, folder))
         if isinstance(value, (list, tuple)):
             out.append(checked)
         else:
             out.append(checked[0] if checked else value)
+    _check_distinct(seen, reads)
     made = set()
     for flag, given, folder in to_create:
         if _create(flag, given, folder):
@@ -305,7 +367,7 @@ def _create(flag: str, given: str, folder: str) -> bool:
 
 
 def check_args(args: Any, flags: Mapping[str, PathKind],
-               extra: Iterable[tuple[str, Any, PathKind]] = ()) -> list[Any]:
+               extra: Iterable[tuple[str, Any, PathKind]] = (), reads: Iterable[tuple[str, str]] = ()) -> list[Any]:
     """:func:`check_paths` of an argparse namespace's path flags, ``{"--flag": kind}``; the checked values
     (``~`` expanded) are written back into ``args``.
 
@@ -314,18 +376,19 @@ def check_args(args: Any, flags: Mapping[str, PathKind],
       flags: the path flags whose namespace values are checked.
       extra: ``(flag, value, kind)`` checked in the same pass, for a value the command derives from a flag
         (a path inside ``LANG=PATH``, a flag that is a path only when it names no engine).
+      reads: ``(what, path)`` the command reads without a flag (:func:`check_paths`).
 
     Returns:
       The checked values of ``extra``.
 
     Raises:
-      PathError: the first path that cannot serve (nothing created).
+      PathError: the first path that cannot serve, or an output that is an input (nothing created).
       AttributeError: a flag that ``args`` does not have (a mistake in the table, not the user's).
     """
     dests = [flag.lstrip("-").replace("-", "_") for flag in flags]
     extra = list(extra)
     values = check_paths([*((flag, getattr(args, dest), kind) for (flag, kind), dest in zip(flags.items(), dests)),
-                          *extra])
+                          *extra], reads)
     for dest, value in zip(dests, values):
         setattr(args, dest, value)
     return values[len(dests):]

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from openvivqa_jax import outputs
 from openvivqa_jax import paths
 from openvivqa_jax.cli import run_main
 from openvivqa_jax.errors import UserError
@@ -141,7 +142,7 @@ def plot_training_curves(metrics_path: str, output: str, title: str | None = Non
     fig.suptitle(run_name)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    fig.savefig(output, format="png", bbox_inches="tight")
+    outputs.save_figure(fig, output, bbox_inches="tight")  # whole, then renamed: a failed write keeps the old one
     n_train = len(train["loss"][0]) if "loss" in train else 0
     n_eval = max((len(s) for s, _ in dev.values()), default=0)
     return {"output": output, "train_steps": n_train, "eval_steps": n_eval, "series": drawn}
@@ -252,7 +253,7 @@ def plot_prediction(image: np.ndarray, output: str, *, question: str, answer: st
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    fig.savefig(output, format="png")
+    outputs.save_figure(fig, output)
     return output
 
 
@@ -278,8 +279,8 @@ PATH_FLAGS = {"--workdir": paths.INPUT_DIR, "--output": paths.OUTPUT_FILE}
 
 
 def _run(args: argparse.Namespace) -> int:
-    paths.check_args(args, PATH_FLAGS)
     path = os.path.join(os.path.expanduser(args.workdir), "metrics.jsonl")
+    paths.check_args(args, PATH_FLAGS, reads=[(f"the run's metrics.jsonl in --workdir {args.workdir}", path)])
     if not os.path.isdir(os.path.expanduser(args.workdir)):
         raise UserError(f"workdir {args.workdir!r} does not exist")
     if not os.path.isfile(path):

@@ -5,7 +5,7 @@ Single question::
     python -m openvivqa_jax.predict --workdir runs/mlpag --image shop.jpg --question "cửa hàng này tên gì?" \\
         [--ocr tesseract|none|FILE] [--beam N] [--json] [--plot out.png]
 
-Batch (:func:`openvivqa_jax.evaluation.formats.read_questions_file`), writing the Codalab submission
+Batch (:func:`openvivqa_jax.evaluation.question_files.read_questions_file`), writing the Codalab submission
 ``{question_id: answer}`` (UTF-8 JSON)::
 
     python -m openvivqa_jax.predict --workdir runs/mlpag --questions test.json --image_dir images/ \\
@@ -16,8 +16,8 @@ never opened); OCR by the builders' engines (:func:`openvivqa_jax.data.ocr.run_o
 (:func:`openvivqa_jax.data.ocr.read_ocr_table`); answers, word provenance and the attention heat map by
 :meth:`openvivqa_jax.vqa.inference.Inference.answer_photos`; the picture by :func:`openvivqa_jax.plot.plot_prediction`.
 Bad input ends with exit code 2 and one ``error:`` line on stderr naming the file or question; nothing is
-skipped silently. In batch mode ``--skip_bad`` answers every question whose image can be used and lists the
-others with the reason (stderr, and ``<output stem>.skipped.json``).
+skipped silently. ``--skip_bad`` (batch) answers every question whose image can be used and counts the others per
+reason on stderr (each in ``<output stem>.skipped.json``); cut and other-language questions get a ``warning:``.
 """
 
 from __future__ import annotations
@@ -45,13 +45,14 @@ from openvivqa_jax.data.ocr import (  # engines in data/ocr/engines.py, the merg
     read_ocr_table,
     run_ocr_passes,
 )
-from openvivqa_jax import paths
+from openvivqa_jax import accelerator, paths
 from openvivqa_jax.errors import UserError
-from openvivqa_jax.evaluation import formats
+from openvivqa_jax.evaluation import questions as question_files
 from openvivqa_jax.plot import plot_prediction
 from openvivqa_jax.training import interrupts
-from openvivqa_jax.vqa.report import format_result, json_result, no_text_note, write_submission
-from openvivqa_jax.vqa.workdir import check_workdir, load_config
+from openvivqa_jax.vqa.report import (answer_warnings, format_result, json_result, no_text_note, skipped_summary,
+                                      write_submission)
+from openvivqa_jax.vqa.workdir import answering_reads, check_workdir, load_config
 
 __all__ = ["PredictError", "DEFAULT_MAX_PIXELS", "DEFAULT_OCR_PASSES", "DEFAULT_OCR_ENGINE", "OCR_ENGINES",
            "plausible_token", "run_ocr_passes", "merge_ocr_passes", "load_image", "load_run",
@@ -126,7 +127,7 @@ def load_run(workdir: str, beam: int | None = None):
     with cfg.unlocked():
         cfg.mesh.shape = (1, 1)  # one example at a time, on one device
     from openvivqa_jax.vqa import inference  # heavy: JAX, imported once the input is known good
-
+    accelerator.start_backend()  # outside _input: a backend JAX cannot start is the machine's, not the workdir's
     return _input(inference.load_for_inference, workdir, cfg, prefix=f"workdir {workdir}: "), int(
         beam or cfg.eval.beam_size)
 
@@ -168,9 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot_dir", help="batch: write one picture per question (<question_id>.png) here")
     p.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS, help="largest image accepted (width*height)")
     p.add_argument("--skip_bad", action="store_true",
-                   help="batch: answer every usable question (a usable question and image); list the others (empty "
-                        "question, unknown image id, repeated id, unusable image) on stderr and in "
-                        "<output stem>.skipped.json {question_id: reason} instead of stopping at the first")
+                   help="batch: answer every usable question (a usable question and image); count the others (empty "
+                        "question, unknown image id, repeated id, unusable image) per reason on stderr, list them in "
+                        "<output stem>.skipped.json {question_id: reason}, instead of stopping at the first")
     p.add_argument("--verbose", action="store_true", help="show library logging on stderr")
     return p
 
@@ -190,9 +191,12 @@ def _ocr_settings(args) -> dict:
 def _run(args) -> int:
     """Reads the questions and checks every image, then loads the run, answers and reports (the stages below);
     returns the exit code."""
-    paths.check_args(args, PATH_FLAGS, extra=[("--ocr", None if args.ocr in OCR_ENGINES else args.ocr,
-                                               paths.INPUT_FILE)])
     single = args.image is not None or args.question is not None
+    args.output = args.output or ("submission.json" if args.questions and not single else None)  # checked too
+    skipped_list = os.path.splitext(args.output)[0] + ".skipped.json" if args.output and args.skip_bad else None
+    paths.check_args(args, PATH_FLAGS, extra=[("--ocr", None if args.ocr in OCR_ENGINES else args.ocr,
+                                               paths.INPUT_FILE), ("--skip_bad list", skipped_list, paths.OUTPUT_FILE)],
+                     reads=answering_reads(args.workdir, args.questions, args.image_dir))
     records, question_skips = _read_records(args, single)
     ocr_cfg = _ocr_settings(args)
     # Every image is checked before the model is loaded, so bad input fails fast (or, with --skip_bad in batch
@@ -210,15 +214,13 @@ def _run(args) -> int:
     if want_plot:
         _plot_results(args, run, beam, results, items, single)
     interrupts.raise_if_received()
+    notes = answer_warnings(results, pre.q_len, run.workdir, records, single)
     output = skipped_path = None
     if not single:
         output, skipped_path = write_submission(args.output, results, skipped)
     _print_results(args, results, single, output)
-    if skipped:
-        print(f"skipped {len(skipped)} questions whose question or image could not be used (listed in "
-              f"{skipped_path}):", file=sys.stderr)
-        for qid, why in skipped.items():
-            print(f"  question {qid!r}: {why}", file=sys.stderr)
+    for line in [*notes, *skipped_summary(skipped, len(skipped) + len(results), skipped_path)]:
+        print(line, file=sys.stderr)
     if args.ocr in OCR_ENGINES and args.ocr != "none":  # an engine ran (not --ocr none, not a tokens file)
         note = no_text_note(args.ocr, items)
         if note:
@@ -244,14 +246,12 @@ def _read_records(args, single: bool) -> tuple[list[dict], dict[str, str] | None
     if single:
         if args.image is None or args.question is None:
             raise PredictError("a single prediction needs both --image and --question")
-        question = _input(formats.clean_question, args.question, f"--question {args.question!r}")
+        question = _input(question_files.clean_question, args.question, f"--question {args.question!r}")
         return [{"question_id": "0", "image_id": os.path.basename(args.image), "question": question,
                  "image_path": args.image}], None
-    if args.image_dir and not os.path.isdir(args.image_dir):
-        raise PredictError(f"--image_dir {args.image_dir}: not a folder")
     question_skips: dict[str, str] | None = {} if args.skip_bad else None
-    records = _input(formats.read_questions_file, args.questions,
-                     formats.image_folders(args.questions, args.image_dir), question_skips)
+    records = _input(question_files.read_questions_file, args.questions,
+                     question_files.image_folders(args.questions, args.image_dir), question_skips)
     return records, question_skips
 
 

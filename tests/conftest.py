@@ -111,6 +111,18 @@ def subprocess_env(devices: int | None = None, extra: dict | None = None) -> dic
     return env
 
 
+@pytest.fixture
+def absl_info():
+    """absl logging at INFO for the test (log lines it checks with caplog), whatever an earlier test in the worker
+    left."""
+    from absl import logging as absl_logging
+
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    yield
+    absl_logging.set_verbosity(verbosity)
+
+
 def load_config(path: str):
     """Loads ``get_config()`` from a config file path relative to the repo root."""
     from openvivqa_jax.config_files import load_config as load_config_file

@@ -3,6 +3,9 @@
 House rule for bad input: a clear error naming the file, the record (question id or CSV row) and what is
 wrong (:class:`DatasetInputError`); or, where the builder config asks for it, the record is skipped and the
 skip is counted per reason (:class:`SkipCounter`) and logged with absl logging. Nothing is dropped silently.
+A known annotation flaw of a release is repaired where the repair is unambiguous, counted and logged
+(:func:`repair_log`, :mod:`openvivqa_jax.data.repairs`; ``BuildCounts.repairs``, the build's notes), unless the
+config's ``strict`` refuses it.
 
 The builders import this module as ``tfds_builders.readers``; when they are loaded by ``tfds build
 tfds_builders/<name>`` (which imports ``<name>.<name>_dataset_builder`` with ``tfds_builders/`` on
@@ -26,8 +29,10 @@ from PIL import Image
 
 from openvivqa_jax.cli import install_tfds_cli_handler
 from openvivqa_jax import jsonio
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.data import images as images_lib
 from openvivqa_jax.data import ocr as ocr_lib
+from openvivqa_jax.data import repairs
 from openvivqa_jax.text.normalize import normalize_text
 from tfds_builders import common
 from openvivqa_jax.errors import UserError
@@ -40,6 +45,7 @@ __all__ = [
     "ReleaseConfig",
     "ReleaseRecord",
     "BuildCounts",
+    "repair_log",
     "SkipCounter",
     "ErrorPolicy",
     "JsonObject",
@@ -89,17 +95,21 @@ class ReaderConfig(tfds.core.BuilderConfig):
         num_workers: processes that decode images and run OCR at build time
             (:func:`tfds_builders.image_work.map_images`); None = the CPUs this process may use. The
             examples and their OCR tokens do not depend on it.
+        strict: refuse the known annotation flaws that a build otherwise repairs (an ``answer_start`` off its
+            text, a repeated id with another question, an exact duplicate: :mod:`openvivqa_jax.data.repairs`),
+            each with one line naming the file and the record.
     """
 
     skip_missing_images: bool = False
     skip_invalid_records: bool = False
     num_workers: int | None = None
+    strict: bool = False
 
 
 @dataclasses.dataclass(eq=False)
 class ReleaseConfig(ReaderConfig):
     """Builder config fields of the release-format builders (OpenViVQA and EVJVQA: JSON files with an
-    ``images`` table and ``annotations``, :func:`read_release_file`; images in folders, :func:`release_image_dirs`).
+    ``images`` table and ``annotations``, :func:`tfds_builders.release_files.read_release_file`; images in folders, :func:`release_image_dirs`).
 
     Attributes:
         ocr_engine: ``auto`` (the OCR file if present, else the builder's fallback), ``file``, ``none`` or an
@@ -155,6 +165,7 @@ class BuildCounts:
         unknown_fields: ``{split: {file: Counter(field -> records)}}`` of fields not stored
             (:class:`UnknownFields`).
         ocr_stats: counts of the OCR step (:class:`OcrSource`, dropped tokens).
+        repairs: ``{split: RepairLog}`` of the annotation flaws repaired (:mod:`openvivqa_jax.data.repairs`).
     """
 
     def __init__(self, **kwargs):
@@ -163,6 +174,23 @@ class BuildCounts:
         self.skip_counts: dict[str, dict[str, int]] = {}
         self.unknown_fields: dict[str, dict[str, collections.Counter]] = {}
         self.ocr_stats: dict[str, int] = {}
+        self.repairs: dict[str, repairs.RepairLog] = {}
+
+    def _repair_log(self, split: str, name: str, policy: ErrorPolicy) -> repairs.RepairLog:
+        """``split``'s :class:`~openvivqa_jax.data.repairs.RepairLog` (kept in ``repairs[split]``): the config's
+        ``strict``, and errors raised or skipped by ``policy``; ``name`` is shown in the log lines."""
+        log = repair_log(name, policy, strict=bool(getattr(self.builder_config, "strict", False)))
+        self.repairs[split] = log
+        return log
+
+    def build_notes(self) -> dict:
+        """What the build repaired, skipped and did not store, per split, for the notes file beside the dataset
+        (:func:`openvivqa_jax.data.build_check.write_notes`)."""
+        splits = sorted(set(self.repairs) | set(self.skip_counts) | set(self.unknown_fields))
+        return {split: {"repairs": self.repairs[split].as_dict() if split in self.repairs else {},
+                        "skipped": dict(self.skip_counts.get(split) or {}),
+                        "fields_not_stored": {f: dict(c) for f, c in (self.unknown_fields.get(split) or {}).items()}}
+                for split in splits}
 
     def _skip_policy(self, split: str, name: str) -> tuple[SkipCounter, ErrorPolicy]:
         """``split``'s :class:`SkipCounter` (its counts kept in ``skip_counts[split]``) and the config's
@@ -180,12 +208,25 @@ class BuildCounts:
         return unknown
 
 
+def repair_log(name: str, policy: "ErrorPolicy", strict: bool = False) -> repairs.RepairLog:
+    """A :class:`~openvivqa_jax.data.repairs.RepairLog` whose errors (a flaw refused under ``strict``, an ambiguous
+    repeat) are ``policy``'s: raised, or counted and skipped; ``name`` is shown in the log lines."""
+    def error(path: Any, record: str, what: str, reason: str) -> None:
+        policy.handle(reason, record_error(path, record, what))
+
+    return repairs.RepairLog(name, error, strict=strict)
+
+
 class SkipCounter:
-    """Counts skipped records per reason and logs each skip (warning) and a summary (info).
+    """Counts skipped records per reason and logs the first :attr:`LOGGED` skips of each reason (warning; then
+    one line saying the others are counted) and a summary (info).
 
     Attributes:
         counts: ``collections.Counter`` reason -> number of skipped records.
     """
+
+    #: Skips logged one by one per reason (a folder with a tenth of a release's images skips thousands).
+    LOGGED = 20
 
     def __init__(self, name: str):
         """Args: name: shown in log lines, e.g. ``"openvivqa/train"``."""
@@ -193,9 +234,13 @@ class SkipCounter:
         self.counts: collections.Counter[str] = collections.Counter()
 
     def skip(self, reason: str, error: Exception | str) -> None:
-        """Records one skipped record and logs why."""
+        """Records one skipped record and logs why (the first :attr:`LOGGED` of its reason)."""
         self.counts[reason] += 1
-        logging.warning("%s: skipped (%s): %s", self.name, reason, error)
+        if self.counts[reason] <= self.LOGGED:
+            logging.warning("%s: skipped (%s): %s", self.name, reason, error)
+        elif self.counts[reason] == self.LOGGED + 1:
+            logging.warning("%s: more skips (%s) from here on are counted, not logged one by one (the summary gives "
+                            "the total)", self.name, reason)
 
     def log_summary(self, total_kept: int) -> None:
         """Logs the number of kept examples and the skips per reason."""
@@ -267,19 +312,25 @@ class UnknownFields:
 
     Attributes:
         counts: ``{file: Counter(field -> number of records carrying it)}``.
+        units: ``{file: what a record is}``: ``"records"`` (JSON objects), ``"rows"`` (a CSV file, whose header
+            names its fields once for every row).
     """
 
     def __init__(self, name: str):
         """Args: name: shown in the log line, e.g. ``"openvivqa/train"``."""
         self.name = name
         self.counts: dict[str, collections.Counter[str]] = {}
+        self.units: dict[str, str] = {}
 
-    def check(self, record: Mapping[str, Any], known: Iterable[str], *, path: Any) -> list[str]:
-        """Counts the keys of ``record`` outside ``known``; returns them (file order)."""
+    def check(self, record: Mapping[str, Any], known: Iterable[str], *, path: Any, times: int = 1,
+              unit: str = "records") -> list[str]:
+        """Counts the keys of ``record`` outside ``known`` (``times`` records carry them: a CSV header's columns
+        are in each of its ``times`` rows, ``unit="rows"``); returns them (file order)."""
         known = set(known)
         unknown = [k for k in record if k not in known]
-        if unknown:
-            self.counts.setdefault(str(path), collections.Counter()).update(unknown)
+        if unknown and times > 0:
+            self.counts.setdefault(str(path), collections.Counter()).update({k: times for k in unknown})
+            self.units[str(path)] = unit
         return unknown
 
     def totals(self) -> dict[str, int]:
@@ -290,11 +341,13 @@ class UnknownFields:
         return dict(out)
 
     def log_summary(self) -> None:
-        """Logs one warning per file listing the unknown fields and how many records carry each."""
+        """Logs one warning per file listing the unknown fields (a CSV file's: columns) and how many records (a
+        CSV file's: rows) carry each."""
         for path, c in self.counts.items():
+            unit = self.units.get(path, "records")
             logging.warning(
-                "%s: %s: fields not stored by this builder (records carrying each): %s",
-                self.name, path, dict(sorted(c.items())))
+                "%s: %s: %s not stored by this builder (%s carrying each): %s",
+                self.name, path, "columns" if unit == "rows" else "fields", unit, dict(sorted(c.items())))
 
 
 #: Filename keyword -> split. Tokens are the lowercase alphanumeric runs of the file stem.
@@ -318,6 +371,11 @@ def split_from_filename(path: Path, keywords: Mapping[str, str] | None = None) -
     return found.pop() if len(found) == 1 else None
 
 
+def _natural(path: Path) -> list:
+    """Sort key of a path: its digit runs compared as numbers (``dev-2`` before ``dev-10``)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
 def assign_split_files(
     manual_dir: Path,
     pattern: str,
@@ -331,7 +389,9 @@ def assign_split_files(
     Rules, in order:
 
     1. ``split_files`` given (``{"dev": "examples_data.json"}`` or lists of names, relative to
-       ``manual_dir``): exactly those files; a missing one is an error.
+       ``manual_dir``): exactly those files; a missing one is an error. A name with ``*``, ``?`` or ``[`` is a
+       glob pattern (``v2/dev-*.json``): its files in natural order (``dev-2`` before ``dev-10``); none is an
+       error.
     2. Otherwise every ``manual_dir/<pattern>`` file except ``exclude`` is matched by name keyword
        (:func:`split_from_filename`). Several files of one split are read in name order.
     3. A single file whose name names no split goes to ``default_split`` (logged). Unrecognised files
@@ -349,6 +409,13 @@ def assign_split_files(
         for split, names in split_files.items():
             names = [names] if isinstance(names, str) else list(names)
             for name in names:
+                if any(c in name for c in "*?["):
+                    found = sorted((p for p in manual_dir.glob(name) if p.is_file()), key=_natural)
+                    if not found:
+                        raise DatasetInputError(f"{manual_dir}: no file matches {name!r}, the pattern of split "
+                                                f"{split!r} (config split_files)")
+                    out.setdefault(split, []).extend(found)
+                    continue
                 p = manual_dir / name
                 if not p.is_file():
                     raise DatasetInputError(f"{p}: file for split {split!r} (config split_files) does not exist")
@@ -380,42 +447,6 @@ def assign_split_files(
     return out
 
 
-def read_release_file(path: Path, *, dataset: str, policy: ErrorPolicy, unknown: UnknownFields,
-                      top_fields: Sequence[str], image_fields: Sequence[str]) -> tuple[dict[str, str], list]:
-    """The images and annotations of a release-format annotation file (OpenViVQA and EVJVQA share it).
-
-    Both forms are read: the public dict form ``{"images": {id: file}, "annotations": {qid: {...}}}`` and the
-    list form ``{"images": [{id, filename}], "annotations": [{id, ...}]}``. An image or question id repeated (as
-    a JSON key of the dict form, or listed twice) is an error naming it, or under ``skip_invalid_records`` the
-    first entry is kept and each repeat skipped and counted (``duplicate_image_id`` / ``duplicate_question_id``);
-    an annotation without an id is ``invalid_record``. Fields outside ``top_fields`` / ``image_fields`` are
-    counted in ``unknown``.
-
-    Args:
-      path: the JSON file.
-      dataset: the format's name for the top-level error (``"OpenViVQA"``).
-      policy: raises record errors, or counts and skips them.
-      unknown: counts the fields the builder does not store.
-      top_fields, image_fields: the fields of the top level and of a list-form image entry.
-
-    Returns:
-      ``(images, annotations)``: image id -> file name, and ``[(question id, record label, raw record)]`` in
-      file order, each question id once (the records themselves are the builder's to check).
-
-    Raises:
-      DatasetInputError: bad JSON or top-level structure, an image entry without an id or a file name
-        (always); a repeated id or an annotation without an id (unless skipped).
-    """
-    data = read_json(path)
-    if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
-        raise DatasetInputError(
-            f"{path}: expected an object with 'images' and 'annotations' ({dataset} format), got "
-            f"{type(data).__name__}{' with keys ' + str(sorted(data)) if isinstance(data, dict) else ''}")
-    unknown.check(data, top_fields, path=path)
-    return (_release_images(path, data["images"], policy, unknown, image_fields),
-            _release_annotations(path, data["annotations"], policy))
-
-
 def release_image_dirs(manual_dir: Path, split: str, annotation: Path, *, images_dir: str | None,
                        split_dirs: Mapping[str, Sequence[str]]) -> list[Path]:
     """The folders a release-format builder searches, in order, for the images of ``split``'s annotation file.
@@ -440,68 +471,6 @@ def release_image_dirs(manual_dir: Path, split: str, annotation: Path, *, images
     return dirs
 
 
-def _release_images(path: Path, images_raw: Any, policy: ErrorPolicy, unknown: UnknownFields,
-                    image_fields: Sequence[str]) -> dict[str, str]:
-    """Image id -> file name of a release file's ``images`` (:func:`read_release_file`)."""
-    if isinstance(images_raw, dict):
-        for k in duplicate_keys(images_raw):
-            policy.handle("duplicate_image_id", record_error(
-                path, f"image {k!r}", "image id repeated in 'images' (a repeated JSON key); "
-                "skip_invalid_records keeps the first entry"))
-        entries = [(f"image {k!r}", k, v) for k, v in images_raw.items()]
-    elif isinstance(images_raw, list):
-        entries = []
-        for i, e in enumerate(images_raw):
-            if not isinstance(e, dict) or "id" not in e:
-                raise record_error(path, f"images[{i}]", f"expected {{id, filename}}, got {e!r}"[:300])
-            unknown.check(e, image_fields, path=path)
-            entries.append((f"images[{i}] (image {e['id']!r})", e["id"], e.get("filename", e.get("file_name"))))
-    else:
-        raise DatasetInputError(f"{path}: 'images' must be an object or a list, got {type(images_raw).__name__}")
-    images: dict[str, str] = {}
-    for where, k, name in entries:
-        if not isinstance(name, str) or not name.strip():
-            raise record_error(path, where, f"file name {name!r} is not a non-empty string")
-        if str(k) in images:
-            policy.handle("duplicate_image_id", record_error(
-                path, where, "image id listed twice in 'images'; skip_invalid_records keeps the first entry"))
-            continue
-        images[str(k)] = name
-    return images
-
-
-def _release_annotations(path: Path, anns_raw: Any, policy: ErrorPolicy) -> list:
-    """``[(question id, record label, raw record)]`` of a release file's ``annotations``, each id once
-    (:func:`read_release_file`)."""
-    if isinstance(anns_raw, dict):
-        for k in duplicate_keys(anns_raw):
-            policy.handle("duplicate_question_id", record_error(
-                path, f"question {k}", "question id repeated in 'annotations' (a repeated JSON key); "
-                "skip_invalid_records keeps the first entry"))
-        listed = [(str(k), f"question {k}", a) for k, a in anns_raw.items()]
-    elif isinstance(anns_raw, list):
-        listed = []
-        for i, a in enumerate(anns_raw):
-            qid = a.get("id", a.get("question_id")) if isinstance(a, dict) else None
-            if qid is None or isinstance(qid, (dict, list, bool)):
-                policy.handle("invalid_record", record_error(
-                    path, f"annotations[{i}]", f"expected an object with an 'id', got {a!r}"[:300]))
-                continue
-            listed.append((str(qid), f"question {qid}", a))
-    else:
-        raise DatasetInputError(
-            f"{path}: 'annotations' must be an object or a list, got {type(anns_raw).__name__}")
-    anns, seen = [], set()
-    for qid, record, a in listed:
-        if qid in seen:
-            policy.handle("duplicate_question_id", record_error(
-                path, record, "question id listed twice in 'annotations'; skip_invalid_records keeps the first entry"))
-            continue
-        seen.add(qid)
-        anns.append((qid, record, a))
-    return anns
-
-
 def clean_question(value: Any, *, path: Any, record: str) -> str:
     """Normalizes a question (docs/design.md §4).
 
@@ -509,7 +478,8 @@ def clean_question(value: Any, *, path: Any, record: str) -> str:
         DatasetInputError: the value is not a string, or is empty after normalization.
     """
     if not isinstance(value, str):
-        raise record_error(path, record, f"question is {type(value).__name__} ({value!r}), expected a string")
+        raise record_error(path, record, "no question" if value is None else
+                           f"question is {json_kind(value)} ({value!r}), expected a string")
     q = normalize_text(value)
     if not q:
         raise record_error(path, record, f"empty question ({value!r})")
@@ -532,11 +502,11 @@ def clean_answers(value: Any, *, path: Any, record: str, required: bool) -> list
     """
     values = [] if value is None else [value] if isinstance(value, str) else value
     if not isinstance(values, list):
-        raise record_error(path, record, f"answers must be a string or list of strings, got {type(value).__name__}")
+        raise record_error(path, record, f"answers must be a string or list of strings, got {json_kind(value)}")
     out = []
     for i, a in enumerate(values):
         if not isinstance(a, str):
-            raise record_error(path, record, f"answer {i} is {type(a).__name__} ({a!r}), expected a string")
+            raise record_error(path, record, f"answer {i} is {json_kind(a)} ({a!r}), expected a string")
         na = normalize_text(a)
         if not na:
             if len(values) > 1:

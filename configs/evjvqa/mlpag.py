@@ -8,9 +8,10 @@ Usage (the EVJVQA files in ``~/data/evjvqa``, see ``tfds_builders/evjvqa``)::
 
 Splits: EVJVQA ships a train file and test files, so the dev split for model selection is a held-out tail of
 train (``train[:90%]`` / ``train[90%:]``); ``test`` is the public test file. The headline metric is the
-challenge's token F1 (``EVJVQA-F1``: Japanese answers cut per character, :mod:`openvivqa_jax.evaluation.evjvqa`),
-which also chooses the best checkpoint, with ``EVJVQA-BLEU`` (mean of BLEU-1..4 on the same tokens) and exact
-match alongside; every metrics file reports them overall and per language (``by_field.language``).
+challenge's token F1 (``EVJVQA-F1``, computed as the challenge's scorer ``evaluate_metrics.py`` does: Japanese
+detected from the reference, token sets; :mod:`openvivqa_jax.evaluation.evjvqa`), which also chooses the best
+checkpoint, with ``EVJVQA-BLEU`` (the scorer's mean of BLEU-1..4) and exact match alongside; every metrics file
+reports them overall and per language (``by_field.language``) and names each metric's rule (``rules``).
 
 Tokenizer: one SentencePiece BPE model over all three languages' normalized train text. With
 ``character_coverage=1.0`` every character of the train split is a piece (Japanese kana and kanji included;
@@ -44,5 +45,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.max_answer_len = 30
     c.train.best_metric = "EVJVQA-F1"
     c.eval.metrics = EVJVQA_METRICS
+    # EVJVQA-F1/BLEU are the challenge scorer's in every text mode; EM and ROUGE-L (no challenge scorer) stay on
+    # the Vietnamese-normalized text, and the metrics files say so under 'rules'.
+    c.eval.text_mode = "openvivqa"
     c.eval.ocr_ablation = False
     return c

@@ -26,6 +26,7 @@ def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = "relevance"
     c.seed = 0
+    common.run_platform(c)
     c.data = common.tfds_data("synthetic_openvivqa", "default_clean_regions", eval_split="validation")
     # The text of a pair: 'answer' (what CLinRel and CMedRel score) or 'question_answer'.
     c.data.pair_text = "answer"

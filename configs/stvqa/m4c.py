@@ -86,4 +86,5 @@ def get_config(variant: str = "task3") -> ml_collections.ConfigDict:
     e.alpha = 0.0
     e.ocr_ablation = False  # the test split has no answers to score an ablation against
     e.answer_rules = "english"  # the official VQA answer processing (evaluation/vqa_accuracy.py)
+    e.text_mode = "official"  # ANLS as the RRC script, BLEU/ROUGE-L/CIDEr as pycocoevalcap (evaluation/rules.py)
     return c

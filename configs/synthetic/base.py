@@ -21,6 +21,7 @@ def get_config() -> ml_collections.ConfigDict:
     """Returns the base synthetic config (pixel CNN, 2,000 steps)."""
     c = ml_collections.ConfigDict()
     c.seed = 0
+    common.run_platform(c)
     _data(c)
     c.tokenizer = common.bpe_tokenizer(1000)
     _model(c)
@@ -55,7 +56,7 @@ def _data(c: ml_collections.ConfigDict) -> None:
     # PHOC and answer targets once per split, then train and evaluate from memory-mapped arrays (the same batches
     # as the per-example path). Off here: the synthetic set is small enough to prepare per example.
     c.data.model_ready = False
-    c.data.model_ready_dir = placeholder(str)  # None: <workdir>/model_ready
+    c.data.model_ready_dir = placeholder(str)  # None: the shared cache (docs/input_pipeline.md, "Where they live")
     c.data.preprocess_workers = 0  # image-decoding processes of the one-time pass; 0: one per CPU core
     # Constrained decoding (ST-VQA tasks 1/2): 'none', 'per_image' or 'global' dictionary.
     c.data.decode_dictionary = "none"
@@ -202,6 +203,10 @@ def _eval(c: ml_collections.ConfigDict) -> None:
     # VQA-accuracy's answer processing: 'vietnamese' (our normalizer) or 'english' (the official VQA rules:
     # punctuation, number words, articles, contractions; TextVQA and ST-VQA configs).
     c.eval.answer_rules = "vietnamese"
+    # How answers are compared (openvivqa_jax/evaluation/evaluator.py): 'openvivqa' (Vietnamese-normalized scores),
+    # 'official' (each metric by its official script: TextVQA, ST-VQA, ViQuAD configs) or 'pycocoevalcap'.
+    # EVJVQA-F1/BLEU are the challenge scorer's in every mode.
+    c.eval.text_mode = "openvivqa"
 
 
 def _evals(c: ml_collections.ConfigDict) -> None:

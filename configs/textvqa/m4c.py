@@ -36,4 +36,5 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.best_metric = "VQA-accuracy"
     c.eval.metrics = ("VQA-accuracy", "ANLS", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr")
     c.eval.answer_rules = "english"  # the official VQA answer processing, as EvalAI/MMF score TextVQA
+    c.eval.text_mode = "official"  # VQA accuracy as EvalAI/MMF, ANLS as the RRC script, BLEU.. as pycocoevalcap
     return c

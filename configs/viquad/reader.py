@@ -1,18 +1,32 @@
-"""Span reader on ViQuAD (SQuAD v1.1 style extractive QA), trained from scratch (docs/viquad.md).
+"""Span readers on ViQuAD (SQuAD v1.1 style extractive QA), trained from scratch (docs/viquad.md).
 
-Variants:
+Variants (``--config configs/viquad/reader.py:<variant>``):
 
-* ``synthetic`` (default): the builder's embedded synthetic ViQuAD-format set (``tfds_builders/viquad``
+* ``synthetic`` (default): the transformer reader on the builder's embedded synthetic set (``tfds_builders/viquad``
   config ``synthetic``: nothing to download), small sizes for a few CPU minutes::
 
       python -m openvivqa_jax.main --config configs/viquad/reader.py --workdir runs/viquad_synthetic
 
-* ``viquad``: the UIT-ViQuAD release (``train_ViQuAD.json``, ``dev_ViQuAD.json``, ``test_ViQuAD.json`` in a
-  folder) at the BERT baseline's input sizes of the paper (§5.3: sequence 384, question 64, answers up to
-  300 pieces; doc stride 128 as BERT's run_squad.py)::
+* ``drqa_synthetic``, ``qanet_synthetic``: DrQA and QANet on the synthetic set, CPU minutes.
 
-      python -m openvivqa_jax.main --config configs/viquad/reader.py:viquad --workdir runs/viquad \\
-          --config.data.manual_dir=~/data/viquad
+* Real UIT-ViQuAD files in ``--config.data.manual_dir``: the public files (builder config ``v1_eval_v2_train``:
+  1.0 dev/test, train from the 2.0 folds' 11,626 answerable questions; ``../shared/data/real/viquad``), each
+  reader sized for 30 minutes on 2 CPU cores (``*_cpu``) or at the paper's sizes for a GPU:
+
+  - ``drqa_cpu``, ``qanet_cpu``, ``transformer_cpu``: syllable tokens with a character CNN and the exact-match
+    features, a constant learning rate;
+  - ``drqa``, ``qanet``: the papers' sizes (DrQA: 3 BiLSTM layers of 128, Adamax; QANet: d 128, 7 model-encoder
+    blocks; 300-d words, 40 epochs of batch 32 as ViQuAD §5.3);
+  - ``viquad``: the transformer at the BERT baseline's input sizes (§5.3: sequence 384, question 64, answers up
+    to 300 pieces; doc stride 128 as BERT's run_squad.py), BPE pieces, on the 1.0 release with its train file
+    (builder config ``default``);
+  - ``mbert``, ``xlmr``, ``phobert``: a pretrained Hugging Face checkpoint (``--config.model.pretrained_path``)
+    fine-tuned under the span head at §5.3's sizes.
+
+  ::
+
+      python -m openvivqa_jax.main --config configs/viquad/reader.py:drqa_cpu --workdir runs/viquad_drqa \\
+          --config.data.manual_dir=../shared/data/real/viquad
 """
 
 import ml_collections
@@ -20,7 +34,10 @@ import ml_collections
 from openvivqa_jax.config_files import config_module
 
 common = config_module("../common.py", relative_to=__file__)
-VARIANTS = ("synthetic", "viquad")
+VARIANTS = ("synthetic", "viquad", "drqa_synthetic", "qanet_synthetic", "transformer_cpu", "drqa_cpu", "qanet_cpu",
+            "drqa", "qanet", "mbert", "xlmr", "phobert")
+#: The real-data variants (the release files in ``data.manual_dir``).
+REAL = ("viquad", "transformer_cpu", "drqa_cpu", "qanet_cpu", "drqa", "qanet", "mbert", "xlmr", "phobert")
 
 
 def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
@@ -33,7 +50,12 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = "reading"
     c.seed = 0
-    c.data = common.tfds_data("viquad", "synthetic" if variant == "synthetic" else "default", eval_split="dev")
+    common.run_platform(c)
+    c.data = common.tfds_data("viquad", "synthetic", eval_split="dev")
+    if variant == "viquad":  # the 1.0 release with its train file (train_ViQuAD.json, dev_..., test_...)
+        c.data.builder_config = "default"
+    elif variant in REAL:  # the public files: 1.0 dev/test, train from the 2.0 folds (tfds_builders/viquad)
+        c.data.builder_config = "v1_eval_v2_train"
 
     c.tokenizer = common.bpe_tokenizer(1000 if variant == "synthetic" else 8000)
 
@@ -52,6 +74,11 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     c.model.max_answer_len = 16  # the most pieces in a predicted span
     c.model.dtype = "float32"
     c.model.remat = False
+    c.model.match_features = False  # the exact-match features (openvivqa_jax/reading/features.py)
+    c.model.char_channels = 0  # the character CNN's width (0: none; needs tokenizer.model_type='words')
+    c.model.char_dim = 32
+    c.model.char_kernel = 5
+    c.model.pretrained_path = ""  # model.encoder='pretrained': the Hugging Face folder
 
     c.train = ml_collections.ConfigDict()
     c.train.batch_size = 32
@@ -63,6 +90,7 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict()
     c.eval.batch_size = 64
     c.eval.metrics = ("EM", "F1")
+    c.eval.text_mode = "official"  # SQuAD v1.1's evaluate-v1.1.py, the script ViQuAD's paper scores with
     c.eval.max_eval_examples = 0  # 0: the whole split
     c.eval.num_examples_to_print = 4
 
@@ -73,4 +101,68 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
         c.train.num_train_steps = 20000
         c.train.eval_every_steps = 2000
         c.train.checkpoint_every_steps = 1000
+    elif variant != "synthetic":
+        _words(c, variant)
     return c
+
+
+def _words(c: ml_collections.ConfigDict, variant: str) -> None:
+    """The syllable-token readers (module doc): sizes, optimizer and loop of ``variant``."""
+    m, t = c.model, c.train
+    reader, size = (variant.split("_") + ["paper"])[:2]
+    if reader in ("mbert", "xlmr", "phobert"):
+        return _pretrained(c, reader)
+    c.tokenizer = common.bpe_tokenizer(30000)
+    c.tokenizer.model_type = "words"
+    c.tokenizer.min_count = 1
+    m.encoder = reader
+    m.match_features = True
+    # The user's fastText vectors for the word embedding (.bin / .vec; word_dim must be their width, 300 for
+    # cc.vi.300), kept as loaded with freeze=True; unset: learned from scratch.
+    m.fasttext = ml_collections.ConfigDict({"path": "", "freeze": False})
+    # On 2 CPU cores the syllables go without the character CNN (2.9% of dev passage tokens are unknown; the
+    # exact-match features still see them), which costs as much as the rest of DrQA.
+    m.word_dim, m.char_dim, m.char_channels, m.char_kernel = 128, 32, 0, 5
+    m.max_seq_len, m.max_question_len, m.doc_stride, m.max_answer_len = 320, 40, 128, 40
+    m.dropout = 0.2
+    t.schedule, t.warmup_steps, t.learning_rate = "warmup_constant", 100, 1e-3
+    t.batch_size, t.num_train_steps = 32, 1500
+    common.train_loop(t, log_every_steps=25, eval_every_steps=250, best_metric="F1", checkpoint_every_steps=250)
+    if reader == "drqa":
+        m.word_dim, m.hidden, m.num_layers = 100, 64, 2
+        t.num_train_steps = 2000
+        t.optimizer, t.b1, t.b2, t.learning_rate, t.grad_clip_norm = "adamax", 0.9, 0.999, 2e-3, 10.0
+    elif reader == "qanet":
+        # Self-attention over 317 passage slots is most of a CPU step: one head, one model-encoder block (applied
+        # three times), where the paper has 8 heads and 7 blocks (the `qanet` variant).
+        m.d_model, m.num_heads, m.num_layers = 64, 1, 1
+        m.embed_convs, m.embed_kernel, m.model_convs, m.model_kernel = 2, 7, 2, 5
+        t.b1, t.b2, t.eps = 0.8, 0.999, 1e-7
+    else:  # transformer
+        m.d_model, m.num_heads, m.ffn_dim, m.num_layers = 128, 4, 256, 3
+    if size == "synthetic":
+        c.data = common.tfds_data("viquad", "synthetic", eval_split="dev")
+        m.max_seq_len, m.max_question_len, m.char_channels = 160, 24, 32
+        t.num_train_steps, t.eval_every_steps = 1000, 250
+    elif size == "paper":  # ViQuAD §5.3: batch 32, 40 epochs (~14,500 steps of 11,626 questions); the papers' sizes
+        m.word_dim, m.char_channels, m.max_seq_len, m.max_question_len = 300, 100, 400, 64
+        m.dropout = 0.3 if reader == "drqa" else 0.1
+        t.num_train_steps, t.eval_every_steps, t.checkpoint_every_steps = 15000, 1000, 1000
+        if reader == "drqa":
+            m.hidden, m.num_layers = 128, 3
+        else:
+            m.d_model, m.num_heads, m.num_layers, m.embed_convs, m.model_convs = 128, 8, 7, 4, 2
+            t.warmup_steps = 1000
+
+
+def _pretrained(c: ml_collections.ConfigDict, reader: str) -> None:
+    """A Hugging Face checkpoint under the span head at ViQuAD §5.3's sizes (sequence 384, question 64, answers up
+    to 300 tokens), fine-tuned as HF's run_squad.py: AdamW 3e-5 with a linear warmup, batch 32, 2 epochs."""
+    m, t = c.model, c.train
+    m.encoder = "pretrained"
+    m.max_seq_len, m.max_question_len, m.doc_stride, m.max_answer_len = 384, 64, 128, 300
+    t.optimizer, t.b1, t.b2, t.weight_decay, t.eps = "adamw", 0.9, 0.999, 0.01, 1e-8
+    t.schedule, t.learning_rate, t.warmup_steps = "warmup_constant", 3e-5, 100
+    t.num_train_steps = 800
+    common.train_loop(t, log_every_steps=50, eval_every_steps=200, best_metric="F1", checkpoint_every_steps=200)
+    m.d_model = {"mbert": 768, "xlmr": 1024, "phobert": 1024}[reader]  # read from config.json; kept for the logs

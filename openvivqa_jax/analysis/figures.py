@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from openvivqa_jax import outputs
 from openvivqa_jax.analysis.linguistic import LEVELS
 from openvivqa_jax.analysis.stats import ANSWER_BAND
 
@@ -67,7 +68,7 @@ def plot_lengths(splits: Mapping[str, Mapping], output: str, title: str = "") ->
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(output, format="png")
+    outputs.save_figure(fig, output)
     return output
 
 
@@ -101,7 +102,7 @@ def plot_qa_types(splits: Mapping[str, Mapping], output: str, title: str = "") -
     ax.set_xlabel("questions")
     ax.set_title(title or "Text QA / Non-text QA")
     fig.tight_layout()
-    fig.savefig(output, format="png")
+    outputs.save_figure(fig, output)
     return output
 
 
@@ -120,7 +121,7 @@ def plot_levels(splits: Mapping[str, Mapping], output: str, title: str = "") -> 
     ax.set_xlabel("% of answers (heuristic levels, see docs/analysis.md)")
     ax.set_title(title or "Linguistic level of answers")
     fig.tight_layout()
-    fig.savefig(output, format="png")
+    outputs.save_figure(fig, output)
     return output
 
 

@@ -9,8 +9,8 @@ batches from (:func:`train_iterator`, :func:`eval_batches`).
 Layout of ``<root>/<split>/`` (shapes by named axes; ``Q`` questions, ``A`` answer rows, ``G`` distinct OCR
 token sets, ``I`` distinct images or region-feature sets)::
 
-    manifest.json                 format, the inputs' fingerprint, per file dtype / shape / bytes / crc32,
-                                  the build's counters and time; written last
+    manifest.json                 format, the inputs' key (``fingerprint``), per file dtype / shape / bytes /
+                                  crc32, the build's counters, time and date; written last
     q_image (Q,) int32            row of image / region_* (-1: none)
     q_ocr (Q,) int32              row of the ocr_* files
     q_answer_start (Q,) int32     first answer row; q_answer_count (Q,) int32 references (0: none)
@@ -31,10 +31,15 @@ resize, in ``data.preprocess_workers`` processes, each image written at its row,
 any number of workers). Rows are shared by content: questions of one image point at one ``image`` row and one
 OCR row.
 
-Safety: a build writes into ``<split>.tmp-<host>-<pid>/`` and renames it into place when the manifest is
-written; :func:`open_split` checks the manifest, every file's size and crc32, and the fingerprint (builder,
-config, version, split size and data files; tokenizer model bytes; shapes), and rebuilds with a log line
-saying why when any differs, so a half-written, corrupt or stale cache is never read as data.
+Where: one cache shared by the runs that preprocess alike, an entry per split and key
+(:mod:`openvivqa_jax.data.model_ready_cache`: the dataset build, the tokenizer file's digest, every
+preprocessing setting, the preprocessing code and libraries); the run's workdir holds a reference to its
+entries (``model_ready.json``), not a copy.
+
+Safety: a build writes into ``<entry>.tmp-<host>-<pid>/`` and renames it into place when the manifest is
+written, holding the entry's lock file so that a second process waits and then reuses it; :func:`open_split`
+checks the manifest, every file's size and crc32, and the key stored in it, and rebuilds with a log line saying
+why when any differs, so a half-written, corrupt or mismatched entry is never read as data.
 
 Supported: generator models without a decoding dictionary and with OCR (the OCR ablation, classifiers'
 ``answer_scores`` and ``allowed_vocab`` batches keep the per-example path, :func:`usable`).
@@ -42,8 +47,9 @@ Supported: generator models without a decoding dictionary and with OCR (the OCR 
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import hashlib
+import datetime
 import json
 import os
 import queue
@@ -54,19 +60,20 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 
+import filelock
 import grain
 import jax
 import numpy as np
 from absl import logging
 
 from openvivqa_jax import jsonio
+from openvivqa_jax.data import model_ready_cache as cache
 from openvivqa_jax.data.pipeline import Preprocessor, _ProcessShare
 from openvivqa_jax.data.model_ready_rows import (ANSWER_FIELDS, OCR_FIELDS, QUESTION_FIELDS, ImageJobs, ProposalJobs,
                                                  SplitRows, write_fields)
 from openvivqa_jax.data.records import DatasetError, SkipCounter, decode_record
 
-__all__ = ["FORMAT", "ModelReady", "usable", "fingerprint", "build", "open_split", "train_iterator",
-           "eval_batches"]
+__all__ = ["FORMAT", "ModelReady", "usable", "build", "open_split", "train_iterator", "eval_batches"]
 
 #: Bumped whenever the layout or the meaning of a field changes (a cache of another format is rebuilt).
 FORMAT = 1
@@ -86,68 +93,12 @@ def usable(pre: Preprocessor) -> str | None:
     return None
 
 
-def _pretrained_sources(pre: Preprocessor) -> dict:
-    """What the optional fields are made from, for the fingerprint: the fastText file (path, size, mtime; zero
-    features without one) and the text encoder's tokenizer folder."""
-    out = {}
-    vectors = getattr(pre, "_ocr_fasttext", None)
-    if vectors is not None:
-        path = getattr(vectors, "path", None)
-        st = os.stat(path) if path and os.path.exists(path) else None
-        out["ocr_fasttext"] = {"path": path, "dim": int(vectors.dim),
-                               "file": [st.st_size, st.st_mtime_ns] if st else None}
-    bert = getattr(pre, "_question_bert", None)
-    if bert is not None:
-        out["question_bert"] = {"folder": getattr(bert, "folder", None), "class": type(bert).__name__}
-    return out
-
-
-def _file_digest(path: str) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _crc32(path: str) -> int:
     crc = 0
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             crc = zlib.crc32(chunk, crc)
     return crc
-
-
-def fingerprint(builder, split: str, num_examples: int, pre: Preprocessor) -> dict:
-    """What the records depend on, in three parts compared one by one (the rebuild log names the part).
-
-    ``dataset``: builder name, config, version, split, its size, and name / size / mtime of the split's data
-    files; ``tokenizer``: a digest of the SentencePiece model file; ``shapes``: every config value the
-    arrays depend on.
-    """
-    data_dir = str(builder.data_dir)
-    files = []
-    if os.path.isdir(data_dir):
-        for name in sorted(os.listdir(data_dir)):
-            if f"-{split}." in name or name == "dataset_info.json":
-                st = os.stat(os.path.join(data_dir, name))
-                files.append([name, st.st_size, st.st_mtime_ns])
-    config = getattr(builder, "builder_config", None)
-    dataset = {"builder": builder.name, "config": getattr(config, "name", None), "version": str(builder.info.version),
-               "split": split, "num_examples": int(num_examples), "data_dir": data_dir, "files": files}
-    tokenizer = {"model": _file_digest(pre.tok.model_path), "vocab_size": int(pre.tok.vocab_size)}
-    shapes = {"format": FORMAT, "vision_kind": pre.vision_kind, "image_size": [pre.image_w, pre.image_h],
-              "max_image_pixels": pre.max_image_pixels, "num_ocr": pre.num_ocr, "max_ocr_pieces": pre.max_pieces,
-              "max_question_len": pre.q_len, "max_answer_len": pre.vocab.max_len, "allow_copy": pre.vocab.allow_copy,
-              "phoc_alphabet": pre.phoc_alphabet, "num_regions": pre.num_regions, "region_dim": pre.region_dim}
-    shapes["pretrained"] = _pretrained_sources(pre)
-    if pre.vision_kind == "proposals":
-        shapes["proposals"] = {"min_size": pre.proposal_min_size, "scale": pre.proposal_scale}
-    if pre.ocr_pixels:
-        shapes["ocr_pixels"] = True
-    if getattr(pre, "count_targets", False):
-        shapes["count_targets"] = True
-    return {"dataset": dataset, "tokenizer": tokenizer, "shapes": shapes}
 
 
 # ------------------------------------------------------------------------------------------------ build
@@ -182,7 +133,7 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
       source: random-access data source of one split (examples as ``load_source`` gives them).
       pre: the run's preprocessor (:func:`usable` must hold).
       out_dir: the final folder; written as a temporary sibling and renamed into place.
-      fp: :func:`fingerprint` of the inputs, stored in the manifest.
+      fp: the key of the inputs (:func:`openvivqa_jax.data.model_ready_cache.cache_key`), stored in the manifest.
       source_name: the split named in errors.
       num_workers: image-decoding processes (0: ``os.cpu_count()``).
 
@@ -234,7 +185,8 @@ def build(source, pre: Preprocessor, out_dir: str, fp: dict, *, source_name: str
                 "num_answer_rows": rows.num_answer_rows,
                 "num_images": len(images.rows) if images is not None else len(rows.regions.index),
                 "num_ocr_sets": len(rows.ocr.index), "counts": dict(counter.counts),
-                "build_s": round(time.perf_counter() - t0, 3), "workers": workers if by_picture else 0}
+                "build_s": round(time.perf_counter() - t0, 3), "workers": workers if by_picture else 0,
+                "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     manifest["question_ids"] = rows.question_ids
     with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
@@ -286,10 +238,15 @@ def _replace_dir(tmp: str, final: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ read
 class ModelReady:
-    """The memory-mapped model-ready records of one split (read-only arrays by field name; module doc)."""
+    """The memory-mapped model-ready records of one split (read-only arrays by field name; module doc).
 
-    def __init__(self, path: str, manifest: dict):
-        self.path, self.manifest = path, manifest
+    Attributes:
+      path: the entry folder; manifest: its ``manifest.json``; key: the inputs' key it was opened for (None when
+      opened directly); built_now: whether this process built it.
+    """
+
+    def __init__(self, path: str, manifest: dict, key: dict | None = None, built_now: bool = False):
+        self.path, self.manifest, self.key, self.built_now = path, manifest, key, built_now
         self.arrays = {}
         for name, meta in manifest["files"].items():
             shape = tuple(meta["shape"])
@@ -347,11 +304,14 @@ class ModelReady:
         return {k: np.asarray(v) for k, v in out.items()}
 
 
+_NONE_YET = "none built yet"
+
+
 def _check(path: str, fp: dict, verify: bool) -> tuple[dict | None, str]:
     """``(manifest, "")`` if the cache at ``path`` is complete, intact and made from ``fp``, else ``(None, why)``."""
     mpath = os.path.join(path, "manifest.json")
     if not os.path.isdir(path):
-        return None, "none built yet"
+        return None, _NONE_YET
     if not os.path.exists(mpath):
         return None, f"{mpath} is missing (an interrupted build)"
     try:
@@ -361,13 +321,13 @@ def _check(path: str, fp: dict, verify: bool) -> tuple[dict | None, str]:
     if not isinstance(manifest, dict):
         return None, f"{mpath} is unreadable (not a JSON object)"
     if manifest.get("format") != FORMAT:
-        return None, f"format {manifest.get('format')} is not {FORMAT}"
+        return None, f"format {manifest.get('format')} is not {FORMAT} (made by another version)"
     old = manifest.get("fingerprint") or {}
-    for part in ("shapes", "tokenizer", "dataset"):
+    for part in cache.KEY_PARTS:
         if old.get(part) != fp[part]:
             diff = sorted(k for k in set(old.get(part) or {}) | set(fp[part])
                           if (old.get(part) or {}).get(k) != fp[part].get(k))
-            return None, f"its {part} changed ({', '.join(diff)})"
+            return None, f"its manifest holds another key: its {part} differs ({', '.join(diff)})"
     for name, meta in manifest.get("files", {}).items():
         fpath = os.path.join(path, name)
         if not os.path.isfile(fpath):
@@ -383,27 +343,58 @@ def _check(path: str, fp: dict, verify: bool) -> tuple[dict | None, str]:
 
 def open_split(source, pre: Preprocessor, root: str, split: str, builder, *, source_name: str = "",
                num_workers: int = 0, verify: bool = True) -> ModelReady:
-    """The model-ready records of ``split`` under ``root``: reused when intact and current, else (re)built.
+    """The model-ready records of ``split`` in the cache ``root``: its entry for these inputs
+    (:mod:`openvivqa_jax.data.model_ready_cache`), reused when intact, else (re)built.
 
-    Logs one line: reused (with the build's time), or rebuilt and why (none yet, interrupted, corrupt, or which
-    part of the fingerprint changed). The build's counters (truncations, dropped empty tokens) are added to
+    Logs one line: reused (where, size, when built and in how long), or built and why (none for these inputs yet,
+    naming the parts of the key in which the newest other entry of the split differs; an interrupted build; a
+    corrupt file; a manifest of another key or format). While another process builds the same entry, this one
+    waits on its lock and then reuses it. The build's counters (truncations, dropped empty tokens) are added to
     ``pre.counter``.
 
     Raises:
       DatasetError: from :func:`build` (a bad record).
+      TypeError: the Preprocessor holds an attribute the key has no rule for
+        (:func:`openvivqa_jax.data.model_ready_cache.settings`).
     """
-    path = os.path.join(os.path.abspath(os.path.expanduser(root)), split)
-    fp = fingerprint(builder, split, len(source), pre)
-    manifest, why = _check(path, fp, verify)
+    name = source_name or split
+    key = cache.cache_key(builder, split, len(source), pre, FORMAT)
+    path = cache.entry_path(root, key)
+    manifest, why = _check(path, key, verify)
+    built = False
     if manifest is None:
-        logging.info("Model-ready records of %s at %s: building them (%s)", source_name or split, path, why)
-        manifest = build(source, pre, path, fp, source_name=source_name or split, num_workers=num_workers)
-    else:
-        logging.info("Model-ready records of %s: reusing %s (built in %.1f s)", source_name or split, path,
-                     manifest.get("build_s", 0.0))
+        with _entry_lock(path, name):
+            manifest, why = _check(path, key, verify)  # built meanwhile by the process that held the lock
+            if manifest is None:
+                if why == _NONE_YET:
+                    why = "none for these inputs yet" + cache.nearest_other(path, key)
+                logging.info("Model-ready records of %s at %s: building them (%s)", name, path, why)
+                manifest = build(source, pre, path, key, source_name=name, num_workers=num_workers)
+                built = True
+    if not built:
+        size_mb = sum(int(m.get("bytes", 0)) for m in manifest.get("files", {}).values()) / 2**20
+        logging.info("Model-ready records of %s: reusing %s (%.0f MB, built %s in %.1f s)", name, path, size_mb,
+                     manifest.get("built_at", "at an unrecorded time"), manifest.get("build_s", 0.0))
     for k, v in manifest.get("counts", {}).items():
         pre.counter.add(k, int(v))
-    return ModelReady(path, manifest)
+    return ModelReady(path, manifest, key, built)
+
+
+@contextlib.contextmanager
+def _entry_lock(path: str, name: str):
+    """Holds ``<path>.lock`` (filelock: an OS lock, released if the process dies); says so in one line when it
+    has to wait for another process's build."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lock = filelock.FileLock(path + ".lock")
+    try:
+        lock.acquire(timeout=5)
+    except filelock.Timeout:
+        logging.info("Model-ready records of %s at %s: another process is building them; waiting for it", name, path)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 # ------------------------------------------------------------------------------------------------ iterate

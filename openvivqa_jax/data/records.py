@@ -16,6 +16,7 @@ from absl import logging
 
 from openvivqa_jax import jsonio
 from openvivqa_jax.errors import UserError
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
 __all__ = ["DatasetError", "Record", "SkipCounter", "load_source", "decode_record", "read_dictionary_file",
@@ -164,7 +165,7 @@ def read_dictionary_file(path: str) -> tuple[str, ...]:
             raise DatasetError(f"{path}: a JSON dictionary must be a list of strings, got {type(words).__name__}")
         for i, w in enumerate(words):
             if not isinstance(w, str):
-                raise DatasetError(f"{path}: entry {i} is {type(w).__name__} ({w!r}), expected a string")
+                raise DatasetError(f"{path}: entry {i} is {json_kind(w)} ({w!r}), expected a string")
     return tuple(dict.fromkeys(w for w in (normalize_text(x) for x in words) if w))
 
 

@@ -9,8 +9,12 @@ when it is **strictly below** the threshold (``if question_result < 0.5: questio
 similarity of exactly 0.5 (NL == 0.5) **is kept as 0.5**. Two empty strings have NL = 0 (the
 script's ``0.0 if length == 0``), i.e. similarity 1.
 
-Strings are compared after :func:`~openvivqa_jax.evaluation.sanitize.sanitize_text` (lowercased,
-NFC, spaced punctuation), where the RRC script lowercases and strips. Edit distances come from
+Strings: the official rule (the evaluator's ``official`` text mode) compares the answers as given, lowercased and
+stripped of surrounding whitespace (:func:`rrc_string`), as the RRC script and MMF's ``STVQAANLSEvaluator``
+(``mmf/utils/m4c_evaluators.py``) do. The ``openvivqa`` text mode compares the Vietnamese-normalized strings of
+:func:`~openvivqa_jax.evaluation.sanitize.sanitize_text` instead (NFC, one tone-mark convention, spaced
+punctuation), which is not the official number: on TextVQA v0.1 val with perturbed human answers it gives 0.623
+where the official rule gives 0.649 (docs/evaluation.md). Edit distances are on characters (code points), from
 rapidfuzz (C++).
 
 Arrays: ``(items,)`` per-question scores.
@@ -23,10 +27,15 @@ from collections.abc import Sequence
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-__all__ = ["THRESHOLD", "anls", "nls"]
+__all__ = ["THRESHOLD", "rrc_string", "anls", "nls"]
 
 #: ST-VQA threshold tau; similarities strictly below it score 0 (RRC rule).
 THRESHOLD = 0.5
+
+
+def rrc_string(text: str) -> str:
+    """An answer as the ST-VQA RRC script compares it: lowercased (``str.lower``), surrounding whitespace stripped."""
+    return text.lower().strip()
 
 
 def nls(prediction: str, answer: str) -> float:
@@ -41,8 +50,8 @@ def anls(hyps: Sequence[str], refs: Sequence[Sequence[str]], threshold: float = 
     """Per-question ANLS: max over references of the thresholded similarity.
 
     Args:
-      hyps: ``items`` sanitized predictions.
-      refs: ``items`` non-empty lists of sanitized references.
+      hyps: ``items`` predictions, prepared (:func:`rrc_string` or sanitized).
+      refs: ``items`` non-empty lists of references, prepared the same way.
       threshold: tau; a best similarity strictly below it gives 0.
 
     Returns:

@@ -18,8 +18,8 @@ METEOR-vi      Meteor 1.5 jar without ``-norm`` (keeps Vietnamese letters whole)
 ANLS           ST-VQA, tau 0.5, RRC boundary rule (0.5 kept), :mod:`.anls`
 VQA-accuracy   official leave-one-out min(n/3, 1) with 10 answers, :mod:`.vqa_accuracy`
 EM, F1         SQuAD v1.1 style, max over references, :mod:`.squad`
-EVJVQA-F1      EVJVQA's ranking metric: token F1 with Japanese cut per character, :mod:`.evjvqa`
-EVJVQA-BLEU    mean of corpus BLEU-1..4 on EVJVQA's tokens, :mod:`.evjvqa`
+EVJVQA-F1      EVJVQA's ranking metric, the challenge scorer's token-set F1 in every mode, :mod:`.evjvqa`
+EVJVQA-BLEU    mean of corpus BLEU-1..4 on the challenge scorer's tokens in every mode, :mod:`.evjvqa`
 WMDRel         1 - WMD/2 over unit word vectors from a user file (only with ``vectors``), :mod:`.wmd`
 CLinRel        cosine of hypothesis and reference in a W2VV++ visual space (``relevance``), :mod:`.relevance`
 CMedRel        cosine of hypothesis and image feature in that space (``relevance``), :mod:`.relevance`
@@ -29,15 +29,27 @@ Group values: each group (``overall``, ``text_qa``, ``non_text_qa``) is scored a
 whole corpus: corpus BLEU and Meteor's aggregate over the group's questions, CIDEr's IDF over the
 group's references (what pycocoevalcap gives when run on that group alone), means for the rest.
 
-Text modes (``text_mode``): ``"openvivqa"`` (default) sanitizes every string with the Vietnamese
-normalizer (:mod:`.sanitize`: NFC, lowercase, one tone-mark convention, prices, spaced punctuation), so
-that spellings of one answer (``toà``/``tòa``, ``20.000đ``/``20,000 đồng``) count as one; ``"pycocoevalcap"``
-prepares strings exactly as the original toolkit does (Stanford PTBTokenizer, punctuation tokens removed,
-no other normalization; :mod:`.ptb`, needs Java) to reproduce numbers computed with it.
+Text modes (``text_mode``, :data:`TEXT_MODES`; which rule each metric used is recorded under ``rules`` and
+printed under the table, :mod:`.rules`):
 
-Answer rules (``answer_rules``): ``"vietnamese"`` (default) or ``"english"``, the official VQA answer
-processing for VQA-accuracy on TextVQA/ST-VQA (:mod:`.vqa_accuracy`). EM/F1 follow SQuAD (punctuation
-deleted, :mod:`.squad`) on the normalized text without spaced punctuation.
+- ``"openvivqa"`` (default) sanitizes every string with the Vietnamese normalizer (:mod:`.sanitize`: NFC,
+  lowercase, one tone-mark convention, prices, spaced punctuation), so that spellings of one answer
+  (``toà``/``tòa``, ``20.000đ``/``20,000 đồng``) count as one. These are Vietnamese-normalized scores, not the
+  official scripts' numbers.
+- ``"official"``: each metric as its official script computes it. BLEU, ROUGE-L, CIDEr and METEOR on
+  pycocoevalcap's strings (Stanford PTBTokenizer, punctuation tokens removed; :mod:`.ptb`, needs Java; without
+  it they fall back to the normalized text, named so in ``rules`` and the notes); ANLS by the ST-VQA RRC rule
+  (:mod:`.anls`); VQA-accuracy by EvalAI's TextVQA/ST-VQA rule (:mod:`.vqa_accuracy`); EM/F1 by SQuAD v1.1's
+  ``evaluate-v1.1.py`` (:mod:`.squad`). These read the answers as given, empty references included.
+- ``"pycocoevalcap"`` prepares strings exactly as the original toolkit does (the PTB tokens above, for every
+  metric) to reproduce numbers computed with it; it needs Java.
+
+EVJVQA-F1 and EVJVQA-BLEU follow the challenge's scorer in every mode (:mod:`.evjvqa`): the metric is defined by
+it.
+
+Answer rules (``answer_rules``, outside the official mode): ``"vietnamese"`` (default) or ``"english"``, the
+official VQA answer processing for VQA-accuracy on TextVQA/ST-VQA (:mod:`.vqa_accuracy`). EM/F1 follow SQuAD
+(punctuation deleted, :mod:`.squad`) on the normalized text without spaced punctuation.
 
 Robustness (docs/design.md §9): inputs are sanitized (:mod:`.sanitize`); an empty prediction scores 0; a
 question without any reference is excluded; a question whose references are all empty (``""``, only
@@ -52,7 +64,6 @@ logged with absl logging).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -65,9 +76,11 @@ import openvivqa_jax.evaluation.grouping as grouping
 import openvivqa_jax.evaluation.meteor as meteor_lib
 import openvivqa_jax.evaluation.vqa_accuracy as vqa_lib
 import openvivqa_jax.evaluation.wmd as wmd_lib
+from openvivqa_jax import outputs
 from openvivqa_jax.evaluation.formats import QA_TYPE_NON_TEXT, QA_TYPE_TEXT, QA_TYPE_UNKNOWN, parse_qa_type
 from openvivqa_jax.evaluation.registry import (ALL_METRICS, DEFAULT_METRICS, METRIC_FUNCTIONS, ScoringContext,
                                                register_metric, resolve_metrics)
+from openvivqa_jax.evaluation.rules import format_rules, metric_rules
 from openvivqa_jax.evaluation.sanitize import MAX_TOKENS
 from openvivqa_jax.evaluation.selection import (PreparedText, Report, Selection, as_text, count_selection,
                                                 prepare_text, select_questions)
@@ -80,7 +93,7 @@ GROUPS = {"text_qa": QA_TYPE_TEXT, "non_text_qa": QA_TYPE_NON_TEXT}
 #: Record fields (besides ``qa_type``) whose values get their own scores under ``by_field`` (:mod:`.grouping`).
 GROUP_BY_FIELDS = ("kind", "language")
 #: Text preparation modes of :func:`score` (module doc).
-TEXT_MODES = ("openvivqa", "pycocoevalcap")
+TEXT_MODES = ("openvivqa", "official", "pycocoevalcap")
 
 
 def score(
@@ -116,13 +129,13 @@ def score(
       vectors: word2vec text-format file (or loaded :class:`~.wmd.WordVectors`) for WMDRel.
       max_tokens: tokens kept per string (longer strings are capped and counted).
       per_question: also return every question's scores under ``"per_question"``.
-      fields: record field -> {question id: value}; ``fields["language"]`` (ISO 639-1 codes) selects the
-        EVJVQA tokenization (``ja`` per character); a question without one is tokenized on whitespace.
-        Scores per value of ``qa_type`` and of the :data:`GROUP_BY_FIELDS` given here (``kind``,
+      fields: record field -> {question id: value}; ``fields["language"]`` (ISO 639-1 codes) decides which
+        questions the ``openvivqa`` mode cuts per character (:mod:`.scripts`). Scores per value of ``qa_type`` and of the :data:`GROUP_BY_FIELDS` given here (``kind``,
         ``language``) are returned under ``by_field`` (:func:`.grouping.field_scores`: question count,
         exact match, CIDEr and the cheap metrics per value).
-      answer_rules: ``"vietnamese"`` or ``"english"`` (VQA-accuracy's answer processing; module doc).
-      text_mode: ``"openvivqa"`` or ``"pycocoevalcap"`` (module doc; the latter needs Java).
+      answer_rules: ``"vietnamese"`` or ``"english"`` (VQA-accuracy's answer processing outside the official
+        mode; module doc).
+      text_mode: ``"openvivqa"``, ``"official"`` or ``"pycocoevalcap"`` (module doc; the latter two run Java).
       decode_notes: question id -> ``{"dropped_bytes": n, "unknown_pieces": n}`` from decoding
         (:class:`~openvivqa_jax.text.tokenizer.DecodeNotes`), counted in the notes.
       relevance: the encoders, image ids and image features of CLinRel / CMedRel
@@ -131,8 +144,8 @@ def score(
     Returns:
       ``{"overall": {metric: value}, "text_qa": {...}, "non_text_qa": {...}, "num_questions":
       {"overall": n, "text_qa": n1, "non_text_qa": n0}, "notes": [str], "counts": {str: int},
-      "human_performance": {...}, "metrics": [names], "by_field": {field: {value: {...}}},
-      "per_question": {...}}``. A value is None when
+      "human_performance": {...}, "metrics": [names], "text_mode": mode, "rules": {metric: {"official": bool,
+      "rule": str}}, "by_field": {field: {value: {...}}}, "per_question": {...}}``. A value is None when
       the metric is unavailable (the notes say why). ``human_performance`` (ViQuAD protocol) is
       present when EM or F1 is requested and some questions have two or more references.
 
@@ -149,6 +162,7 @@ def score(
     _check_options(max_tokens, answer_rules, text_mode)
     report, sel, text, groups, result = _prepare(predictions, references, qa_types, names, lang_map, text_mode,
                                                  java, max_tokens, decode_notes)
+    result.update(text_mode=text_mode, rules=_rules(names, text_mode, answer_rules, text))
     if not sel.ids:
         report.notes.append("no question could be scored; every metric is None")
         result["overall"] = dict.fromkeys(names)
@@ -156,11 +170,22 @@ def score(
 
     ctx = _run_metrics(names, sel, text, groups, result, report, lang_map,
                        dict(java=java, meteor_jar=meteor_jar, meteor_timeout=meteor_timeout, vectors=vectors,
-                            answer_rules=answer_rules, have_languages=bool(lang_map), relevance=relevance))
+                            answer_rules=answer_rules, text_mode=text_mode, relevance=relevance,
+                            ptb_unavailable=text.ptb_unavailable))
     by_field = _scores_by_field(sel, text, fields, names, ctx.per_q)
     if by_field:
         result["by_field"] = by_field
     return _finish(result, names, report, ctx, per_question)
+
+
+def _rules(names: list[str], text_mode: str, answer_rules: str, text: PreparedText) -> dict[str, Any]:
+    """Each metric's rule (:func:`.rules.metric_rules`), logged."""
+    rules = metric_rules(names, text_mode, answer_rules, text.ptb_unavailable)
+    # One log record per rule: a record spanning lines would read as untagged messages to a log reader.
+    logging.info("evaluation rules (text mode %s):", text_mode)
+    for line in format_rules(rules):
+        logging.info("  %s", line)
+    return rules
 
 
 def _prepare(predictions: Mapping[str, Any], references: Mapping[str, Any], qa_types: Mapping[str, Any] | None,
@@ -173,6 +198,11 @@ def _prepare(predictions: Mapping[str, Any], references: Mapping[str, Any], qa_t
     sel = select_questions(pred_map, ref_map, {str(k): v for k, v in (qa_types or {}).items()}, max_tokens)
     count_selection(report, sel, pred_map, ref_map, max_tokens, decode_notes)
     text = prepare_text(report, sel, names, lang_map, text_mode, java, max_tokens)
+    if text.ptb_unavailable:
+        report.notes.append(f"official text mode: pycocoevalcap's PTB tokenizer is unavailable "
+                            f"({text.ptb_unavailable}); the caption metrics were computed on the Vietnamese-"
+                            "normalized text instead and are not the official numbers (see 'rules')")
+        logging.warning("evaluation: %s", report.notes[-1])
     groups = _qa_groups(sel.types)
     result: dict[str, Any] = {g: {} for g in groups}
     result["num_questions"] = {g: int(idx.size) for g, idx in groups.items()}
@@ -188,7 +218,7 @@ def _run_metrics(names: list[str], sel: Selection, text: PreparedText, groups: d
     empty_set = set(sel.empty_refs)
     ctx = ScoringContext(
         names=names, ids=sel.ids, hyps=text.hyps, refs=text.refs, raw_hyps=sel.raw_hyps, raw_refs=sel.raw_refs,
-        squad_hyps=text.squad_hyps, squad_refs=text.squad_refs, languages=[lang_map.get(q) for q in sel.ids],
+        given_refs=sel.given_refs, squad_hyps=text.squad_hyps, squad_refs=text.squad_refs, languages=[lang_map.get(q) for q in sel.ids],
         groups=groups, result=result, notes=report.notes, counts=report.counts,
         empty_idx=np.asarray([i for i, qid in enumerate(sel.ids) if qid in empty_set], np.int64),
         options=options, string_hyps=text.string_hyps, string_refs=text.string_refs)
@@ -236,7 +266,6 @@ def _scores_by_field(sel: Selection, text: PreparedText, fields: Mapping[str, Ma
                      per_q: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """Scores per value of ``qa_type`` and of the :data:`GROUP_BY_FIELDS` given (:func:`.grouping.field_scores`),
     with EVJVQA-BLEU recomputed as a corpus value over each part."""
-    lang_map = fields.get("language", {})
     labels: dict[str, list] = {"qa_type": grouping.qa_type_labels(sel.types)}
     for f in GROUP_BY_FIELDS:
         if fields.get(f):
@@ -245,7 +274,7 @@ def _scores_by_field(sel: Selection, text: PreparedText, fields: Mapping[str, Ma
     if by_field and "EVJVQA-BLEU" in names:  # a corpus value: recomputed over each part, like BLEU-1..4
         parts = {(f, v): np.asarray([i for i, x in enumerate(labels[f]) if x is not None and str(x) == v], np.int64)
                  for f, by_value in by_field.items() for v in by_value}
-        part_bleu, _ = evjvqa_lib.bleu_mean(text.hyps, text.refs, [lang_map.get(qid) for qid in sel.ids],
+        part_bleu, _ = evjvqa_lib.bleu_mean(sel.raw_hyps, sel.given_refs,
                                             {f"{f}={v}": idx for (f, v), idx in parts.items()})
         for f, v in parts:
             by_field[f][v]["EVJVQA-BLEU"] = part_bleu[f"{f}={v}"]
@@ -303,12 +332,10 @@ def evaluate_split(
         return result
     os.makedirs(out_dir, exist_ok=True)
     pred_path = os.path.join(os.fspath(out_dir), f"{split}_predictions.json")
-    with open(pred_path, "w", encoding="utf-8") as f:
-        json.dump(clean_records, f, ensure_ascii=False, indent=1)
+    outputs.write_json(pred_path, clean_records, indent=1)  # whole, then renamed: a failed write keeps the old
     result = score(preds, refs, types, metrics, fields=fields, **score_kwargs)
     metrics_path = os.path.join(os.fspath(out_dir), f"{split}_metrics.json")
-    with open(metrics_path, "w", encoding="utf-8") as f:
-        json.dump(result, f, ensure_ascii=False, indent=2)
+    outputs.write_json(metrics_path, result, indent=2)
     logging.info("%s metrics written to %s", split, metrics_path)
     logging.debug("%s metrics:\n%s", split, format_table(result))  # callers print or log the scores once
     return result
@@ -382,6 +409,8 @@ def format_table(metrics: Mapping[str, Any]) -> str:
     hp = metrics.get("human_performance")
     if hp and "overall" in hp:
         lines.append(f"human performance (ViQuAD protocol): EM {hp['overall']['EM']:.4f}  F1 {hp['overall']['F1']:.4f}")
+    if metrics.get("rules"):
+        lines.extend(format_rules(metrics["rules"]))
     if metrics.get("by_field"):
         lines.append(grouping.format_field_tables(metrics["by_field"]))
     for note in metrics.get("notes", []):

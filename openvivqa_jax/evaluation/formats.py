@@ -18,6 +18,13 @@ plain mapping                 ``{qid: [answers]}`` or ``{qid: answer}``         
 evaluator records             ``[{question_id, question, prediction, references, qa_type}]``      as given
 ============================  =================================================================  =========
 
+A question id repeated in a list of records (UIT-ViQuAD 1.0's dev and test files repeat 7 and 2) follows the
+builders' rule (:mod:`openvivqa_jax.data.repairs`): a repeat carrying another question is renamed ``<id>#<n>``
+(:attr:`ReferenceSet.renamed`), an exact duplicate is dropped, a repeat of the same question with other
+answers is an error; each is counted in :attr:`ReferenceSet.repairs`. A renamed question without a prediction
+of its own is scored with the prediction of its original id (:func:`fill_renamed`), as SQuAD's
+``evaluate-v1.1.py`` scores every record of an id with the one prediction of that id.
+
 Records that carry ``language`` (EVJVQA: ``vi``/``en``/``ja``) or ``kind`` keep them in
 :attr:`ReferenceSet.fields`, so scores can be grouped by them. A key repeated in a JSON object (a
 duplicated question id of the public-release form, which ``json.load`` would silently overwrite) is an
@@ -27,20 +34,25 @@ Predictions (``load_predictions``): ``{qid: answer}`` (also the public release's
 submission), the evaluator's predictions file (records as above; it also carries references), or a
 list of ``{question_id, answer}`` records (TextVQA/ST-VQA submission style).
 
-All ids become strings. Every error is an :class:`InputError` whose one-line message names the file
-and, where it applies, the record.
+All ids become strings. Answers and predictions must be JSON strings (or null: no answer): a number or
+true/false is refused as the dataset builders refuse it (:func:`answer_text`), since the file's spelling of a
+number is lost in parsing. Every error is an :class:`InputError` whose one-line message names the file and,
+where it applies, the record, and names JSON's kinds ("an object", "a list", "a number").
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
 from openvivqa_jax.errors import UserError
 
 from openvivqa_jax import jsonio
+from openvivqa_jax.data import repairs
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
 __all__ = [
@@ -48,10 +60,6 @@ __all__ = [
     "QA_TYPE_NON_TEXT",
     "QA_TYPE_UNKNOWN",
     "InputError",
-    "read_json_file",
-    "clean_question",
-    "image_folders",
-    "read_questions_file",
     "ReferenceSet",
     "PredictionSet",
     "parse_qa_type",
@@ -60,6 +68,7 @@ __all__ = [
     "references_from_json",
     "predictions_from_json",
     "GROUP_FIELDS",
+    "fill_renamed",
 ]
 
 # Same values as tfds_builders.common (not imported: it pulls in TensorFlow Datasets).
@@ -100,6 +109,8 @@ class ReferenceSet:
       path: the file.
       fields: record field -> {question id: value} for the grouping fields of :data:`GROUP_FIELDS`
         (``language``, ``kind``) where the file's records carry them (EVJVQA's ``language``).
+      renamed: new id -> the id as in the file, for the repeated ids renamed ``<id>#<n>`` (module doc).
+      repairs: repair kind (:data:`openvivqa_jax.data.repairs.KINDS`) -> ``{"count", "first"}`` of the file.
     """
 
     answers: dict[str, list[Any]]
@@ -108,6 +119,8 @@ class ReferenceSet:
     format: str
     path: str = ""
     fields: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    renamed: dict[str, str] = dataclasses.field(default_factory=dict)
+    repairs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -153,34 +166,90 @@ def _read_json(path: str, what: str) -> Any:
     return jsonio.read_json(path, what=f"{what} file", error=InputError, repeated_keys="error")
 
 
+def answer_text(value: Any, where: str, what: str = "answer") -> str | None:
+    """``value`` when it is a string (or None: no answer), as the dataset builders read an answer.
+
+    A JSON number is refused as the builders refuse it (``tfds_builders/readers.py``): its text is not kept
+    (``1e2``, ``100.0`` and ``100.00`` all read as the number 100.0), so no conversion could give the string the
+    file meant, and ``"100.0"`` would score 0 against a reference ``"100"``.
+
+    Raises:
+      InputError: a number, true/false, a list or an object (the message starts with ``where``).
+    """
+    if value is None or isinstance(value, str):
+        return value
+    shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (bool, int, float)) else None
+    hint = (f"; write it in quotes as it should be scored, e.g. \"{int(value) if float(value).is_integer() else value}\""
+            " (a number's own spelling is not kept: 1e2 and 100.0 both read as 100.0)"
+            if isinstance(value, (int, float)) and not isinstance(value, bool) else "")
+    raise InputError(f"{where}: {what} is {json_kind(value)}{f' ({shown})' if shown else ''}, expected a string{hint}")
+
+
 def _answers_list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, list):
-        out = []
-        for a in value:
-            if isinstance(a, dict) and "text" in a:  # SQuAD-style {text, answer_start}
-                a = a["text"]
-            elif isinstance(a, dict) and "answer" in a:  # VQA-style {answer, answer_id}
-                a = a["answer"]
-            out.append(a)
-        return out
-    raise InputError(f"{where}: answers must be a string or a list of strings, got {type(value).__name__}")
+    if not isinstance(value, list):
+        if isinstance(value, dict):
+            raise InputError(f"{where}: answers must be a string or a list of strings, got {json_kind(value)}")
+        return [answer_text(value, where)]
+    out = []
+    for i, a in enumerate(value):
+        if isinstance(a, dict) and "text" in a:  # SQuAD-style {text, answer_start}
+            a = a["text"]
+        elif isinstance(a, dict) and "answer" in a:  # VQA-style {answer, answer_id}
+            a = a["answer"]
+        out.append(answer_text(a, where, f"answer {i}"))
+    return out
 
 
 #: Record fields kept in :attr:`ReferenceSet.fields` (scores can be grouped by them).
 GROUP_FIELDS = ("language", "kind")
 
 
+def _refuse(path: Any, record: str, what: str, reason: str) -> None:
+    """The repair rule's error hook: one :class:`InputError` line naming the file and the record."""
+    raise InputError(f"{path}: {record}: {what}")
+
+
+class _RepeatedIds:
+    """The builders' rule for ids repeated in a reference file's list of records (module doc), filling
+    :attr:`ReferenceSet.renamed` and :attr:`ReferenceSet.repairs`."""
+
+    def __init__(self, ref: ReferenceSet):
+        self.ref = ref
+        self.log = repairs.RepairLog(ref.path, _refuse)
+        self.ids = repairs.RepeatedIds(self.log)
+
+    def resolve(self, qid: str, same: Any, answers: list[Any], where: str) -> str | None:
+        """The id to keep the record under (``qid`` or ``<qid>#<n>``), or None for an exact duplicate."""
+        new = self.ids.resolve(qid, same, answers, path=self.ref.path, record=where.split(": ", 1)[-1])
+        if new is not None and new != qid:
+            self.ref.renamed[new] = qid
+        self.ref.repairs = {k: {"count": v["count"], "first": [i for e in v["files"].values() for i in e["first"]]}
+                            for k, v in self.log.as_dict().items()}
+        return new
+
+
 def _add(
     ref: ReferenceSet, qid: Any, answers: list[Any], qa_type: int, question: Any, where: str,
-    rec: Mapping[str, Any] | None = None,
+    rec: Mapping[str, Any] | None = None, ids: _RepeatedIds | None = None, same: Any = None,
 ) -> None:
+    """Stores one record's references under its id.
+
+    Args:
+      ids, same: the repeated-id rule of a list of records and what makes two records the same question
+        (the question and its passage or image); None: a repeated id is an error (a JSON object's keys).
+
+    Raises:
+      InputError: a missing id, a repeated one that the rule cannot resolve, or a malformed field.
+    """
     if qid is None or isinstance(qid, (dict, list)):
         raise InputError(f"{where}: missing or invalid question id {qid!r}")
     qid = str(qid)
+    if ids is not None:
+        qid = ids.resolve(qid, question if same is None else same, answers, where)
+        if qid is None:
+            return
     if qid in ref.answers:
         raise InputError(f"{where}: duplicate question id {qid!r}")
     ref.answers[qid] = answers
@@ -203,6 +272,22 @@ def _qa_type_of(rec: Mapping[str, Any], where: str, default: int = QA_TYPE_UNKNO
     return default
 
 
+def _squad_references(items: list, path: str) -> ReferenceSet:
+    """The references of a SQuAD v1.1 file's ``data`` (:func:`references_from_json`)."""
+    ref = ReferenceSet({}, {}, {}, "squad-v1.1", path)
+    ids = _RepeatedIds(ref)
+    for a_i, article in enumerate(items):
+        for p_i, para in enumerate(article.get("paragraphs", [])):
+            for q_i, qa in enumerate(para.get("qas", [])):
+                where = f"{path}: data[{a_i}].paragraphs[{p_i}].qas[{q_i}]"
+                if not isinstance(qa, dict) or "id" not in qa:
+                    raise InputError(f"{where}: no 'id' field")
+                answers = _answers_list(qa.get("answers"), f"{where} (id {qa['id']!r})")
+                _add(ref, qa["id"], answers, QA_TYPE_UNKNOWN, qa.get("question"), where, None, ids,
+                     [qa.get("question"), para.get("context")])
+    return ref
+
+
 def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
     """Parses references already loaded from JSON (any supported JSON format; see the module doc).
 
@@ -216,7 +301,7 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
             for qid, rec in anns.items():
                 where = f"{path}: annotation {qid!r}"
                 if not isinstance(rec, dict):
-                    raise InputError(f"{where}: expected an object, got {type(rec).__name__}")
+                    raise InputError(f"{where}: expected an object, got {json_kind(rec)}")
                 if "answer" not in rec and "answers" not in rec:
                     raise InputError(f"{where}: no 'answer' field")
                 answers = _answers_list(rec.get("answer", rec.get("answers")), where)
@@ -224,33 +309,27 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
             return ref
         if isinstance(anns, list):  # older list form
             ref = ReferenceSet({}, {}, {}, "openvivqa-list", path)
+            ids = _RepeatedIds(ref)
             for i, rec in enumerate(anns):
                 where = f"{path}: annotations[{i}]"
                 if not isinstance(rec, dict):
-                    raise InputError(f"{where}: expected an object, got {type(rec).__name__}")
+                    raise InputError(f"{where}: expected an object, got {json_kind(rec)}")
                 qid = rec.get("id", rec.get("question_id"))
                 where = f"{path}: annotation {qid!r} (annotations[{i}])"
                 if "answers" not in rec and "answer" not in rec:
                     raise InputError(f"{where}: no 'answers' field")
                 answers = _answers_list(rec.get("answers", rec.get("answer")), where)
-                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where, rec)
+                _add(ref, qid, answers, _qa_type_of(rec, where), rec.get("question"), where, rec, ids,
+                     [rec.get("image_id"), rec.get("question")])
             return ref
         raise InputError(f"{path}: 'annotations' must be an object or a list")
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         items = data["data"]
         if items and isinstance(items[0], dict) and "paragraphs" in items[0]:  # SQuAD v1.1
-            ref = ReferenceSet({}, {}, {}, "squad-v1.1", path)
-            for a_i, article in enumerate(items):
-                for p_i, para in enumerate(article.get("paragraphs", [])):
-                    for q_i, qa in enumerate(para.get("qas", [])):
-                        where = f"{path}: data[{a_i}].paragraphs[{p_i}].qas[{q_i}]"
-                        if not isinstance(qa, dict) or "id" not in qa:
-                            raise InputError(f"{where}: no 'id' field")
-                        answers = _answers_list(qa.get("answers"), f"{where} (id {qa['id']!r})")
-                        _add(ref, qa["id"], answers, QA_TYPE_UNKNOWN, qa.get("question"), where)
-            return ref
+            return _squad_references(items, path)
         name = str(data.get("dataset_name", "textvqa/st-vqa")).lower()
         ref = ReferenceSet({}, {}, {}, name, path)
+        ids = _RepeatedIds(ref)
         for i, rec in enumerate(items):
             where = f"{path}: data[{i}]"
             if not isinstance(rec, dict) or "question_id" not in rec:
@@ -258,7 +337,8 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
             where = f"{path}: question {rec['question_id']!r} (data[{i}])"
             answers = _answers_list(rec.get("answers"), where)
             # Every TextVQA / ST-VQA question needs the image text to be answered.
-            _add(ref, rec["question_id"], answers, _qa_type_of(rec, where, QA_TYPE_TEXT), rec.get("question"), where, rec)
+            _add(ref, rec["question_id"], answers, _qa_type_of(rec, where, QA_TYPE_TEXT), rec.get("question"), where, rec,
+                 ids, [rec.get("image_id"), rec.get("question")])
         return ref
     if isinstance(data, list):  # evaluator records
         ref = ReferenceSet({}, {}, {}, "records", path)
@@ -278,11 +358,12 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
         for qid, value in data.items():
             _add(ref, qid, _answers_list(value, f"{path}: question {qid!r}"), QA_TYPE_UNKNOWN, None, path)
         return ref
-    raise InputError(f"{path}: unrecognized reference format (top level is {type(data).__name__})")
+    raise InputError(f"{path}: unrecognized reference format (top level is {json_kind(data)})")
 
 
 def _load_csv(path: str) -> ReferenceSet:
     ref = ReferenceSet({}, {}, {}, "vivqa-csv", path)
+    ids = _RepeatedIds(ref)
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             reader = csv.DictReader(f)
@@ -295,7 +376,8 @@ def _load_csv(path: str) -> ReferenceSet:
                 qid = row.get(index_col) if index_col is not None else None
                 qid = qid if qid not in (None, "") else str(row_no)
                 answer = row.get("answer")
-                _add(ref, qid, [] if answer is None else [answer], QA_TYPE_UNKNOWN, row.get("question"), where)
+                _add(ref, qid, [] if answer is None else [answer], QA_TYPE_UNKNOWN, row.get("question"), where, None,
+                     ids, [row.get("img_id"), row.get("question")])
     except FileNotFoundError:
         raise InputError(f"cannot read references file {path!r}: no such file") from None
     except UnicodeDecodeError as e:
@@ -332,10 +414,10 @@ def predictions_from_json(data: Any, path: str = "<json>") -> PredictionSet:
         for qid, value in data.items():
             if isinstance(value, (list, dict)):
                 raise InputError(
-                    f"{path}: question {qid!r}: prediction must be a string, got {type(value).__name__} "
-                    "(a {{question_id: [answers]}} file is a reference file)"
+                    f"{path}: question {qid!r}: prediction must be a string, got {json_kind(value)} "
+                    "(a file of {question_id: [answers]} holds references: give it as --references)"
                 )
-            preds[str(qid)] = value
+            preds[str(qid)] = answer_text(value, f"{path}: question {qid!r}", "prediction")
         return PredictionSet(preds, None, "mapping", path)
     if isinstance(data, list):
         preds: dict[str, Any] = {}
@@ -349,10 +431,25 @@ def predictions_from_json(data: Any, path: str = "<json>") -> PredictionSet:
                 raise InputError(f"{path}: question {qid!r} (record {i}): no 'prediction' or 'answer' field")
             if qid in preds:
                 raise InputError(f"{path}: question {qid!r} (record {i}): duplicate question id")
-            preds[qid] = rec[key]
+            preds[qid] = answer_text(rec[key], f"{path}: question {qid!r} (record {i})", key)
         refs = references_from_json(data, path) if has_refs else None
         return PredictionSet(preds, refs, "records" if has_refs else "answer-records", path)
-    raise InputError(f"{path}: unrecognized predictions format (top level is {type(data).__name__})")
+    raise InputError(f"{path}: unrecognized predictions format (top level is {json_kind(data)})")
+
+
+def fill_renamed(predictions: Mapping[str, Any], refs: ReferenceSet) -> tuple[dict[str, Any], list[str]]:
+    """The predictions with each renamed reference question (``<id>#<n>``, :attr:`ReferenceSet.renamed`) that has
+    no prediction of its own given the prediction of its original id, as SQuAD's ``evaluate-v1.1.py`` scores
+    every record of a repeated id with that id's one prediction.
+
+    Returns:
+      ``(predictions, filled)``: a new mapping, and the renamed ids that were filled.
+    """
+    out = dict(predictions)
+    filled = [new for new, old in refs.renamed.items() if new not in out and old in out]
+    for new in filled:
+        out[new] = out[refs.renamed[new]]
+    return out, filled
 
 
 def load_predictions(path: str | os.PathLike) -> PredictionSet:
@@ -363,169 +460,3 @@ def load_predictions(path: str | os.PathLike) -> PredictionSet:
     """
     path = os.fspath(path)
     return predictions_from_json(_read_json(path, "predictions"), path)
-
-
-# ------------------------------------------------------------------------------ questions to answer
-def read_json_file(path: str, label: str = "") -> Any:
-    """The parsed JSON file at ``path`` (any layout; :func:`openvivqa_jax.jsonio.read_json`: a byte-order mark
-    accepted; objects are :class:`~openvivqa_jax.jsonio.JsonObject` with their repeated keys in
-    ``.duplicates``).
-
-    Raises:
-      InputError: unreadable or invalid JSON; the message is ``label + path`` then what is wrong (the line
-        and column of invalid JSON).
-    """
-    return jsonio.read_json(path, what=label.strip(), error=InputError)
-
-
-def clean_question(question: Any, where: str) -> str:
-    """``question`` normalized by :func:`openvivqa_jax.text.normalize.normalize_text` (the answer rules).
-
-    Raises:
-      InputError: not text, or empty after normalization (the message starts with ``where``).
-    """
-    if not isinstance(question, str):
-        raise InputError(f"{where}: question is {type(question).__name__}, expected text")
-    q = normalize_text(question)
-    if not q:
-        raise InputError(f"{where}: the question is empty")
-    return q
-
-
-def image_folders(questions_path: str, image_dir: str | None) -> list[str]:
-    """Where the images of a questions file are looked for: ``image_dir`` when given, else the file's
-    folder, its ``images/`` and ``<file stem>/`` subfolders (as the OpenViVQA builder does)."""
-    if image_dir:
-        return [image_dir]
-    folder = os.path.dirname(os.path.abspath(questions_path))
-    stem = os.path.splitext(os.path.basename(questions_path))[0]
-    return [folder, os.path.join(folder, "images"), os.path.join(folder, stem)]
-
-
-def read_questions_file(path: str, image_dir: str | list[str], skipped: dict[str, str] | None = None) -> list[dict]:
-    """Reads the questions to answer from a file in the public release's format (or the older list form).
-
-    Args:
-      path: ``{"images": {id: filename}, "annotations": {qid: {image_id, question, answer?}}}`` or
-        ``{"images": [{id, filename}], "annotations": [{id, image_id, question, ...}]}``.
-      image_dir: folder of the image files, or folders searched in order (an image found in none gets
-        the first folder's path, which then fails with "file not found").
-      skipped: None: the first bad question is an error. A dict (``predict --skip_bad``): each bad question is
-        left out and recorded as ``{question id: reason}`` (a repeat of a question id as ``"<id> (repeat n)"``,
-        a repeated image id as ``"image <id> (repeat n)"``), and the others are returned.
-
-    Bad questions: no ``question`` or ``image_id``, an empty question (after normalization), an image id not
-    in ``images``, and a question or image id repeated as a JSON key (the first entry is the one kept, as the
-    builders do; ``json.load`` would keep the last without a word).
-
-    Returns:
-      ``[{question_id, image_id, question, image_path}]`` in file order (answers are not needed); questions
-      normalized by :func:`clean_question`.
-
-    Raises:
-      InputError: unreadable / invalid JSON, an unknown layout, or (unless ``skipped`` is given) a bad question
-        (names the file and the question id); no question left.
-    """
-    raw = read_json_file(path, "questions file ")
-    where = f"questions file {path}"
-
-    def bad(key: str, message: str) -> None:
-        if skipped is None:
-            raise InputError(f"{where}: {message} (predict --skip_bad answers the other questions and lists the "
-                             "bad ones)")
-        skipped[key] = message
-
-    if not isinstance(raw, dict) or "images" not in raw or "annotations" not in raw:
-        raise InputError(f"{where}: expected an object with 'images' and 'annotations' (the "
-                         "OpenViVQA public release layout)")
-    images = _question_images(raw["images"], where, bad)
-    items = _question_annotations(raw["annotations"], where, bad)
-    dirs = [image_dir] if isinstance(image_dir, str) else list(image_dir)
-    out = []
-    for qid, a in items:
-        if not isinstance(a, dict) or "question" not in a or "image_id" not in a:
-            bad(qid, f"question {qid!r} needs 'image_id' and 'question'")
-            continue
-        image_id = str(a["image_id"])
-        if image_id not in images:
-            bad(qid, f"question {qid!r} refers to image {image_id!r}, which is not in 'images'")
-            continue
-        try:
-            question = clean_question(a["question"], f"question {qid!r}")
-        except InputError as e:
-            bad(qid, str(e))
-            continue
-        out.append({"question_id": qid, "image_id": image_id, "question": question,
-                    "image_path": _locate_image(dirs, str(images[image_id]))})
-    if not out:
-        extra = f" ({len(skipped)} skipped, e.g. {next(iter(skipped.values()))})" if skipped else ""
-        raise InputError(f"{where}: no question{extra}")
-    return out
-
-
-def _question_images(images: Any, where: str, bad) -> dict[str, Any]:
-    """The ``images`` entry of a questions file as ``{image id: filename}`` (the first entry of a repeated id
-    kept; each repeat reported by ``bad(key, message)``).
-
-    Raises:
-      InputError: neither an object nor a list of ``{id, filename}``.
-    """
-    for n, key in enumerate(jsonio.duplicate_keys(images), start=2):
-        bad(f"image {key} (repeat {n})", f"image id {key!r} repeated as a key of 'images' (a repeated JSON key; "
-            "the first entry is kept)")
-    if isinstance(images, list):
-        try:
-            pairs = [(str(x["id"]), x["filename"]) for x in images]
-        except (TypeError, KeyError):
-            raise InputError(f"{where}: 'images' list entries need 'id' and 'filename'") from None
-        images = {}
-        for k, v in pairs:
-            if k in images:
-                bad(f"image {k} (repeat)", f"image id {k!r} listed twice in 'images' (the first entry is kept)")
-                continue
-            images[k] = v
-    if not isinstance(images, dict):
-        raise InputError(f"{where}: 'images' must be an object {{id: filename}} or a list")
-    return {str(k): v for k, v in images.items()}
-
-
-def _question_annotations(anns: Any, where: str, bad) -> list[tuple[str, Any]]:
-    """The ``annotations`` entry of a questions file as ``[(question id, annotation)]`` in file order (the first
-    entry of a repeated id kept; each repeat, and a list entry without ``id``, reported by ``bad(key,
-    message)``); the annotations themselves are checked by the caller.
-
-    Raises:
-      InputError: neither an object nor a list.
-    """
-    if isinstance(anns, dict):
-        repeats: dict[str, int] = {}
-        for key in jsonio.duplicate_keys(anns):
-            repeats[key] = repeats.get(key, 1) + 1
-            bad(f"{key} (repeat {repeats[key]})", f"question {key!r} repeated as a key of 'annotations' (a "
-                "repeated JSON key; the first entry is kept)")
-        return [(str(k), v) for k, v in anns.items()]
-    if isinstance(anns, list):
-        items = []
-        seen: set[str] = set()
-        for i, a in enumerate(anns):
-            if not isinstance(a, dict) or "id" not in a:
-                bad(f"annotations[{i}]", f"annotation {i} has no 'id'")
-                continue
-            qid = str(a["id"])
-            if qid in seen:
-                bad(f"{qid} (repeat at annotations[{i}])", f"question {qid!r} listed twice in 'annotations' (the "
-                    "first entry is kept)")
-                continue
-            seen.add(qid)
-            items.append((qid, a))
-        return items
-    raise InputError(f"{where}: 'annotations' must be an object or a list")
-
-
-def _locate_image(dirs: list[str], name: str) -> str:
-    """The path of image file ``name`` in the first of ``dirs`` that has it, else in ``dirs[0]`` (which then
-    fails with "file not found")."""
-    for d in dirs:
-        if os.path.isfile(os.path.join(d, name)):
-            return os.path.join(d, name)
-    return os.path.join(dirs[0], name)

@@ -85,13 +85,15 @@ class ScoringContext:
       names: the requested metric names (:func:`resolve_metrics`).
       ids: the ``n`` scored question ids; ``hyps`` ``[n]`` and ``refs`` ``[n][>= 1]``: their prepared
         strings (text mode of :func:`.evaluator.score`); ``raw_hyps``/``raw_refs``: as given (non-empty references);
+        ``given_refs``: every reference as given, empty ones included (what the official scripts read);
         ``squad_hyps``/``squad_refs``: EM/F1's strings (empty lists when neither is requested);
         ``languages``: ``[n]`` ISO 639-1 codes or None.
       groups: group name (``overall``, ``text_qa``, ``non_text_qa``) -> question positions ``(n_g,)``.
       result: the report being built; a metric writes ``result[group][name]`` (None when unavailable).
       notes, counts: the report's notes and counts, appended to.
       empty_idx: ``(n_e,)`` positions of the questions whose references are all empty (module doc).
-      options: ``java``, ``meteor_jar``, ``meteor_timeout``, ``vectors``, ``answer_rules``, ``have_languages``.
+      options: ``java``, ``meteor_jar``, ``meteor_timeout``, ``vectors``, ``answer_rules``, ``text_mode``,
+        ``ptb_unavailable`` (why the official mode's caption metrics fell back to the normalized text, or None).
       per_q: metric name -> ``(n,)`` per-question values, filled by the metrics (``per_question`` output and
         :func:`.grouping.field_scores`).
     """
@@ -102,6 +104,7 @@ class ScoringContext:
     refs: list[list[str]]
     raw_hyps: list[str]
     raw_refs: list[list[str]]
+    given_refs: list[list[str]]
     squad_hyps: list[str]
     squad_refs: list[list[str]]
     languages: list[str | None]
@@ -147,9 +150,16 @@ class ScoringContext:
                     values[where[int(i)]] = top * hit
         return values
 
-    def put_mean(self, name: str, values: np.ndarray) -> None:
-        """Stores per-question ``values`` ``(n,)`` (empty-reference rule applied) and each group's mean."""
-        values = self.empty_override(name, values)
+    @property
+    def official(self) -> bool:
+        """Whether the official text mode is on (each metric by its official script's rule)."""
+        return self.options.get("text_mode") == "official"
+
+    def put_mean(self, name: str, values: np.ndarray, empty_rule: bool = True) -> None:
+        """Stores per-question ``values`` ``(n,)`` and each group's mean; with ``empty_rule`` the empty-reference
+        rule is applied first (an official script's own rule for empty answers is kept with ``False``)."""
+        if empty_rule:
+            values = self.empty_override(name, values)
         self.per_q[name] = values
         for g, idx in self.groups.items():
             self.result[g][name] = float(np.mean(values[idx]))
@@ -258,14 +268,29 @@ def _meteor(ctx: ScoringContext) -> None:
 
 @register_metric("ANLS")
 def _anls(ctx: ScoringContext) -> None:
-    """ANLS (ST-VQA, tau 0.5), mean over questions."""
+    """ANLS (ST-VQA, tau 0.5), mean over questions: the RRC rule on the answers as given (lowercased, stripped) in
+    the official mode, else on the mode's strings."""
+    if ctx.official:
+        hyps = [anls_lib.rrc_string(h) for h in ctx.raw_hyps]
+        refs = [[anls_lib.rrc_string(r) for r in rs] for rs in ctx.given_refs]
+        ctx.put_mean("ANLS", anls_lib.anls(hyps, refs), empty_rule=False)
+        return
     ctx.put_mean("ANLS", anls_lib.anls(ctx.string_hyps or ctx.hyps, ctx.string_refs or ctx.refs))
 
 
 @register_metric("VQA-accuracy")
 def _vqa_accuracy(ctx: ScoringContext) -> None:
-    """VQA accuracy (leave-one-out min(n/3, 1)); ``english`` answer rules on the raw strings; questions with
-    fewer than 3 references fall back on exact match (counted, with a note)."""
+    """VQA accuracy (leave-one-out min(n/3, 1)); ``english`` answer rules (always in the official mode) on the raw
+    strings; questions with too few references fall back on exact match (counted, with a note)."""
+    if ctx.official:
+        acc, fallback = vqa_lib.vqa_accuracy([vqa_lib.english_answer(t) for t in ctx.raw_hyps],
+                                             [[vqa_lib.english_answer(r) for r in rs] for rs in ctx.given_refs],
+                                             min_answers=vqa_lib.OFFICIAL_MIN_ANSWERS)
+        ctx.put_mean("VQA-accuracy", acc, empty_rule=False)
+        ctx.count("vqa_exact_match_fallback", fallback,
+                  f"VQA-accuracy: {fallback} questions have fewer than {vqa_lib.OFFICIAL_MIN_ANSWERS} references; "
+                  "scored by exact match with any processed reference, as MMF's ST-VQA accuracy does")
+        return
     if ctx.options["answer_rules"] == "english":
         acc, fallback = vqa_lib.vqa_accuracy([vqa_lib.english_answer(t) for t in ctx.raw_hyps],
                                              [[vqa_lib.english_answer(r) for r in rs] for rs in ctx.raw_refs])
@@ -279,16 +304,18 @@ def _vqa_accuracy(ctx: ScoringContext) -> None:
 
 @register_metric("EM", "F1")
 def _squad(ctx: ScoringContext) -> None:
-    """SQuAD EM and F1 (max over references), and human performance (ViQuAD protocol) where questions have
-    two or more references."""
-    em, f1 = squad_lib.em_f1(ctx.squad_hyps, ctx.squad_refs)
+    """SQuAD EM and F1 (max over references; SQuAD v1.1's script in the official mode), and human performance
+    (ViQuAD protocol) where questions have two or more references."""
+    rule = "squad" if ctx.official else "vietnamese"
+    em, f1 = squad_lib.em_f1(ctx.squad_hyps, ctx.squad_refs, rule)
     if ctx.wants("EM"):
-        ctx.put_mean("EM", em)
+        ctx.put_mean("EM", em, empty_rule=not ctx.official)
     if ctx.wants("F1"):
-        ctx.put_mean("F1", f1)
-    h_em, h_f1, several = squad_lib.human_performance(ctx.squad_refs)
+        ctx.put_mean("F1", f1, empty_rule=not ctx.official)
+    h_em, h_f1, several = squad_lib.human_performance(ctx.squad_refs, rule)
     if several.any():
-        hp: dict[str, Any] = {"protocol": "ViQuAD 5.1: each answer in turn against the others, max over them, mean"}
+        hp: dict[str, Any] = {"protocol": "ViQuAD 5.1: each answer in turn against the others, max over them, mean",
+                              "rule": "SQuAD v1.1 evaluate-v1.1.py" if ctx.official else "Vietnamese EM/F1 rule"}
         for g, idx in ctx.groups.items():
             sel = idx[several[idx]]
             if sel.size:
@@ -298,16 +325,15 @@ def _squad(ctx: ScoringContext) -> None:
 
 @register_metric(*EVJVQA_METRICS)
 def _evjvqa(ctx: ScoringContext) -> None:
-    """EVJVQA's token F1 and BLEU (Japanese cut per character, :mod:`.evjvqa`)."""
+    """EVJVQA's F1 and BLEU by the challenge scorer's rule on the answers as given, in every text mode
+    (:mod:`.evjvqa`)."""
     if ctx.wants("EVJVQA-F1"):
-        ctx.put_mean("EVJVQA-F1", evjvqa_lib.f1_scores(ctx.hyps, ctx.refs, ctx.languages))
+        ctx.put_mean("EVJVQA-F1", evjvqa_lib.f1_scores(ctx.raw_hyps, ctx.given_refs), empty_rule=False)
     if ctx.wants("EVJVQA-BLEU"):
-        per_group_bleu, sent_bleu = evjvqa_lib.bleu_mean(ctx.hyps, ctx.refs, ctx.languages, ctx.groups)
+        per_group_bleu, sent_bleu = evjvqa_lib.bleu_mean(ctx.raw_hyps, ctx.given_refs, ctx.groups)
         ctx.per_q["EVJVQA-BLEU"] = sent_bleu
         for g in ctx.groups:
             ctx.result[g]["EVJVQA-BLEU"] = per_group_bleu[g]
-    if not ctx.options["have_languages"]:
-        ctx.notes.append("EVJVQA metrics: no question carries a language; every answer was tokenized on whitespace")
 
 
 @register_metric("WMDRel")

@@ -90,12 +90,15 @@ def parse_model_spec(spec: str) -> dict[str | None, str]:
 
 
 def _encoder(path_or_encoder: Any):
+    from openvivqa_jax import accelerator
     from openvivqa_jax.relevance.model import load_encoder  # heavy: JAX, Flax and orbax, for a model to load
 
     if not isinstance(path_or_encoder, (str, os.PathLike)):
         return path_or_encoder
     key = os.path.abspath(os.path.expanduser(str(path_or_encoder)))
     if key not in _ENCODERS:
+        if not _ENCODERS:  # the first model this process loads: the log names the backend it runs on
+            accelerator.start_backend()
         _ENCODERS[key] = load_encoder(key)
     return _ENCODERS[key]
 

@@ -6,6 +6,7 @@ their references, sanitized (:mod:`.sanitize`), what was set aside or changed co
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,10 +20,12 @@ from openvivqa_jax.evaluation.formats import InputError, parse_qa_type
 from openvivqa_jax.evaluation.sanitize import METEOR_SEPARATOR, SanitizeStats, remove_control_characters, sanitize_text
 from openvivqa_jax.text.normalize import normalize_text
 
-__all__ = ["UNKNOWN_PIECE", "as_text", "Report", "Selection", "select_questions", "count_selection", "PreparedText",
-           "prepare_text"]
+__all__ = ["UNKNOWN_PIECE", "PTB_METRICS", "as_text", "Report", "Selection", "select_questions", "count_selection",
+           "PreparedText", "prepare_text"]
 
 _MAX_IDS_IN_NOTE = 5
+#: The metrics that read pycocoevalcap's PTB tokens in the ``pycocoevalcap`` and ``official`` text modes.
+PTB_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr", "METEOR", "METEOR-vi", "WMDRel")
 #: SentencePiece's rendering of the unknown piece.
 UNKNOWN_PIECE = "\u2047"
 
@@ -75,7 +78,8 @@ class Selection:
     """The questions :func:`.evaluator.score` scores, sanitized (:func:`select_questions`), and what was set aside.
 
     ``ids``, ``hyps``, ``refs`` (non-empty lists; ``[""]`` for only-empty references), ``types``,
-    ``raw_hyps`` and ``raw_refs`` (the kept references as given) are parallel lists of the scored questions.
+    ``raw_hyps``, ``raw_refs`` (the kept references as given) and ``given_refs`` (every reference as given, empty
+    ones included, None as ``""``: what the official scripts read) are parallel lists of the scored questions.
     """
 
     ids: list[str] = dataclasses.field(default_factory=list)
@@ -84,6 +88,7 @@ class Selection:
     types: list[int] = dataclasses.field(default_factory=list)
     raw_hyps: list[str] = dataclasses.field(default_factory=list)
     raw_refs: list[list[str]] = dataclasses.field(default_factory=list)
+    given_refs: list[list[str]] = dataclasses.field(default_factory=list)
     none_pred: list[str] = dataclasses.field(default_factory=list)
     empty_hyp: list[str] = dataclasses.field(default_factory=list)
     empty_both: list[str] = dataclasses.field(default_factory=list)
@@ -131,10 +136,11 @@ def select_questions(pred_map: Mapping[str, Any], ref_map: Mapping[str, Any], ty
         if UNKNOWN_PIECE in pred:
             sel.unknown_piece.append(qid)
         raw_refs = _reference_list(ref_map[qid], qid)
-        clean, raw_clean = [], []
+        clean, raw_clean, given = [], [], []
         for raw_r in raw_refs:
             raw_r = as_text(raw_r, qid, "reference")
             raw_r = "" if raw_r is None else raw_r
+            given.append(raw_r)
             r = sanitize_text(raw_r, max_tokens=max_tokens, stats=stats, qid=qid)
             if r:
                 clean.append(r)
@@ -161,6 +167,7 @@ def select_questions(pred_map: Mapping[str, Any], ref_map: Mapping[str, Any], ty
         sel.types.append(q_type)
         sel.raw_hyps.append(pred)
         sel.raw_refs.append(raw_clean)
+        sel.given_refs.append(given)
     return sel
 
 
@@ -198,11 +205,38 @@ def count_selection(report: Report, sel: Selection, pred_map: Mapping[str, Any],
           f"{sum(int(dn[q]['unknown_pieces']) for q in unk_ids)} unknown pieces (skipped)")
 
 
+def _unicode_form(text: str) -> str | None:
+    """``"NFC"`` when ``text`` holds composed characters that NFD would split (``ố`` as one code point),
+    ``"NFD"`` when it holds decomposed ones that NFC would join (``o`` + U+0302 + U+0301), None for neither
+    (plain ASCII) or both."""
+    nfc, nfd = unicodedata.normalize("NFC", text), unicodedata.normalize("NFD", text)
+    if nfc == nfd or text not in (nfc, nfd):
+        return None
+    return "NFC" if text == nfc else "NFD"
+
+
+def count_unicode_form_mismatch(report: Report, sel: Selection, text_mode: str) -> None:
+    """Counts the questions whose prediction and references are in different Unicode normalization forms (one
+    NFC, the other NFD): a mode that compares the text as written (``text_mode`` other than ``openvivqa``) never
+    matches their accented words, and the scores fall near 0 with nothing else to say why."""
+    odd = []
+    for qid, hyp, refs in zip(sel.ids, sel.raw_hyps, sel.raw_refs):
+        h = _unicode_form(hyp)
+        forms = {f for f in map(_unicode_form, refs) if f}
+        if h and forms and h not in forms:
+            odd.append(qid)
+    report.count("unicode_form_mismatch", odd, "{n} predictions are in another Unicode normalization form than their "
+                 "references (NFD: a letter, then its accent marks; NFC: one code point each), so text mode "
+                 f"{text_mode!r}, which compares the characters as written, matches none of their accented words; "
+                 "--text_mode openvivqa composes both (NFC) before scoring")
+
+
 @dataclasses.dataclass
 class PreparedText:
     """The strings the metrics read (:func:`prepare_text`): ``hyps``/``refs`` for the n-gram metrics,
     ``squad_hyps``/``squad_refs`` for EM/F1, ``string_hyps``/``string_refs`` before a per-character cut
-    (None when nothing was cut)."""
+    (None when nothing was cut); ``ptb_unavailable``: why the official mode could not run pycocoevalcap's
+    tokenizer (None when it ran or was not needed), in which case ``hyps``/``refs`` are the normalizer's."""
 
     hyps: list[str]
     refs: list[list[str]]
@@ -210,33 +244,66 @@ class PreparedText:
     squad_refs: list[list[str]]
     string_hyps: list[str] | None = None
     string_refs: list[list[str]] | None = None
+    ptb_unavailable: str | None = None
+
+
+def _ptb_text(sel: Selection, java: Any, max_tokens: int) -> tuple[list[str], list[list[str]]]:
+    """pycocoevalcap's strings of the predictions and kept references: PTB tokens, punctuation tokens removed,
+    nothing else (module doc).
+
+    Raises:
+      MeteorUnavailable: no Java or tokenizer jar, or the jar failed.
+    """
+    flat = [remove_control_characters(t).replace(METEOR_SEPARATOR, " ")
+            for t in [*sel.raw_hyps, *(r for rs in sel.raw_refs for r in rs)]]
+    tokens = [" ".join(t.split(" ")[:max_tokens]) for t in ptb_lib.ptb_tokenize(flat, java=java)]
+    n = len(sel.ids)
+    refs, pos = [], n
+    for rs in sel.raw_refs:
+        refs.append(tokens[pos : pos + len(rs)])
+        pos += len(rs)
+    return tokens[:n], refs
 
 
 def prepare_text(report: Report, sel: Selection, names: Sequence[str], lang_map: Mapping[str, str],
                   text_mode: str, java: Any, max_tokens: int) -> PreparedText:
-    """The metrics' strings in ``text_mode`` (module doc): the original toolkit's PTB tokens, or the
-    normalizer's, with scripts written without spaces cut per character (:mod:`.scripts`).
+    """The metrics' strings in ``text_mode`` (module doc): the original toolkit's PTB tokens (``pycocoevalcap``, and
+    ``official`` when one of :data:`PTB_METRICS` is requested, with the answers as given for EM/F1), or the
+    normalizer's, with scripts written without spaces cut per character (:mod:`.scripts`) in the ``openvivqa``
+    mode.
 
     Raises:
       ValueError: the ``pycocoevalcap`` mode without its tokenizer (Java or the jar).
     """
-    ids, raw_hyps, raw_refs_kept = sel.ids, sel.raw_hyps, sel.raw_refs
-    if text_mode == "pycocoevalcap" and ids:
-        # The original toolkit's strings: PTB tokens, punctuation tokens removed, nothing else (module doc).
-        flat = [remove_control_characters(t).replace(METEOR_SEPARATOR, " ")
-                for t in [*raw_hyps, *(r for rs in raw_refs_kept for r in rs)]]
+    ids = sel.ids
+    if text_mode != "openvivqa":  # the text is compared as written
+        count_unicode_form_mismatch(report, sel, text_mode)
+    if text_mode == "official" and not any(m in PTB_METRICS for m in names):
+        # No caption metric: the other metrics read the answers as given; hyps/refs serve the per-field tables only.
+        text = _normalized_text(report, sel, names, lang_map, max_tokens, cut=False)
+        text.squad_hyps, text.squad_refs = list(sel.raw_hyps), [list(rs) for rs in sel.given_refs]
+        return text
+    if text_mode in ("pycocoevalcap", "official") and ids:
         try:
-            tokens = ptb_lib.ptb_tokenize(flat, java=java)
+            hyps, refs = _ptb_text(sel, java, max_tokens)
         except meteor_lib.MeteorUnavailable as e:
-            raise ValueError(f"text_mode 'pycocoevalcap' needs the PTB tokenizer: {e}") from None
-        tokens = [" ".join(t.split(" ")[:max_tokens]) for t in tokens]
-        hyps = tokens[: len(ids)]
-        pos = len(ids)
-        refs = []
-        for rs in raw_refs_kept:
-            refs.append(tokens[pos : pos + len(rs)])
-            pos += len(rs)
+            if text_mode == "pycocoevalcap":
+                raise ValueError(f"text_mode 'pycocoevalcap' needs the PTB tokenizer: {e}") from None
+            text = _normalized_text(report, sel, names, lang_map, max_tokens, cut=False)
+            text.squad_hyps, text.squad_refs = list(sel.raw_hyps), [list(rs) for rs in sel.given_refs]
+            text.ptb_unavailable = str(e)
+            return text
+        if text_mode == "official":  # EM/F1 read the answers as given (SQuAD's script normalizes them itself)
+            return PreparedText(hyps, refs, list(sel.raw_hyps), [list(rs) for rs in sel.given_refs])
         return PreparedText(hyps, refs, hyps, refs)
+    return _normalized_text(report, sel, names, lang_map, max_tokens, cut=True)
+
+
+def _normalized_text(report: Report, sel: Selection, names: Sequence[str], lang_map: Mapping[str, str],
+                     max_tokens: int, cut: bool) -> PreparedText:
+    """The ``openvivqa`` mode's strings: the sanitized text, and EM/F1's (without spaced punctuation); with ``cut``
+    the questions in a script without word spaces cut per character (counted in the report)."""
+    ids, raw_hyps, raw_refs_kept = sel.ids, sel.raw_hyps, sel.raw_refs
     hyps, refs = list(sel.hyps), [list(rs) for rs in sel.refs]
 
     def squad_text(t: str) -> str:
@@ -248,17 +315,19 @@ def prepare_text(report: Report, sel: Selection, names: Sequence[str], lang_map:
     squad_hyps = [squad_text(t) for t in raw_hyps] if want_squad else []
     squad_refs = [[squad_text(r) for r in rs] for rs in raw_refs_kept] if want_squad else []
     text = PreparedText(hyps, refs, squad_hyps, squad_refs)
+    if not cut:
+        return text
     # Scripts without word spaces: one token per character (scripts module doc).
-    cut = [i for i, qid in enumerate(ids) if scripts_lib.applies(lang_map.get(qid), [hyps[i], *refs[i]])]
-    if cut:
+    cut_ids = [i for i, qid in enumerate(ids) if scripts_lib.applies(lang_map.get(qid), [hyps[i], *refs[i]])]
+    if cut_ids:
         text.string_hyps, text.string_refs = list(hyps), [list(rs) for rs in refs]
-        for i in cut:
+        for i in cut_ids:
             hyps[i] = scripts_lib.split_spaceless(hyps[i])
             refs[i] = [scripts_lib.split_spaceless(r) for r in refs[i]]
             if want_squad:
                 squad_hyps[i] = scripts_lib.split_spaceless(squad_hyps[i])
                 squad_refs[i] = [scripts_lib.split_spaceless(r) for r in squad_refs[i]]
-    report.count("per_character_questions", [ids[i] for i in cut], "{n} questions in a script written without "
+    report.count("per_character_questions", [ids[i] for i in cut_ids], "{n} questions in a script written without "
                  "spaces between words (Chinese, Japanese, Thai, ...) were tokenized per character for BLEU, "
-                 "ROUGE-L, CIDEr, METEOR, WMDRel and F1, as the EVJVQA scorer does for Japanese")
+                 "ROUGE-L, CIDEr, METEOR, WMDRel and F1 (Vietnamese-normalized text mode)")
     return text

@@ -14,44 +14,53 @@ Answer processing, chosen per dataset (config ``eval.answer_rules``, CLI ``--ans
   :func:`~openvivqa_jax.evaluation.sanitize.sanitize_text` (NFC, lowercase, one tone-mark convention,
   prices, spaced punctuation). English article and number-word rules do not apply to Vietnamese (``an``
   is a word, ``một`` is not written ``1`` by annotators consistently).
-- ``"english"`` (TextVQA, ST-VQA): :func:`english_answer`, the official VQA evaluation's answer
-  processing (``processPunctuation`` and ``processDigitArticle`` of ``vqaEval.py``; the same rule as
-  the EvalAI answer processor that MMF applies to TextVQA): line breaks and tabs to spaces; lowercase;
-  ``,`` and ``?`` deleted and ``'s`` split off; each punctuation mark of ``; / [ ] " { } ( ) = + \\ _ -
-  > < @ ` , ? !`` deleted when it touches a space or the text holds a digit-comma-digit group, otherwise
-  replaced by a space; a period not followed by a digit deleted (the first 32 of them, as the official script's
-  ``re.sub(..., re.UNICODE)`` passes the flag as the count: :data:`MAX_PERIODS_DELETED`); number words ``none``, ``zero`` ..
-  ``ten`` to digits; the articles ``a``, ``an``, ``the`` dropped; contractions written without their
-  apostrophe (``dont``, ``isnt``, ``youre``) given it back. One deviation: ``vqaEval.py`` applies the
-  processing only when the ten answers disagree; we apply it always, as EvalAI/MMF do (otherwise ``5.``
-  scores 0 against ten ``5``).
+- ``"english"`` (TextVQA, ST-VQA): :func:`english_answer`, the official answer processing of EvalAI's TextVQA and
+  ST-VQA evaluation as MMF applies it (``EvalAIAnswerProcessor`` of ``mmf/utils/m4c_evaluators.py``, itself the
+  ``processPunctuation`` and ``processDigitArticle`` of ``vqaEval.py``): lowercase; ``,`` and ``?`` deleted and
+  ``'s`` split off; line breaks and tabs to spaces; each punctuation mark of ``; / [ ] " { } ( ) = + \\ _ - > < @
+  ` , ? !`` deleted when it touches a space, otherwise replaced by a space; a period not followed by a digit
+  deleted (the first 32 of them, as the official script's ``re.sub(..., re.UNICODE)`` passes the flag as the
+  count: :data:`MAX_PERIODS_DELETED`); number words ``none``, ``zero`` .. ``ten`` to digits; the articles ``a``,
+  ``an``, ``the`` dropped; contractions written without an apostrophe given it back from EvalAI's table
+  (:data:`CONTRACTIONS`). ``vqaEval.py`` (VQA v1/v2) differs in two ways: it processes the answers only when
+  the ten human answers disagree, and it neither lowercases nor splits ``'s`` before the punctuation step.
 
-The rule is defined for the 10 answers of VQA/TextVQA. Questions with fewer than
-:data:`MIN_ANSWERS` references (OpenViVQA and ViVQA have one, ST-VQA one or two) would be capped
-below 1 by the leave-one-out rule even for a perfect answer, so for them the score is exact match
-with any reference (1 or 0); the evaluator counts them in its notes.
+Questions and their answer counts: the rule is defined for the 10 answers of VQA/TextVQA (MMF's
+``TextVQAAccuracyEvaluator`` asserts ten; ``vqaEval.py`` runs the same loop over however many there are).
+
+- ``"official"`` (:func:`vqa_accuracy` with ``min_answers`` :data:`OFFICIAL_MIN_ANSWERS`, the evaluator's
+  official text mode): the leave-one-out rule over all the answers of a question with 3 or more, on the
+  English processing; exact match with any processed answer below 3 (ST-VQA's one or two answers: MMF's
+  ``STVQAAccuracyEvaluator``, since the leave-one-out rule could not reach 1 there).
+- the other text modes (``min_answers`` :data:`MIN_ANSWERS`): the leave-one-out rule with 10 or more answers,
+  exact match with any reference below 10 (OpenViVQA and ViVQA have one answer); the evaluator counts them in
+  its notes.
 
 Arrays: ``(items,)`` per-question scores.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["ANSWER_RULES", "MIN_ANSWERS", "english_answer", "vqa_accuracy"]
+__all__ = ["ANSWER_RULES", "MIN_ANSWERS", "OFFICIAL_MIN_ANSWERS", "CONTRACTIONS", "english_answer", "vqa_accuracy"]
 
 #: Answer-processing conventions (module doc).
 ANSWER_RULES = ("vietnamese", "english")
 
-#: References needed for the leave-one-out rule; fewer fall back to exact match.
+#: References needed for the leave-one-out rule in the Vietnamese-normalized and pycocoevalcap text modes; fewer
+#: fall back to exact match.
 MIN_ANSWERS = 10
+#: The same in the official text mode: ST-VQA's one or two answers are scored by exact match (module doc).
+OFFICIAL_MIN_ANSWERS = 3
 
 _PUNCTUATION = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
-_COMMA_IN_NUMBER = re.compile(r"(\d)(,)(\d)")
+# EvalAI's commaStrip, "(?<=\d)(\,)+(?=\d)": a digit-comma-digit group makes every punctuation mark deleted rather
+# than spaced. The commas are already deleted when it is searched, so it never matches; kept to follow the script.
+_COMMA_IN_NUMBER = re.compile(r"(?<=\d),+(?=\d)")
 # vqaEval.py's periodStrip pattern, "(?!<=\d)(\.)(?!\d)": its first group is a (vacuous) negative lookahead,
 # not a lookbehind, so in effect a period is deleted unless a digit follows it ("5." -> "5", "2.5" kept).
 _PERIOD = re.compile(r"\.(?!\d)")
@@ -63,40 +72,46 @@ MAX_PERIODS_DELETED = int(re.UNICODE)
 _NUMBER_WORDS = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
                  "seven": "7", "eight": "8", "nine": "9", "ten": "10"}
 _ARTICLES = frozenset(["a", "an", "the"])
-# English contractions in their written form; every spelling with one or more apostrophes missing maps to it.
+# English contractions in their written form; EvalAI's table maps spellings with one apostrophe missing to them.
 _CONTRACTIONS_WRITTEN = """ain't aren't can't could've couldn't couldn't've didn't doesn't don't hadn't hadn't've hasn't
-haven't he'd he'd've he's how'd how'll how's i'd i'd've i'm i've isn't it'd it'd've it'll let's ma'am mightn't
-mightn't've might've mustn't must've needn't not've o'clock oughtn't 'ow's'at shan't she'd she'd've she'll she's
-should've shouldn't shouldn't've somebody'd somebody'd've somebody'll somebody's someone'd someone'd've someone'll
-someone's something'd something'd've something'll that's there'd there'd've there're there's they'd they'd've
-they'll they're they've 'twas wasn't we'd we'd've we're we've weren't what'll what're what's what've when's where'd
-where's where've who'd who'd've who'll who're who's who've why'll why're why's won't would've wouldn't wouldn't've
-y'all y'all'll y'all'd've you'd you'd've you'll you're you've""".split()
-# Apostrophe-less spellings that are English words keep their meaning ("its", "well", "ill", ...).
+haven't he'd he'd've he's how'd how'll how's i'd isn't it'd it'd've it'll let's ma'am mightn't mightn't've might've mustn't
+must've needn't not've o'clock oughtn't 'ow's'at shan't she'd she'd've she'll should've shouldn't shouldn't've somebody'd've
+somebody'll somebody's someone'd someone'd've someone'll someone's something'd something'd've something'll that's
+there'd there'd've there're there's they'd they'd've they'll they're they've 'twas wasn't we'd we'd've we're we've weren't
+what'll what're what's what've when's where'd where's where've who'd who'd've who'll who're who's who've why'll
+why're why's won't would've wouldn't wouldn't've y'all y'all'll y'all'd've you'd you'd've you'll you're
+you've""".split()
+# Apostrophe-less spellings that are English words keep their meaning ("its", "well", "ill", ...): EvalAI's table
+# has no entry for them. Its entries for "I'm", "I've" and "I'd've" are capitalized and so never match a lowercased
+# answer, and it has no entry "shes": those four are not in the written list above.
 _NOT_CONTRACTIONS = frozenset(["hell", "ill", "its", "id", "were", "well", "wed", "shell", "shed", "lets", "whore"])
 
 
 def _contraction_table() -> dict[str, str]:
-    """Spelling with one or more apostrophes missing -> the written contraction."""
+    """EvalAI's table: every spelling of a written contraction with exactly one of its apostrophes missing ->
+    the written form, except the words of :data:`_NOT_CONTRACTIONS`; and the written ``somebody'd``, which the
+    table maps to ``somebodyd``."""
     table: dict[str, str] = {}
     for written in _CONTRACTIONS_WRITTEN:
         parts = written.split("'")
-        for keep in itertools.product((False, True), repeat=len(parts) - 1):
-            if all(keep):
-                continue
-            form = parts[0] + "".join(("'" if k else "") + p for k, p in zip(keep, parts[1:]))
-            if form and form not in _NOT_CONTRACTIONS:
+        for missing in range(len(parts) - 1):
+            form = "".join(p + ("" if k == missing or k == len(parts) - 1 else "'") for k, p in enumerate(parts))
+            if form not in _NOT_CONTRACTIONS:
                 table.setdefault(form, written)
+    table["somebody'd"] = "somebodyd"
     return table
 
 
-_CONTRACTIONS = _contraction_table()
+#: Spelling -> replacement of the official contraction step (EvalAI's ``CONTRACTIONS``, as it acts on lowercased
+#: words).
+CONTRACTIONS = _contraction_table()
 
 
 def english_answer(text: str) -> str:
-    """The official VQA evaluation's processing of one answer (module doc, ``"english"`` rules).
+    """The official processing of one answer: EvalAI's answer processor as MMF applies it (module doc).
 
-    ``"Two."`` → ``"2"``, ``"a stop sign"`` → ``"stop sign"``, ``"dont know"`` → ``"don't know"``.
+    ``"Two."`` → ``"2"``, ``"a stop sign"`` → ``"stop sign"``, ``"dont know"`` → ``"don't know"``, ``"It's"`` →
+    ``"it 's"``.
 
     Args:
       text: a raw answer (prediction or reference).
@@ -104,8 +119,8 @@ def english_answer(text: str) -> str:
     Returns:
       The processed answer: words separated by single spaces.
     """
-    text = " ".join(text.replace("\n", " ").replace("\t", " ").split())
     text = text.lower().replace(",", "").replace("?", "").replace("'s", " 's").strip()
+    text = text.replace("\n", " ").replace("\t", " ").strip()
     out = text
     has_number_comma = _COMMA_IN_NUMBER.search(text) is not None
     for p in _PUNCTUATION:
@@ -115,19 +130,21 @@ def english_answer(text: str) -> str:
             out = out.replace(p, " ")
     out = _PERIOD.sub("", out, count=MAX_PERIODS_DELETED)
     words = []
-    for w in out.split():
+    for w in out.lower().split():
         w = _NUMBER_WORDS.get(w, w)
         if w not in _ARTICLES:
-            words.append(_CONTRACTIONS.get(w, w))
+            words.append(CONTRACTIONS.get(w, w))
     return " ".join(words)
 
 
-def vqa_accuracy(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> tuple[np.ndarray, int]:
+def vqa_accuracy(hyps: Sequence[str], refs: Sequence[Sequence[str]],
+                 min_answers: int = MIN_ANSWERS) -> tuple[np.ndarray, int]:
     """Per-question VQA accuracy.
 
     Args:
-      hyps: ``items`` sanitized predictions.
-      refs: ``items`` non-empty lists of sanitized references.
+      hyps: ``items`` processed predictions.
+      refs: ``items`` non-empty lists of processed references.
+      min_answers: questions with fewer references are scored by exact match with any of them (module doc).
 
     Returns:
       ``((items,) float64 in [0, 1], number of questions scored by the exact-match fallback)``.
@@ -136,7 +153,7 @@ def vqa_accuracy(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> tuple[np
     fallback = 0
     for i, (hyp, answers) in enumerate(zip(hyps, refs)):
         m = len(answers)
-        if m < MIN_ANSWERS:
+        if m < min_answers:
             fallback += 1
             out[i] = 1.0 if hyp in answers else 0.0
             continue

@@ -1,6 +1,11 @@
 """The span reader's inputs, read by its train loop and its evaluation alike: a split's questions from the built
-dataset, the run's SentencePiece tokenizer, the question/passage windows, and the checked config's dataset and
-tokenizer together (:func:`setup`).
+dataset, the run's tokenizer, the question/passage windows, and the checked config's dataset and tokenizer together
+(:func:`setup`).
+
+The tokenizer (:func:`load_tokenizer`) is chosen by the config: ``tokenizer.model_type`` ``bpe`` / ``unigram``
+(SentencePiece pieces, ``<workdir>/spm.model``) or ``words`` (syllables, ``<workdir>/words.json``,
+:mod:`.vocab`), each trained on the train split when the workdir has none; ``model.encoder = "pretrained"``
+reads the checkpoint's own (:mod:`.pretrained`).
 """
 
 from __future__ import annotations
@@ -11,10 +16,11 @@ from openvivqa_jax.data.datasets import load_builder
 from openvivqa_jax.data.records import DatasetError, load_source
 from openvivqa_jax.reading import features as feats
 from openvivqa_jax.reading.config import check_reading_config
+from openvivqa_jax.reading.vocab import WordTokenizer, train_word_tokenizer
 from openvivqa_jax.text.normalize import normalize_text
 from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
 
-__all__ = ["read_split", "load_tokenizer", "reader_windows", "setup"]
+__all__ = ["read_split", "load_tokenizer", "tokenizer_file", "reader_windows", "setup"]
 
 
 def _text(v) -> str:
@@ -43,13 +49,35 @@ def read_split(builder, split: str) -> list[dict]:
     return out
 
 
-def load_tokenizer(cfg, workdir: str, train_records: list[dict] | None) -> Tokenizer:
-    """``<workdir>/spm.model``, trained first on the train split's normalized passages and questions when
-    absent (the train split only, as the answer generators' tokenizer)."""
-    path = os.path.join(workdir, "spm.model")
+def tokenizer_file(cfg) -> str | None:
+    """The workdir file of the config's tokenizer (``spm.model`` or ``words.json``), None for a checkpoint's."""
+    if cfg.model.get("encoder") == "pretrained":
+        return None
+    return "words.json" if cfg.tokenizer.model_type == "words" else "spm.model"
+
+
+def _word_text(passage: str) -> str:
+    # Each word normalized on its own, as the reader's passage tokens are (features.tokenize_passage).
+    return " ".join(normalize_text(passage[s:e]) for s, e in feats.split_words(passage))
+
+
+def load_tokenizer(cfg, workdir: str, train_records: list[dict] | None):
+    """The run's tokenizer (module doc): its workdir file, trained first on the train split's normalized passages
+    and questions when absent (the train split only, as the answer generators' tokenizer)."""
+    name = tokenizer_file(cfg)
+    if name is None:
+        from openvivqa_jax.reading.pretrained import CheckpointReaderTokenizer, pretrained_folder
+
+        return CheckpointReaderTokenizer(pretrained_folder(cfg.model))
+    path = os.path.join(workdir, name)
+    words = name == "words.json"
     if os.path.exists(path):
-        return Tokenizer(path)
+        return WordTokenizer.load(path) if words else Tokenizer(path)
     passages = dict.fromkeys(r["passage"] for r in train_records)
+    if words:
+        sentences = [_word_text(p) for p in passages] + [r["question"] for r in train_records]
+        return train_word_tokenizer(sentences, path, min_count=int(cfg.tokenizer.get("min_count", 1)),
+                                    max_words=int(cfg.tokenizer.vocab_size))
     sentences = [normalize_text(p) for p in passages] + [r["question"] for r in train_records]
     return train_sentencepiece(sentences, path, cfg.tokenizer.vocab_size, model_type=cfg.tokenizer.model_type)
 
@@ -67,7 +95,8 @@ def setup(cfg, workdir: str):
     check_reading_config(cfg)
     builder = load_builder(cfg.data)
     train_records = None
-    if not os.path.exists(os.path.join(workdir, "spm.model")):
+    name = tokenizer_file(cfg)
+    if name is not None and not os.path.exists(os.path.join(workdir, name)):
         train_records = read_split(builder, cfg.data.train_split)
     tokenizer = load_tokenizer(cfg, workdir, train_records)
     return builder, tokenizer, train_records

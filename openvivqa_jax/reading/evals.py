@@ -6,7 +6,6 @@ scores and the final scoring the train loop (:mod:`openvivqa_jax.reading.train`)
 
 from __future__ import annotations
 
-import json
 import os
 
 import jax
@@ -15,11 +14,13 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
+from openvivqa_jax import outputs
 from openvivqa_jax import evaluation
 from openvivqa_jax.reading import ReadingError
 from openvivqa_jax.reading import features as feats
-from openvivqa_jax.reading.data import read_split, reader_windows, setup
+from openvivqa_jax.reading.data import read_split, reader_windows, setup, tokenizer_file
 from openvivqa_jax.reading.model import build_reader
+from openvivqa_jax.reading.report import comparison_table
 from openvivqa_jax.reading.spans import best_spans
 from openvivqa_jax.training import checkpoints, interrupts
 from openvivqa_jax.training.run_log import write_jsonl
@@ -85,13 +86,12 @@ def evaluate_split(cfg, workdir: str, graphdef, params, tokenizer, records: list
     records = records[:limit] if limit else records
     preds, spans = predict_split(cfg, graphdef, params, tokenizer, records)
     out = os.path.join(workdir, "eval")
-    metrics = evaluation.evaluate_split(preds, out, tag, metrics=tuple(cfg.eval.metrics))
+    metrics = evaluation.evaluate_split(preds, out, tag, metrics=tuple(cfg.eval.metrics),
+                                        text_mode=cfg.eval.get("text_mode", "openvivqa"))
     metrics["decoding"] = {"method": "best_span", "max_answer_len": int(cfg.model.max_answer_len),
                            "step": None if step is None else int(step)}
-    with open(os.path.join(out, f"{tag}_metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, ensure_ascii=False, indent=2)
-    with open(os.path.join(out, f"{tag}_spans.json"), "w", encoding="utf-8") as f:
-        json.dump(spans, f, ensure_ascii=False, indent=1)
+    outputs.write_json(os.path.join(out, f"{tag}_metrics.json"), metrics, indent=2)
+    outputs.write_json(os.path.join(out, f"{tag}_spans.json"), spans, indent=1)
     return metrics, preds
 
 
@@ -130,6 +130,9 @@ def final_evaluation(cfg, workdir, builder, tokenizer, graphdef, abstract_params
             for p in preds[: cfg.eval.num_examples_to_print]:
                 lines.append(f"Q: {p['question']}\n   predicted: {p['prediction']}\n   reference: "
                              f"{' | '.join(p['references'])}")
+    lines.append(f"\n== {cfg.model.encoder} reader beside ViQuAD's Table 5 (EM/F1 %) ==")
+    lines.append(comparison_table(f"this run ({cfg.model.encoder}, step {p_step})", results,
+                                  cfg.data.eval_split, cfg.data.test_split))
     print("\n".join(lines), flush=True)
     return results
 
@@ -142,10 +145,12 @@ def evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
       ReadingError: the workdir has no tokenizer or no checkpoint (one line, what is missing).
     """
     workdir = os.path.abspath(os.path.expanduser(workdir))
-    if not os.path.exists(os.path.join(workdir, "spm.model")):
-        raise ReadingError(f"workdir {workdir}: no spm.model (the tokenizer); train first")
+    name = tokenizer_file(cfg)
+    if name is not None and not os.path.exists(os.path.join(workdir, name)):
+        raise ReadingError(f"workdir {workdir}: no {name} (the tokenizer); train first")
     builder, tokenizer, _ = setup(cfg, workdir)
-    abstract = nnx.eval_shape(lambda: build_reader(cfg.model, tokenizer.vocab_size, seed=cfg.seed))
+    abstract = nnx.eval_shape(lambda: build_reader(cfg.model, tokenizer.vocab_size, seed=cfg.seed,
+                                                   num_chars=getattr(tokenizer, "num_chars", 0)))
     graphdef, params = nnx.split(abstract, nnx.Param)
     try:
         return final_evaluation(cfg, workdir, builder, tokenizer, graphdef, one_device_abstract(params))

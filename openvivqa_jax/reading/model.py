@@ -6,11 +6,19 @@ every encoded token to a start and an end logit; positions outside the passage g
 (Yu et al. 2018) points the same way over its own encoder.
 
 **The encoder seam.** :class:`SpanReader` takes any encoder module called as
-``encoder(input_ids, segment_ids, input_mask, deterministic=..., rngs=...) -> (batch, len, d_model)``.
-:class:`TransformerEncoder` (token + position + segment embeddings, pre-LN :class:`EncoderBlock` s) is the
-one trained from scratch here (``model.encoder = "transformer"``); a BERT/PhoBERT encoder with pretrained
-weights plugs in through :data:`ENCODERS` (a name -> builder of ``(model_cfg, vocab_size, rngs, dtype)``)
-without touching the reader, its loss or its decoding.
+``encoder(input_ids, segment_ids, input_mask, deterministic=..., rngs=..., **extra) -> (batch, len, out_dim)``,
+where ``extra`` are the batch arrays named by the encoder's ``extra_inputs`` (``passage_mask``,
+``token_features``, ``char_ids``; none by default) and ``out_dim`` its output width (``model.d_model`` when it
+has none). :data:`ENCODERS` maps ``model.encoder`` to a builder of ``(model_cfg, vocab_size, rngs, dtype,
+num_chars)``:
+
+- ``transformer`` (:class:`TransformerEncoder`): token + position + segment embeddings, pre-LN
+  :class:`EncoderBlock` s, trained from scratch; with ``model.match_features`` the exact-match features and with
+  ``model.char_channels`` the character CNN are added to the token embedding;
+- ``drqa`` (:mod:`.drqa`) and ``qanet`` (:mod:`.qanet`): the paper's two baselines (ViQuAD §5.2);
+- ``pretrained`` (:mod:`.pretrained`): mBERT / XLM-R / PhoBERT from a Hugging Face folder.
+
+All share the span head, the loss and the decoding.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import optax
 from flax import nnx
 
 from openvivqa_jax.models.layers import NEG_INF, Dropout, EncoderBlock, call_block, dense, layer_norm
+from openvivqa_jax.reading.embed import CharCNN
+from openvivqa_jax.reading.features import NUM_TOKEN_FEATURES
 
 __all__ = ["TransformerEncoder", "SpanReader", "ENCODERS", "build_reader", "span_loss"]
 
@@ -33,15 +43,26 @@ class TransformerEncoder(nnx.Module):
     final LayerNorm (the BERT encoder layout with pre-LN blocks, trained from scratch).
 
     Args:
-      vocab_size: pieces ``V``; max_len: positions; d_model, num_heads, ffn_dim, num_layers, dropout: sizes.
+      vocab_size: pieces ``V``; max_len: positions; d_model, num_heads, ffn_dim, num_layers, dropout: sizes;
+      match_features: add a projection of the exact-match features (:mod:`.features`) to the embedding;
+      num_chars, char_dim, char_channels, char_kernel: add a projection of the character CNN
+      (:class:`.embed.CharCNN`; ``num_chars`` 0: none).
     """
 
     def __init__(self, vocab_size: int, max_len: int, d_model: int, num_heads: int, ffn_dim: int,
-                 num_layers: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32, remat: bool = False):
+                 num_layers: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32, remat: bool = False,
+                 match_features: bool = False, num_chars: int = 0, char_dim: int = 32, char_channels: int = 0,
+                 char_kernel: int = 5):
         emb = dict(dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.embedding = nnx.Embed(vocab_size, d_model, **emb)
         self.pos_embedding = nnx.Embed(max_len, d_model, **emb)
         self.segment_embedding = nnx.Embed(2, d_model, **emb)
+        self.feature_proj = dense(NUM_TOKEN_FEATURES, d_model, rngs, dtype) if match_features else None
+        use_chars = num_chars > 0 and char_channels > 0
+        self.chars = CharCNN(num_chars, char_dim, char_channels, char_kernel, rngs=rngs, dtype=dtype) \
+            if use_chars else None
+        self.char_proj = dense(char_channels, d_model, rngs, dtype) if use_chars else None
+        self.extra_inputs = tuple(k for k, on in (("token_features", match_features), ("char_ids", use_chars)) if on)
         self.dropout = Dropout(dropout)
         self.blocks = nnx.List([EncoderBlock(d_model, num_heads, ffn_dim, dropout, rngs=rngs, dtype=dtype)
                                 for _ in range(num_layers)])
@@ -49,11 +70,17 @@ class TransformerEncoder(nnx.Module):
         self.remat = remat
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array, *,
+                 token_features: jax.Array | None = None, char_ids: jax.Array | None = None,
                  deterministic: bool = True, rngs: nnx.Rngs | None = None) -> jax.Array:
-        """``input_ids``/``segment_ids`` ``(batch, len)`` int, ``input_mask`` ``(batch, len)`` bool ->
+        """``input_ids``/``segment_ids`` ``(batch, len)`` int, ``input_mask`` ``(batch, len)`` bool (and
+        ``token_features`` ``(batch, len, F)``, ``char_ids`` ``(batch, len, W)`` when used) ->
         ``(batch, len, d_model)``."""
         pos = jnp.arange(input_ids.shape[1])[None, :]
         x = self.embedding(input_ids) + self.pos_embedding(pos) + self.segment_embedding(segment_ids)
+        if self.feature_proj is not None:
+            x = x + self.feature_proj(token_features.astype(x.dtype))
+        if self.chars is not None:
+            x = x + self.char_proj(self.chars(char_ids))
         x = self.dropout(x, deterministic=deterministic, rngs=rngs)
         for block in self.blocks:
             x = call_block(block, x, input_mask, remat=self.remat, deterministic=deterministic, rngs=rngs)
@@ -65,20 +92,21 @@ class SpanReader(nnx.Module):
 
     Args:
       encoder: the encoder module (module doc, the seam).
-      d_model: the encoder's output width.
+      d_model: the encoder's output width when it has no ``out_dim``.
     """
 
     def __init__(self, encoder: nnx.Module, d_model: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
         self.encoder = encoder
-        self.span_head = dense(d_model, 2, rngs, dtype)
+        self.span_head = dense(int(getattr(encoder, "out_dim", d_model)), 2, rngs, dtype)
 
     def __call__(self, batch: dict, *, deterministic: bool = True,
                  rngs: nnx.Rngs | None = None) -> tuple[jax.Array, jax.Array]:
         """``batch``: ``input_ids``, ``segment_ids`` ``(batch, len)`` int32, ``input_mask``, ``passage_mask``
-        ``(batch, len)`` bool. Returns ``(start_logits, end_logits)``, each ``(batch, len)`` float32, NEG_INF
-        off the passage."""
+        ``(batch, len)`` bool, and the encoder's ``extra_inputs``. Returns ``(start_logits, end_logits)``, each
+        ``(batch, len)`` float32, NEG_INF off the passage."""
+        extra = {k: batch.get(k) for k in getattr(self.encoder, "extra_inputs", ())}
         h = self.encoder(batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                         deterministic=deterministic, rngs=rngs)
+                         deterministic=deterministic, rngs=rngs, **extra)
         logits = self.span_head(h).astype(jnp.float32)
         pm = batch["passage_mask"]
         return jnp.where(pm, logits[..., 0], NEG_INF), jnp.where(pm, logits[..., 1], NEG_INF)
@@ -99,19 +127,58 @@ def span_loss(start_logits: jax.Array, end_logits: jax.Array, start_positions: j
     return loss, {"loss": loss, "start_accuracy": acc_s, "end_accuracy": acc_e}
 
 
-def _transformer(m, vocab_size: int, rngs: nnx.Rngs, dtype: Any) -> TransformerEncoder:
+def _chars(m) -> dict:
+    return dict(char_dim=int(m.get("char_dim", 32)), char_channels=int(m.get("char_channels", 0)),
+                char_kernel=int(m.get("char_kernel", 5)))
+
+
+def _transformer(m, vocab_size: int, rngs: nnx.Rngs, dtype: Any, num_chars: int = 0) -> TransformerEncoder:
     return TransformerEncoder(vocab_size, m.max_seq_len, m.d_model, m.num_heads, m.ffn_dim, m.num_layers,
-                              m.dropout, rngs=rngs, dtype=dtype, remat=bool(m.get("remat", False)))
+                              m.dropout, rngs=rngs, dtype=dtype, remat=bool(m.get("remat", False)),
+                              match_features=bool(m.get("match_features", False)), num_chars=num_chars, **_chars(m))
 
 
-#: ``model.encoder`` name -> ``builder(model_cfg, vocab_size, rngs, dtype) -> encoder`` (module doc).
-ENCODERS: dict[str, Callable[..., nnx.Module]] = {"transformer": _transformer}
+def _drqa(m, vocab_size: int, rngs: nnx.Rngs, dtype: Any, num_chars: int = 0):
+    from openvivqa_jax.reading.drqa import DrQAEncoder
+
+    c = _chars(m)
+    return DrQAEncoder(vocab_size, num_chars if c["char_channels"] else 0, word_dim=int(m.word_dim),
+                       hidden=int(m.hidden), num_layers=int(m.num_layers), dropout=float(m.dropout),
+                       match_features=bool(m.get("match_features", True)), max_seq_len=int(m.max_seq_len),
+                       max_question_len=int(m.max_question_len), rngs=rngs, dtype=dtype, **c)
 
 
-def build_reader(model_cfg, vocab_size: int, seed: int = 0, encoder: nnx.Module | None = None) -> SpanReader:
-    """The span reader of ``model_cfg`` (``encoder``, ``d_model``, ``num_heads``, ``ffn_dim``, ``num_layers``,
-    ``dropout``, ``max_seq_len``, ``dtype``) with parameters from ``seed``; ``encoder`` replaces the one
-    :data:`ENCODERS` would build (e.g. a pretrained BERT).
+def _qanet(m, vocab_size: int, rngs: nnx.Rngs, dtype: Any, num_chars: int = 0):
+    from openvivqa_jax.reading.qanet import QANetEncoder
+
+    c = _chars(m)
+    return QANetEncoder(vocab_size, num_chars if c["char_channels"] else 0, word_dim=int(m.word_dim),
+                        d_model=int(m.d_model), num_heads=int(m.num_heads), embed_convs=int(m.embed_convs),
+                        embed_kernel=int(m.embed_kernel), model_convs=int(m.model_convs),
+                        model_kernel=int(m.model_kernel), num_layers=int(m.num_layers), dropout=float(m.dropout),
+                        match_features=bool(m.get("match_features", False)), max_seq_len=int(m.max_seq_len),
+                        max_question_len=int(m.max_question_len), rngs=rngs, dtype=dtype, **c)
+
+
+def _pretrained(m, vocab_size: int, rngs: nnx.Rngs, dtype: Any, num_chars: int = 0):
+    from openvivqa_jax.models.bert import read_bert_settings
+    from openvivqa_jax.reading.pretrained import PretrainedEncoder, pretrained_folder
+
+    del vocab_size, num_chars  # the checkpoint's own
+    folder = pretrained_folder(m)
+    return PretrainedEncoder(read_bert_settings(folder), folder, rngs=rngs, dtype=dtype)
+
+
+#: ``model.encoder`` name -> ``builder(model_cfg, vocab_size, rngs, dtype, num_chars) -> encoder`` (module doc).
+ENCODERS: dict[str, Callable[..., nnx.Module]] = {"transformer": _transformer, "drqa": _drqa, "qanet": _qanet,
+                                                   "pretrained": _pretrained}
+
+
+def build_reader(model_cfg, vocab_size: int, seed: int = 0, encoder: nnx.Module | None = None,
+                 num_chars: int = 0) -> SpanReader:
+    """The span reader of ``model_cfg`` (``encoder`` and its sizes, ``dtype``) with parameters from ``seed``;
+    ``encoder`` replaces the one :data:`ENCODERS` would build; ``num_chars``: the tokenizer's character ids (0:
+    no character CNN).
 
     Raises:
       ValueError: ``model.encoder`` names no entry of :data:`ENCODERS`.
@@ -122,5 +189,5 @@ def build_reader(model_cfg, vocab_size: int, seed: int = 0, encoder: nnx.Module 
         name = model_cfg.get("encoder", "transformer")
         if name not in ENCODERS:
             raise ValueError(f"config value model.encoder={name!r} names no encoder: one of {sorted(ENCODERS)}")
-        encoder = ENCODERS[name](model_cfg, vocab_size, rngs, dtype)
+        encoder = ENCODERS[name](model_cfg, vocab_size, rngs, dtype, num_chars)
     return SpanReader(encoder, model_cfg.d_model, rngs=rngs, dtype=dtype)

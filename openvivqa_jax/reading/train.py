@@ -18,6 +18,13 @@ project's SQuAD EM/F1 (:mod:`openvivqa_jax.evaluation.squad`) against the answer
 One device: the reader is small; the batch is not sharded.
 
 Ctrl-C / SIGTERM save the current step and stop with one line (:mod:`openvivqa_jax.training.interrupts`).
+
+The log speaks as the answer generators' (:mod:`openvivqa_jax.vqa.train`): one line per ``train.log_every_steps``
+(means since the last line, finished steps per second and the time left to the last step at that rate, both
+measured after the steps' results are fetched), one per dev evaluation, TensorBoard scalar events written without
+logging them again, and at the end the dev/test tables and the comparison with the paper's Table 5
+(:mod:`.report`). A schedule whose peak rate is too high for a reader trained from scratch, or whose warmup
+outlasts the run, is a WARNING line (:func:`warn_schedule`).
 """
 
 from __future__ import annotations
@@ -33,16 +40,56 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
+from openvivqa_jax import outputs
 from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.reading import evals
 from openvivqa_jax.reading.data import read_split, reader_windows, setup
 from openvivqa_jax.reading.model import build_reader, span_loss
 from openvivqa_jax.text.tokenizer import Tokenizer
-from openvivqa_jax.training import checkpoints, interrupts
+from openvivqa_jax.training import checkpoints, interrupts, tensorboard_writer
 from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, write_jsonl
-from openvivqa_jax.training.state import TrainState, make_optimizer
+from openvivqa_jax.reading.pretrained import WORD_EMBEDDING, initialize_word_vectors
+from openvivqa_jax.training.state import TrainState, freeze_params, make_optimizer, make_schedule
 
-__all__ = ["train_and_evaluate"]
+__all__ = ["train_and_evaluate", "warn_schedule", "MAX_SCRATCH_LR"]
+
+#: The highest peak learning rate :func:`warn_schedule` lets pass silently. A smoke run of the transformer reader
+#: with the warmup cut to a tenth of its steps peaks at 1.1e-2 on the Noam schedule and learns nothing; the synthetic
+#: quick start peaks at 8.8e-3 and learns; DrQA's Adamax and QANet's Adam use 2e-3 and 1e-3.
+MAX_SCRATCH_LR = 1e-2
+
+
+def warn_schedule(cfg) -> str | None:
+    """Logs (and returns) a WARNING when ``train``'s schedule peaks above :data:`MAX_SCRATCH_LR` or its warmup
+    outlasts the run, with the rate reached and the flags that fix it; None otherwise.
+
+    The Noam schedule peaks at ``lr_scale * d_model^-0.5 * warmup^-0.5``, so a smoke run that shortens the
+    warmup to a tenth of its steps raises the peak (500 steps, warmup 50, d_model 64: 1.8e-2).
+    """
+    t = cfg.train
+    if t.get("schedule") not in ("noam", "m4c", "warmup_constant"):
+        return None
+    d = int(cfg.model.get("d_model", 128))
+    schedule = make_schedule(t, d)
+    warm, steps = int(t.get("warmup_steps", 0) or 0), int(t.num_train_steps)
+    peak = float(schedule(max(warm, 1) - 1))
+    msg = None
+    if warm > steps:
+        msg = (f"train.warmup_steps={warm} > train.num_train_steps={steps}: the run ends in warmup at a learning rate "
+               f"of {float(schedule(steps - 1)):.2e} (the peak {peak:.2e} is at step {warm})")
+    elif peak > MAX_SCRATCH_LR:
+        msg = f"the {t.schedule} schedule peaks at a learning rate of {peak:.2e} at step {warm}"
+        if t.schedule == "noam":
+            scale = float(t.lr_scale) * MAX_SCRATCH_LR / peak
+            msg += (f" (lr_scale * d_model^-0.5 * warmup^-0.5), above {MAX_SCRATCH_LR:.0e}, where a reader trained "
+                    f"from scratch learns nothing (a short warmup raises the Noam peak); keep the peak at "
+                    f"{MAX_SCRATCH_LR:.0e} with --config.train.lr_scale={scale:.3g}, or use "
+                    f"--config.train.schedule=warmup_constant --config.train.learning_rate=1e-3")
+        else:
+            msg += f", above {MAX_SCRATCH_LR:.0e}, where a reader trained from scratch learns nothing"
+    if msg:
+        logging.warning("%s", msg)
+    return msg
 
 
 class _Stream:
@@ -84,19 +131,23 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
       DatasetError, DatasetInputError: the data;
       CheckpointMismatchError: the workdir's checkpoint was made with other model sizes.
     """
-    from clu import metric_writers, periodic_actions  # heavy: metric_writers imports TensorFlow
-
     workdir = os.path.abspath(os.path.expanduser(workdir))
     os.makedirs(workdir, exist_ok=True)
+    warn_schedule(cfg)
     builder, tokenizer, train_records = setup(cfg, workdir)
     windows = _train_windows(cfg, builder, tokenizer, train_records)
     dev_records = read_split(builder, cfg.data.eval_split) if cfg.data.eval_split in builder.info.splits else None
 
-    model = build_reader(cfg.model, tokenizer.vocab_size, seed=cfg.seed)
+    model = build_reader(cfg.model, tokenizer.vocab_size, seed=cfg.seed, num_chars=getattr(tokenizer, "num_chars", 0))
+    if hasattr(model.encoder, "load_pretrained"):  # a resumed run restores these weights from its checkpoint
+        logging.info("%s", model.encoder.load_pretrained())
+    initialize_word_vectors(model, cfg.model, tokenizer)
     graphdef, params = nnx.split(model, nnx.Param)
     del model
     t = cfg.train
     tx, schedule = make_optimizer(t, cfg.model.d_model)
+    if (cfg.model.get("fasttext") or {}).get("freeze") and (cfg.model.get("fasttext") or {}).get("path"):
+        tx = freeze_params(tx, params, WORD_EMBEDDING)
     state = TrainState(jnp.int32(0), params, tx.init(params))
     num_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
     logging.info("Span reader: %d parameters, %d train windows of %d pieces", num_params, len(windows),
@@ -105,27 +156,23 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                                                    latest_items=("state", "data_iter"))
     stream = _Stream(len(windows), int(t.batch_size), int(cfg.seed))
     state, start, best_score = _resume(workdir, latest, state, stream)
-    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-        f.write(cfg.to_json_best_effort(indent=2))
-    writer = metric_writers.create_default_writer(workdir)
-    report = periodic_actions.ReportProgress(num_train_steps=t.num_train_steps, writer=writer,
-                                             every_steps=t.log_every_steps)
+    outputs.write_text(os.path.join(workdir, "config.json"), cfg.to_json_best_effort(indent=2))
+    writer = tensorboard_writer.create_writer(workdir)
     train_step = _make_train_step(graphdef, tx, schedule, int(cfg.seed))
 
     def save(step: int) -> None:
-        latest.save(step, args=ocp.args.Composite(
+        checkpoints.save_step(latest, step, ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data_iter=ocp.args.JsonSave({"iterator": stream.get_state(), "best_score": float(best_score)})))
 
     acc = MeanAccumulator()
     timer = IntervalTimer()
     step = start
-    with interrupts.StopSignals() as signals:
+    with interrupts.StopSignals(workdir) as signals:
         for step in range(start + 1, t.num_train_steps + 1):
             with timer.waiting():
                 batch = windows.batch(stream.next())
             state, m = train_step(state, batch)
-            report(step)
             acc.add(m)
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
                 _log_train_means(cfg, workdir, writer, step, acc, timer)
@@ -133,8 +180,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                     step % t.eval_every_steps == 0 or step == t.num_train_steps):
                 with timer.excluded():
                     score = _eval_dev(cfg, workdir, writer, graphdef, state.params, tokenizer, dev_records, step)
-                    best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
-                              metrics={"score": score})
+                    checkpoints.save_step(best, step, ocp.args.Composite(state=ocp.args.StandardSave(state)),
+                                          {"score": score})
                 best_score = max(best_score, score)
             if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps:
                 with timer.excluded():
@@ -144,6 +191,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     latest.wait_until_finished()
     best.wait_until_finished()
     writer.flush()
+    writer.close()
     return evals.final_evaluation(cfg, workdir, builder, tokenizer, graphdef, evals.one_device_abstract(state.params),
                                   fallback=(state.params, int(jax.device_get(state.step))))
 
@@ -209,15 +257,25 @@ def _make_train_step(graphdef, tx: optax.GradientTransformation, schedule: optax
 def _log_train_means(cfg, workdir: str, writer, step: int, acc: MeanAccumulator, timer: IntervalTimer) -> None:
     """Writes the training means accumulated since the last log, the training steps per second and the input
     wait (:class:`~openvivqa_jax.training.run_log.IntervalTimer`) to TensorBoard, ``metrics.jsonl`` and one log
-    line."""
+    line. The means are fetched first, which waits for the interval's steps to finish, so the rate and the time
+    left count finished steps (evaluations and checkpoint saves excluded)."""
     t = cfg.train
     vals = acc.pop_means()
     speed = timer.pop()
     writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()}, **speed})
     write_jsonl(workdir, step, "train", {**vals, **speed})
-    logging.info("step %d/%d loss %.4f start acc %.3f end acc %.3f lr %.2e (%.1f steps/s, input wait %.0f%%)", step,
-                 t.num_train_steps, vals["loss"], vals["start_accuracy"], vals["end_accuracy"],
-                 vals["learning_rate"], speed["steps_per_sec"], 100 * speed["input_wait"])
+    left = (t.num_train_steps - step) / max(speed["steps_per_sec"], 1e-9)
+    logging.info("step %d/%d loss %.4f start acc %.3f end acc %.3f lr %.2e (%.2f steps/s, input wait %.0f%%, "
+                 "%s left)", step, t.num_train_steps, vals["loss"], vals["start_accuracy"], vals["end_accuracy"],
+                 vals["learning_rate"], speed["steps_per_sec"], 100 * speed["input_wait"], _duration(left))
+
+
+def _duration(seconds: float) -> str:
+    """``1h02m``, ``5m07s`` or ``42s``."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def _eval_dev(cfg, workdir: str, writer, graphdef, params, tokenizer: Tokenizer, dev_records, step: int) -> float:

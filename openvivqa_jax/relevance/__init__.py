@@ -14,8 +14,8 @@ Run: ``python -m openvivqa_jax.main --config configs/relevance/w2vvpp.py --workd
 Data: (text, image feature) pairs from a built TFDS dataset (``config.data``). The text of a pair is an answer
 (``data.pair_text = "answer"``) or the question and the answer (``"question_answer"``), one pair per reference
 answer; only questions of ``data.language`` are used when the records carry a language (EVJVQA), so one
-encoder is trained per language. Words are the language's EVJVQA tokens of the normalized text
-(:func:`openvivqa_jax.evaluation.evjvqa.tokenize`: whitespace, Japanese per character).
+encoder is trained per language. Words are the tokens of the normalized text
+(:func:`openvivqa_jax.relevance.model.words`: whitespace, Japanese per character, punctuation dropped).
 
 Visual features (``config.visual.source``), fixed during training as in W2VV++:
 

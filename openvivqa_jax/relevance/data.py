@@ -6,7 +6,6 @@ encoded for the model, and the run's setup (:func:`setup`).
 from __future__ import annotations
 
 import collections
-import json
 import os
 
 import jax
@@ -16,6 +15,7 @@ from absl import logging
 from flax import nnx
 from PIL import Image
 
+from openvivqa_jax import outputs
 from openvivqa_jax import jsonio
 from openvivqa_jax.data import images, pipeline
 from openvivqa_jax.data.datasets import load_builder
@@ -125,7 +125,8 @@ class PairData:
 
             self.features = _split_features(cfg, self.records, image_bytes)
             if jax.process_index() == 0:
-                np.savez(feats_path, **self.features)
+                with outputs.atomic_write(feats_path, "wb") as f:  # a half file would be read next time
+                    np.savez(f, **self.features)
         self.visual_dim = int(next(iter(self.features.values())).shape[0])
 
     def pairs(self, split: str) -> tuple[list[str], list[str], list[str]]:
@@ -207,8 +208,7 @@ def setup(cfg, workdir: str):
                 "model": {"word_dim": int(m.word_dim), "gru_dim": int(m.gru_dim), "mlp_dims": list(m.mlp_dims),
                           "dropout": float(m.dropout), "max_words": int(m.max_words)}}
         if jax.process_index() == 0:
-            with open(meta_path, "w", encoding="utf-8") as f:
-                json.dump(meta, f, ensure_ascii=False, indent=1)
+            outputs.write_json(meta_path, meta, indent=1)
     logging.info("relevance model %s: %d words, visual space %d (%s, pool %s), text %s", lang, vocab.size,
                  data.visual_dim, cfg.visual.source, tuple(cfg.visual.pool_grid), cfg.data.pair_text)
     return workdir, data, vocab, meta

@@ -5,7 +5,6 @@ and test pairs (``eval/<split>_retrieval.json``, one printed table); what the tr
 
 from __future__ import annotations
 
-import json
 import os
 
 import jax
@@ -15,6 +14,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
+from openvivqa_jax import outputs
 from openvivqa_jax.models.w2vvpp import cosine_matrix, recall_at_k
 from openvivqa_jax.relevance import RelevanceModelError
 from openvivqa_jax.relevance.data import encode_split, setup
@@ -61,8 +61,8 @@ def final_evaluation(cfg, workdir, data, vocab, meta, params_of_best, graphdef) 
         r.update(num_texts=len(ids), num_images=len(visual))
         results[split] = r
         if jax.process_index() == 0:
-            with open(os.path.join(workdir, "eval", f"{split}_retrieval.json"), "w", encoding="utf-8") as f:
-                json.dump(r, f, indent=2)
+            outputs.write_json(os.path.join(workdir, "eval", f"{split}_retrieval.json"), r, indent=2,
+                               ensure_ascii=True)
     names = [f"t2i_R@{k}" for k in ks] + [f"i2t_R@{k}" for k in ks] + ["rsum"]
     lines = [f"{'':10s}" + "".join(f"{n:>10s}" for n in names) + f"{'texts':>8s}{'images':>8s}"]
     for split, r in results.items():

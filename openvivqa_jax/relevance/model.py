@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import os
+import unicodedata
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,6 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from openvivqa_jax import jsonio
-from openvivqa_jax.evaluation.evjvqa import tokenize
 from openvivqa_jax.models.w2vvpp import PAD_ID, UNK_ID, W2VVPP
 from openvivqa_jax.relevance import RelevanceModelError
 from openvivqa_jax.relevance.features import FEATURES_FILE, read_feature_file, standardize
@@ -28,9 +28,18 @@ __all__ = ["MODEL_FILE", "words", "Vocabulary", "build", "RelevanceEncoder", "op
 MODEL_FILE = "relevance_model.json"
 
 
+def _is_punct(ch: str) -> bool:
+    return unicodedata.category(ch).startswith("P")
+
+
 def words(text: str, language: str | None) -> list[str]:
-    """The words of ``text``: normalized (:func:`normalize_text`), then EVJVQA's tokens of ``language``."""
-    return tokenize(normalize_text(str(text)), language)
+    """The words of ``text``: normalized (:func:`normalize_text`: lowercase, spaced punctuation), then cut per
+    character for Japanese (``language`` ``ja``) and on whitespace otherwise, punctuation (Unicode ``P*``)
+    dropped. A trained encoder's vocabulary holds these words, so the rule stays as it was trained with."""
+    text = normalize_text(str(text))
+    if language == "ja":
+        return [ch for ch in text if not ch.isspace() and not _is_punct(ch)]
+    return [w for w in text.split() if not all(_is_punct(ch) for ch in w)]
 
 
 class Vocabulary:

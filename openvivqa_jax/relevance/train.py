@@ -20,6 +20,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
+from openvivqa_jax import outputs
 from openvivqa_jax.errors import ConfigError
 from openvivqa_jax.models.w2vvpp import vse_hardest_negative_loss
 from openvivqa_jax.relevance import evals
@@ -63,8 +64,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     latest, best = _managers(workdir, int(t.keep_checkpoints))
     state, start = _resume(latest, state)
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-            f.write(cfg.to_json_best_effort(indent=2))
+        outputs.write_text(os.path.join(workdir, "config.json"), cfg.to_json_best_effort(indent=2))
     margin, seed, bsz = float(t.margin), int(cfg.seed), int(t.batch_size)
     batch_indices = _batch_sampler(len(tr_ids), bsz, seed)
     train_step = _make_train_step(graphdef, tx, margin, seed, int(t.get("sum_negatives_steps", 0)))
@@ -75,11 +75,11 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                                              every_steps=t.log_every_steps)] if jax.process_index() == 0 else []
 
     def save(step):
-        latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
+        checkpoints.save_step(latest, step, ocp.args.Composite(state=ocp.args.StandardSave(state)))
 
     acc = MeanAccumulator()
     step = start
-    with interrupts.StopSignals() as signals:
+    with interrupts.StopSignals(workdir) as signals:
         for step in range(start + 1, int(t.num_train_steps) + 1):
             idx = batch_indices(step - 1)
             img = tr_img[idx]
@@ -95,8 +95,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
                 logging.info("step %d/%d loss %.4f", step, t.num_train_steps, vals["loss"])
             if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
                 r = _eval_dev(workdir, writer, lambda x: run(state["params"], x), dev, ks, step)
-                best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
-                          metrics={"score": float(r[t.best_metric])})
+                checkpoints.save_step(best, step, ocp.args.Composite(state=ocp.args.StandardSave(state)),
+                                      {"score": float(r[t.best_metric])})
             if step % t.checkpoint_every_steps == 0 or step == t.num_train_steps:
                 save(step)
             if signals.requested:

@@ -22,7 +22,6 @@ A reference both in the list and among the OCR tokens scores on both classes.
 from __future__ import annotations
 
 import collections
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
+from openvivqa_jax import outputs
 from openvivqa_jax import jsonio
 from openvivqa_jax.text.answer_vocab import ocr_words
 from openvivqa_jax.text.normalize import normalize_text
@@ -69,6 +69,8 @@ class AnswerList:
         self.answers = norm
         self.counts = list(counts) if counts is not None else None
         self.full_score_count = int(full_score_count)
+        #: How many distinct answers the list was chosen from (None: not known, e.g. a file of older versions).
+        self.distinct_answers: int | None = None
         self._index = {a: i for i, a in enumerate(norm)}
 
     @classmethod
@@ -104,7 +106,9 @@ class AnswerList:
         covered = sum(c for _, c in ranked)
         logging.info("AnswerList.build: %d distinct answers, kept %d (top_k=%d) covering %.1f%% of %d answers",
                      len(counter), len(ranked), top_k, 100.0 * covered / total, total)
-        return cls([a for a, _ in ranked], [c for _, c in ranked], full_score_count)
+        alist = cls([a for a, _ in ranked], [c for _, c in ranked], full_score_count)
+        alist.distinct_answers = len(counter)
+        return alist
 
     def __len__(self) -> int:
         return len(self.answers)
@@ -114,10 +118,11 @@ class AnswerList:
         return self._index.get(normalize_text(answer))
 
     def save(self, path: str) -> None:
-        """Writes ``{"answers": [...], "counts": [...] | null, "full_score_count": int}`` as UTF-8 JSON."""
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"answers": self.answers, "counts": self.counts, "full_score_count": self.full_score_count},
-                      f, ensure_ascii=False, indent=0)
+        """Writes ``{"answers": [...], "counts": [...] | null, "full_score_count": int, "distinct_answers": int |
+        null}`` as UTF-8 JSON (``distinct_answers`` tells whether another ``top_k`` would give another list)."""
+        outputs.write_json(path, {"answers": self.answers, "counts": self.counts,
+                                  "full_score_count": self.full_score_count,
+                                  "distinct_answers": self.distinct_answers}, indent=0)
 
     @classmethod
     def load(cls, path: str) -> AnswerList:
@@ -134,7 +139,10 @@ class AnswerList:
                 not all(isinstance(a, str) for a in d["answers"]):
             raise ValueError(f"{path}: expected {{'answers': [str, ...], ...}}")
         try:
-            return cls(d["answers"], d.get("counts"), d.get("full_score_count", FULL_SCORE_COUNT))
+            alist = cls(d["answers"], d.get("counts"), d.get("full_score_count", FULL_SCORE_COUNT))
+            distinct = d.get("distinct_answers")
+            alist.distinct_answers = distinct if isinstance(distinct, int) and not isinstance(distinct, bool) else None
+            return alist
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from e
 

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 import sentencepiece as spm
 from absl import logging
 
+from openvivqa_jax import outputs
+
 __all__ = ["PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "MODEL_TYPES", "DecodeNotes", "Tokenizer", "clean_decoded_text",
            "train_sentencepiece"]
 
@@ -105,10 +107,7 @@ def train_sentencepiece(
         num_threads=max(1, min(4, os.cpu_count() or 1)),
         minloglevel=2,
     )
-    tmp = model_path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(proto.getvalue())
-    os.replace(tmp, model_path)
+    outputs.write_bytes(model_path, proto.getvalue())
     tok = Tokenizer(model_path)
     logging.info("Trained SentencePiece (%s) on %d sentences: %d pieces -> %s", model_type, len(corpus),
                  tok.vocab_size, model_path)

@@ -6,6 +6,12 @@ A run keeps two folders in its workdir: ``checkpoints/<step>/`` (the last few st
 ``best/<step>/`` (the one step with the highest dev ``score``). A loop stopped by a signal saves its last
 step first (:func:`stop_with_checkpoint`; :mod:`openvivqa_jax.training.interrupts` for the signals).
 
+Saving (:func:`save_step`): orbax writes a step into a temporary folder and renames it when complete, and
+removes the oldest steps only after that, so a save that fails (a full disk, a file-size limit) leaves every
+earlier step as it was. The failure is one :class:`CheckpointWriteError` naming the step's folder, the
+operating system's reason and the last good step to resume from; the partial folder is removed and orbax's
+own error reports (hundreds of traceback lines from its writer threads) are kept out of the log.
+
 Restoring: :func:`restore_params` reads the parameters (not the optimizer state) of the best or latest step,
 passing over steps that do not restore (:func:`restore_newest`), after :func:`check_checkpoint_fits` has compared
 the stored parameter shapes with the model's.
@@ -13,8 +19,10 @@ the stored parameter shapes with the model's.
 
 from __future__ import annotations
 
+import glob
 import logging as std_logging
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -24,11 +32,12 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from absl import logging
 
+from openvivqa_jax import outputs
 from openvivqa_jax.errors import UserError
 from openvivqa_jax.training import interrupts, sharding
 
 __all__ = ["checkpoint_managers", "stop_with_checkpoint", "CheckpointMismatchError", "CheckpointCorruptError",
-           "restore_newest", "check_checkpoint_fits", "restore_params"]
+           "CheckpointWriteError", "save_step", "restore_newest", "check_checkpoint_fits", "restore_params"]
 
 
 def checkpoint_managers(workdir: str, *, keep: int,
@@ -77,6 +86,89 @@ def stop_with_checkpoint(signal_name: str, step: int, save: Callable[[int], Any]
     if warn:
         logging.warning("%s: stopped after step %d and saved it", signal_name, step)
     raise interrupts.TrainingInterrupted(signal_name, step, latest.latest_step())
+
+
+class CheckpointWriteError(UserError):
+    """A checkpoint step could not be written (a full disk, a file-size limit, no permission); the message names
+    the step's folder, the reason and the last good step, which is kept."""
+
+
+class _HeldOrbaxErrors(std_logging.Filter):
+    """Holds back orbax's ERROR records (a writer thread's exception, with its traceback) while a step is saved:
+    dropped (logged at debug level) when the save fails, since :class:`CheckpointWriteError` says it in one
+    line; handed on when it succeeds."""
+
+    def __init__(self):
+        super().__init__()
+        self.held: list[std_logging.LogRecord] = []
+        self.failed = False
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        if record.levelno < std_logging.ERROR or "/orbax/" not in record.pathname:
+            return True
+        if not self.failed:
+            self.held.append(record)
+        return False
+
+
+def _write_failure(e: BaseException | None) -> str | None:
+    """The operating system's reason when ``e`` (or an error it was raised from) is a failed write: an
+    ``OSError``, or a library's error quoting one (TensorStore); None for anything else (a bug: re-raised)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        reason = outputs.os_reason(e)
+        if isinstance(e, OSError) or any(os.strerror(c) == reason for c in outputs.WRITE_ERRNOS):
+            return reason
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def save_step(manager: ocp.CheckpointManager, step: int, args, metrics: dict | None = None) -> None:
+    """Saves ``step`` into ``manager`` (``manager.save(step, args=args, metrics=metrics)``) and waits for it.
+
+    Raises:
+      CheckpointWriteError: the step could not be written (the reason is an operating system's: no space, a
+        file-size limit, permission); its partial folder is removed (process 0), the earlier steps are kept,
+        and the message names the last good step of ``<workdir>/checkpoints``. Any other error is raised as it
+        is.
+    """
+    held = _HeldOrbaxErrors()
+    handlers = list(std_logging.getLogger().handlers)
+    for h in handlers:
+        h.addFilter(held)
+    try:
+        manager.save(step, args=args, metrics=metrics)
+        manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 - orbax and TensorStore raise many types for a failed write
+        reason = _write_failure(e)
+        if reason is None:
+            raise
+        held.failed = True  # stays on the handlers: orbax's threads may still report after the raise
+        _quiet_closed_loop_callbacks()
+        for r in held.held:
+            logging.debug("orbax, while step %d failed to save: %s", step, r.getMessage())
+        raise _write_error(manager, step, reason) from e
+    for h in handlers:
+        h.removeFilter(held)
+    for r in held.held:  # a save that succeeded keeps orbax's reports
+        std_logging.getLogger(r.name).handle(r)
+
+
+def _write_error(manager: ocp.CheckpointManager, step: int, reason: str) -> CheckpointWriteError:
+    """The error for a step that failed to save, after its partial folder (``<step>.orbax-checkpoint-tmp*``)
+    is removed: it takes room the user needs back, and orbax passes over it anyway."""
+    directory = str(manager.directory)
+    if jax.process_index() == 0:
+        for tmp in glob.glob(os.path.join(glob.escape(directory), f"{step}.orbax-checkpoint-tmp*")):
+            shutil.rmtree(tmp, ignore_errors=True)
+    workdir = os.path.dirname(os.path.abspath(directory))
+    last = interrupts.last_checkpoint_step(workdir)
+    kept = (f"the last good checkpoint, step {last} in {os.path.join(workdir, 'checkpoints')}, is kept; free some "
+            "space and rerun the same command to resume from it" if last is not None else
+            "no earlier checkpoint was saved; free some space and rerun the same command to start again")
+    return CheckpointWriteError(f"could not write checkpoint step {step} to {os.path.join(directory, str(step))}: "
+                                f"{reason}; {kept}")
 
 
 class CheckpointMismatchError(UserError, ValueError):

@@ -6,9 +6,12 @@ finishes the step it is in, saves a checkpoint of that step (with the data itera
 
     interrupted at step 37; last checkpoint step 37; rerun the same command to resume
 
-and exits with 130 (SIGINT) or 143 (SIGTERM), the shell's codes for those signals. A second SIGINT raises
-``KeyboardInterrupt`` at once (no checkpoint); the entry point then prints the last checkpoint on disk
-(:func:`last_checkpoint_step`). With several JAX processes the handlers are not installed: SIGTERM is
+and exits with 130 (SIGINT) or 143 (SIGTERM), the shell's codes for those signals. A second SIGINT or SIGTERM
+stops the process at once, wherever it is (a checkpoint save in progress, a garbage-collector callback, where
+an exception would be dropped): the handler prints the same line with the last checkpoint on disk
+(:func:`last_checkpoint_step`) and ends the process with ``os._exit``, so neither the save's worker threads nor
+the interpreter's shutdown can add a traceback; the unfinished step folder carries orbax's temporary suffix and
+is passed over on resume. With several JAX processes the handlers are not installed: SIGTERM is
 JAX's preemption notice there, and the loop asks orbax (``CheckpointManager.reached_preemption``) for the
 step all processes agreed to save at.
 
@@ -180,15 +183,21 @@ class TrainingInterrupted(Exception):
 
 class StopSignals:
     """Catches SIGINT and SIGTERM while installed (a context manager): the first sets :attr:`requested` to the
-    signal's name; a second SIGINT/SIGTERM restores the previous handlers and raises ``KeyboardInterrupt``.
+    signal's name; a second SIGINT/SIGTERM prints ``interrupted; last checkpoint step M; rerun the same command
+    to resume`` (M from ``workdir``, :func:`last_checkpoint_step`) on stderr and ends the process at once
+    (``os._exit``, 130 / 143; module doc).
+
+    Args:
+      workdir: the run folder whose last checkpoint the second signal's line names.
 
     Installing from a thread other than the main one (where Python refuses signal handlers) installs nothing.
     Entering raises ``KeyboardInterrupt`` (installing nothing) if a signal was recorded before and its
     exception was swallowed (:func:`raise_if_received`).
     """
 
-    def __init__(self):
+    def __init__(self, workdir: str | None = None):
         self.requested: str | None = None
+        self.workdir = workdir
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> "StopSignals":
@@ -201,10 +210,22 @@ class StopSignals:
 
     def _handle(self, signum, frame) -> None:
         del frame
-        if self.requested is not None:
-            self.restore()
-            raise KeyboardInterrupt
-        self.requested = signal.Signals(signum).name
+        if self.requested is None:
+            self.requested = signal.Signals(signum).name
+            return
+        # Raising here could land in a garbage-collector callback (and be dropped) or inside orbax's save (and
+        # leave its threads writing while the interpreter shuts down): end the process instead.
+        name = signal.Signals(signum).name
+        try:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, RuntimeError, ValueError):  # a write of the main thread that this interrupted
+                    pass
+            # os.write, not print: the signal may have arrived inside a write to stderr, which print would re-enter
+            os.write(2, (interrupted_message(None, last_checkpoint_step(self.workdir)) + "\n").encode())
+        finally:
+            os._exit(EXIT_CODES.get(name, 1))
 
     def restore(self) -> None:
         """Puts the previous handlers back (idempotent)."""

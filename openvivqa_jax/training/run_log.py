@@ -17,6 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from openvivqa_jax import outputs
+
 __all__ = ["IntervalTimer", "JsonlWriter", "MeanAccumulator", "peak_device_memory_mib", "write_jsonl"]
 
 
@@ -29,13 +31,20 @@ class JsonlWriter:
 
     def write(self, step: int, kind: str, values: Mapping[str, Any]) -> None:
         """Appends ``{"step": step, "kind": kind, "time": <unix seconds>, **values}``; scalar values as floats,
-        arrays as lists."""
+        arrays as lists.
+
+        Raises:
+          openvivqa_jax.outputs.OutputWriteError: the file cannot be written (names it and the reason).
+        """
         if jax.process_index() != 0:
             return
         rec = {"step": int(step), "kind": kind, "time": time.time()}
         rec.update({k: (float(v) if np.ndim(v) == 0 else np.asarray(v).tolist()) for k, v in values.items()})
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        try:  # appended (a log cannot be replaced whole); its readers skip a line cut short
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        except OSError as e:
+            raise outputs.write_error(self.path, e) from e
 
 
 class MeanAccumulator:

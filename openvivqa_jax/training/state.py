@@ -38,6 +38,8 @@ def make_schedule(tcfg, d_model: int) -> optax.Schedule:
     * ``m4c``: linear warmup to ``learning_rate`` over ``warmup_steps`` from ``warmup_factor``,
       then multiply by ``decay_factor`` at each of ``decay_steps`` (M4C: 1e-4, 1k, x0.1 at 14k, 19k).
     * ``constant``: ``learning_rate``.
+    * ``warmup_constant``: linear warmup from 0 to ``learning_rate`` over ``warmup_steps``, then constant (the
+      constant rates of DrQA's Adamax and QANet's Adam after their warmup).
 
     Raises:
       ValueError: for an unknown schedule.
@@ -61,22 +63,31 @@ def make_schedule(tcfg, d_model: int) -> optax.Schedule:
         return optax.join_schedules([warmup, decay], [warm])
     if kind == "constant":
         return optax.constant_schedule(float(tcfg.learning_rate))
-    raise ValueError(f"unknown schedule {kind!r}; expected 'noam', 'm4c' or 'constant'")
+    if kind == "warmup_constant":
+        base, warm = float(tcfg.learning_rate), int(tcfg.warmup_steps)
+        return optax.join_schedules([optax.linear_schedule(base / max(1, warm), base, max(1, warm)),
+                                     optax.constant_schedule(base)], [max(1, warm)])
+    raise ValueError(f"unknown schedule {kind!r}; expected 'noam', 'm4c', 'constant' or 'warmup_constant'")
 
 
 def make_optimizer(tcfg, d_model: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """Adam/AdamW with the schedule, global-norm clipping and optional gradient accumulation.
+    """Adam/AdamW/Adamax with the schedule, global-norm clipping and optional gradient accumulation. Adamax
+    (Kingma & Ba 2015 §7.1) is DrQA's optimizer, with PyTorch's ``eps`` 1e-8; ``train.eps`` overrides Adam's
+    1e-9 (QANet: 1e-7).
 
     Raises:
       ValueError: for an unknown optimizer.
     """
     schedule = make_schedule(tcfg, d_model)
+    eps = float(tcfg.get("eps", 1e-9))
     if tcfg.optimizer == "adam":
-        opt = optax.adam(schedule, b1=tcfg.b1, b2=tcfg.b2, eps=1e-9)
+        opt = optax.adam(schedule, b1=tcfg.b1, b2=tcfg.b2, eps=eps)
+    elif tcfg.optimizer == "adamax":
+        opt = optax.adamax(schedule, b1=tcfg.b1, b2=tcfg.b2, eps=float(tcfg.get("eps", 1e-8)))
     elif tcfg.optimizer == "adamw":
-        opt = optax.adamw(schedule, b1=tcfg.b1, b2=tcfg.b2, eps=1e-9, weight_decay=tcfg.weight_decay)
+        opt = optax.adamw(schedule, b1=tcfg.b1, b2=tcfg.b2, eps=eps, weight_decay=tcfg.weight_decay)
     else:
-        raise ValueError(f"unknown optimizer {tcfg.optimizer!r}; expected 'adam' or 'adamw'")
+        raise ValueError(f"unknown optimizer {tcfg.optimizer!r}; expected 'adam', 'adamw' or 'adamax'")
     chain = [opt]
     if tcfg.grad_clip_norm and tcfg.grad_clip_norm > 0:
         chain.insert(0, optax.clip_by_global_norm(tcfg.grad_clip_norm))

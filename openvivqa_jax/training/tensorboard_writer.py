@@ -13,12 +13,15 @@ methods of a ``clu`` ``MetricWriter``, the only ones the train loop calls.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
 import time
 from collections.abc import Mapping
 from typing import Any
+
+from openvivqa_jax import outputs
 
 __all__ = ["ScalarEventWriter", "NullWriter", "create_writer", "event_files"]
 
@@ -42,12 +45,22 @@ class NullWriter:
 class ScalarEventWriter(NullWriter):
     """Writes scalars to ``<logdir>/events.out.tfevents.*`` as TensorBoard scalar events.
 
-    The event file is created on the first write, so a writer that is never written to leaves no file.
+    The event file is created on the first write, so a writer that is never written to leaves no file. A write
+    that fails (a full disk) raises :class:`openvivqa_jax.outputs.OutputWriteError` naming the file; the events
+    written before stay readable (TensorBoard stops at a record cut short).
     """
 
     def __init__(self, logdir: str):
         self.logdir = logdir
+        self.path: str | None = None
         self._writer = None
+
+    @contextlib.contextmanager
+    def _writing(self):
+        try:
+            yield
+        except OSError as e:
+            raise outputs.write_error(self.path or self.logdir, e, "the TensorBoard events file") from e
 
     def _file(self):
         """The record writer of this writer's event file, created (with its ``file_version`` event) on first use."""
@@ -58,7 +71,8 @@ class ScalarEventWriter(NullWriter):
             os.makedirs(self.logdir, exist_ok=True)
             name = "events.out.tfevents.%010d.%s.%s.%s" % (time.time(), socket.gethostname(), os.getpid(),
                                                            next(_uids))
-            self._writer = RecordWriter(open(os.path.join(self.logdir, name), "wb"))
+            self.path = os.path.join(self.logdir, name)
+            self._writer = RecordWriter(open(self.path, "wb"))
             self._writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
         return self._writer
 
@@ -70,13 +84,15 @@ class ScalarEventWriter(NullWriter):
         values = [summary_pb2.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]
         if values:
             event = event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=values))
-            self._file().write(event.SerializeToString())
-            self._writer.flush()
+            with self._writing():
+                self._file().write(event.SerializeToString())
+                self._writer.flush()
 
     def flush(self) -> None:
         """Writes pending events to disk."""
         if self._writer is not None:
-            self._writer.flush()
+            with self._writing():
+                self._writer.flush()
 
     def close(self) -> None:
         """Flushes and closes the event file."""

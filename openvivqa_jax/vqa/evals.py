@@ -10,7 +10,6 @@ What runs after training is ``config.evals`` (:func:`run`; the entries and their
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import jax
@@ -19,14 +18,16 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
+from openvivqa_jax import outputs
 from openvivqa_jax import evaluation
 from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import copying
 from openvivqa_jax.training import checkpoints, interrupts, sharding
 from openvivqa_jax.training.state import TrainState
 from openvivqa_jax.vqa import config as vqa_config
-from openvivqa_jax.vqa import decoding
+from openvivqa_jax.vqa import decoding, run_settings
 from openvivqa_jax.vqa.experiment import Experiment, create_experiment
+from openvivqa_jax.vqa.workdir import check_workdir
 
 __all__ = ["predict_split", "evaluate_split", "print_table", "write_metrics_file", "run", "final_evaluation",
            "evaluate"]
@@ -113,7 +114,8 @@ def evaluate_split(exp: Experiment, params, step: int | None, split: str, write:
     writes = write and jax.process_index() == 0
     metrics = evaluation.evaluate_split(preds, out_dir if writes else None, tag or split,
                                         metrics=tuple(cfg.eval.metrics),
-                                        answer_rules=cfg.eval.get("answer_rules", "vietnamese"))
+                                        answer_rules=cfg.eval.get("answer_rules", "vietnamese"),
+                                        text_mode=cfg.eval.get("text_mode", "openvivqa"))
     metrics["decoding"] = dict(settings.describe(), ocr_masked=bool(mask_ocr), step=None if step is None else int(step))
     if writes:
         write_metrics_file(exp, tag or split, metrics)
@@ -146,8 +148,7 @@ def print_table(title: str, metrics: dict) -> str:
 def write_metrics_file(exp: Experiment, tag: str, metrics: dict) -> None:
     """Writes ``metrics`` to ``<workdir>/eval/<tag>_metrics.json`` (process 0; replaces the file)."""
     if jax.process_index() == 0:
-        with open(os.path.join(exp.workdir, "eval", f"{tag}_metrics.json"), "w", encoding="utf-8") as f:
-            json.dump(metrics, f, ensure_ascii=False, indent=2)
+        outputs.write_json(os.path.join(exp.workdir, "eval", f"{tag}_metrics.json"), metrics, indent=2)
 
 
 def run(exp, params, params_step: int, step: int, writer=None, record_kind: str = "final") -> dict[str, dict]:
@@ -261,6 +262,14 @@ def final_evaluation(exp: Experiment, step: int | None, state: TrainState | None
 def evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     """``--mode evaluate``: runs the evaluations of ``config.evals`` again with the best checkpoint of ``workdir``
     (:func:`final_evaluation`; records of kind ``evaluate``). The model is built abstractly and only the
-    parameters of the best checkpoint are restored."""
+    parameters of the best checkpoint are restored.
+
+    Raises:
+      RunFolderError: ``workdir`` holds no checkpoint, tokenizer or config (checked before anything is made).
+      CheckpointMismatchError: a setting the run's files fix differs (:func:`run_settings.check_settings`).
+    """
+    folder = os.path.abspath(os.path.expanduser(workdir))
+    check_workdir(folder)  # nothing to score: say so before a tokenizer is made
+    run_settings.check_settings(cfg, folder, mode="evaluate")
     exp, _ = create_experiment(cfg, workdir, initialize=False)
     return final_evaluation(exp, step=None, record_kind="evaluate")

@@ -19,11 +19,12 @@ from flax import nnx
 from openvivqa_jax.data.datasets import DataSplits
 from openvivqa_jax.evaluation.evaluator import resolve_metrics
 from openvivqa_jax.models import build_model, model_class
+from openvivqa_jax.text.language import write_training_languages
 from openvivqa_jax.training import sharding
 from openvivqa_jax.training.run_log import JsonlWriter
 from openvivqa_jax.training.state import (TrainState, counter_optimizer, freeze_params, frozen_param_regex,
                                          make_optimizer)
-from openvivqa_jax.vqa import assets
+from openvivqa_jax.vqa import assets, run_settings
 from openvivqa_jax.vqa import config as vqa_config
 
 __all__ = ["StateSpec", "create_train_state", "Experiment", "create_experiment"]
@@ -144,9 +145,13 @@ def create_experiment(cfg: ml_collections.ConfigDict, workdir: str,
     data.check_splits({**({"data.train_split": cfg.data.train_split} if initialize else {}),
                        "data.eval_split": cfg.data.eval_split, **vqa_config.split_fields(cfg)})
     os.makedirs(workdir, exist_ok=True)
+    if initialize and jax.process_index() == 0:
+        run_settings.write_initial_config(cfg, workdir)  # before the run's first file: its settings are known
     train_records = None
     if not assets.exists_on_process_0(os.path.join(workdir, "spm.model")):
         train_records = data.records(cfg.data.train_split)
+        if jax.process_index() == 0:  # what predict compares a question's language with
+            write_training_languages(train_records, workdir, cfg.data.train_split)
     tokenizer = assets.load_tokenizer(cfg, workdir, train_records)
     answer_list = None
     if not model_class(cfg.model.name).is_generator:

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from openvivqa_jax import accelerator
 from openvivqa_jax.data import pipeline
 from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.models import build_model, model_class
@@ -165,8 +166,10 @@ class Inference:
     def answer_photos(self, questions: list[PhotoQuestion], beam: int, batch_size: int = 8,
                       with_attention: bool = False) -> list[dict]:
         """Answers questions about photos; returns per question ``{question_id, image_id, image, question, score,
-        ocr, ocr_truncated, answer, words[, ids]}`` (``ocr``: the tokens the model saw, at most ``N``; ``words``:
-        :meth:`explain`; ``ids``: a generator's decoded ids).
+        ocr, ocr_truncated, question_pieces, question_truncated, answer, words[, ids]}`` (``ocr``: the tokens the
+        model saw, at most ``N``; ``question_truncated``: the question's tokens past ``model.max_question_len``,
+        which the model did not read (:meth:`question_length`); ``words``: :meth:`explain`; ``ids``: a
+        generator's decoded ids).
 
         Batches are padded to ``batch_size`` (one compilation per size). With ``with_attention`` each result
         also carries ``heat`` ``(gh, gw)`` (or None) and ``heat_note`` (:func:`attention_heat`).
@@ -196,9 +199,11 @@ class Inference:
             attn = self.answer_attention(batch, out) if with_attention else None
             for i, q in enumerate(chunk):
                 ocr = q.ocr[:n_ocr]
+                pieces = self.question_length(q.question)
                 res = {"question_id": q.question_id, "image_id": q.image_id, "image": q.image_path,
                        "question": q.question, "score": float(scores[i]), "ocr": ocr,
-                       "ocr_truncated": max(0, len(q.ocr) - len(ocr))}
+                       "ocr_truncated": max(0, len(q.ocr) - len(ocr)), "question_pieces": pieces,
+                       "question_truncated": max(0, pieces - self.inputs.pre.q_len)}
                 res["answer"], res["words"] = self.explain(out[i], ocr)
                 if self.is_generator:
                     res["ids"] = [int(x) for x in out[i]]
@@ -212,6 +217,13 @@ class Inference:
                     res["heat"], res["heat_note"] = None, f"no decoder attention map for model {self.cfg.model.name}"
                 results.append(res)
         return results
+
+    def question_length(self, question: str) -> int:
+        """How many tokens of ``question`` the model would read without a limit: the pretrained text encoder's
+        tokens where the run has one (M4C with BERT), else SentencePiece pieces; the preprocessor keeps the first
+        ``model.max_question_len``."""
+        bert = getattr(self.inputs.pre, "_question_bert", None)
+        return len(bert.encode(question)) if bert is not None else len(self.inputs.pre.tok.encode(question))
 
     def decode_batch(self, feats: list[dict], batch_size: int, beam_size: int | None = None):
         """Decodes examples given as feature dicts (:meth:`~openvivqa_jax.data.pipeline.Preprocessor.features`
@@ -299,9 +311,12 @@ def load_for_inference(workdir: str, cfg=None) -> Inference:
       FileNotFoundError: ``spm.model``, ``answers.json`` (classifiers) or every checkpoint is missing.
       openvivqa_jax.evaluation.formats.InputError: an unusable ``config.json``
         (:func:`openvivqa_jax.vqa.workdir.load_config`).
+      openvivqa_jax.accelerator.BackendError: ``JAX_PLATFORMS`` names a backend JAX cannot start.
     """
     workdir = os.path.abspath(os.path.expanduser(workdir))
     cfg = load_config(workdir) if cfg is None else cfg
+    # The log's backend line; the run's config.platform is not enforced: a run trained on GPUs answers anywhere.
+    accelerator.start_backend()
     with cfg.unlocked():
         if cfg.model.get("vision") is not None and cfg.model.vision.get("checkpoint"):
             cfg.model.vision.checkpoint = None  # the trained weights come from the run's checkpoint

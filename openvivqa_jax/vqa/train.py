@@ -4,8 +4,10 @@ checkpoints and resuming. The periodic dev scores and the evaluations after trai
 
 The workdir holds everything needed to resume or to predict::
 
-    config.json            the resolved config
+    config.json            the resolved config (written before the run's first file; a resume must keep the
+                           settings its files fix: openvivqa_jax/vqa/run_settings.py)
     spm.model              the SentencePiece model (trained on the train split only)
+    languages.json         the train split's question languages (predict warns of others)
     checkpoints/<step>/    orbax: train state + grain iterator state (latest ``keep_checkpoints``)
     best/<step>/           orbax: the best train state by the dev metric
     events.out.tfevents.*  TensorBoard scalars (train/*, dev/*, and the final test/*)
@@ -34,10 +36,12 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
+from openvivqa_jax import outputs
 from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.models.counting import COUNTING_FIELDS, counter_weight
+from openvivqa_jax.vqa import run_settings
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, peak_device_memory_mib
 from openvivqa_jax.training.state import TrainState, make_schedule
@@ -172,10 +176,12 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
 
     A run that has finished (:func:`finished_step`) is not evaluated again: one line says so and how to
     re-score it (``--mode evaluate``); nothing is appended to ``metrics.jsonl`` and no TensorBoard file is
-    written. ``train.num_train_steps = 0`` is first set from the data (:mod:`openvivqa_jax.vqa.run_length`).
+    written. ``train.num_train_steps = 0`` is then set from the data (:mod:`openvivqa_jax.vqa.run_length`).
     Smoke-run settings that train nothing (warm-up past the last step, :func:`warn_warmup`) and inputs
-    mostly cut (:func:`warn_cut_inputs`) are WARNING lines.
+    mostly cut (:func:`warn_cut_inputs`) are WARNING lines. A setting the run's files fix that differs from its
+    ``config.json`` raises ``CheckpointMismatchError`` first (:func:`run_settings.check_settings`; a finished run too).
     """
+    run_settings.check_settings(cfg, os.path.abspath(os.path.expanduser(workdir)))
     run_length.resolve_train_steps(cfg, lambda: _num_train_questions(cfg))
     finished = finished_step(workdir, cfg.train.num_train_steps)
     if finished is not None:
@@ -195,13 +201,12 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     # Written once the checkpoint (if any) is known to fit, so a resume with other model settings keeps the
     # run's own config.json.
     if jax.process_index() == 0:
-        with open(os.path.join(exp.workdir, "config.json"), "w", encoding="utf-8") as f:
-            f.write(cfg.to_json_best_effort(indent=2))
+        outputs.write_text(os.path.join(exp.workdir, "config.json"), cfg.to_json_best_effort(indent=2))
     step_fn = make_train_step(spec)
     hooks = _profile_hooks(exp)
 
     def save(step: int) -> None:
-        latest.save(step, args=ocp.args.Composite(
+        checkpoints.save_step(latest, step, ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data_iter=ocp.args.JsonSave({"iterator": it.get_state(), "best_score": float(best_score),
                                          "bad_evals": int(bad_evals)})))
@@ -212,7 +217,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     stopped_early = False
     # Ctrl-C / SIGTERM: finish the step, save it, stop with one line (openvivqa_jax.training.interrupts). With several
     # processes SIGTERM is JAX's preemption notice and orbax says at which step all processes save.
-    signals = interrupts.StopSignals() if jax.process_count() == 1 else contextlib.nullcontext()
+    signals = interrupts.StopSignals(exp.workdir) if jax.process_count() == 1 else contextlib.nullcontext()
     with signals:
         for step in range(start + 1, t.num_train_steps + 1):
             with timer.waiting():
@@ -449,7 +454,7 @@ def _record_dev_score(exp: Experiment, best: ocp.CheckpointManager, state: Train
     """Saves ``state`` to ``best`` with its dev ``score`` and counts evaluations without improvement; returns
     ``(best_score, bad_evals, stop)``, ``stop`` True (with a log line) when ``train.patience`` of them ran out."""
     t = exp.cfg.train
-    best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), metrics={"score": score})
+    checkpoints.save_step(best, step, ocp.args.Composite(state=ocp.args.StandardSave(state)), {"score": score})
     if score > best_score:
         best_score, bad_evals = score, 0
     else:

@@ -12,9 +12,19 @@ import os
 
 import ml_collections
 
-from openvivqa_jax.evaluation.formats import InputError, read_json_file
+from openvivqa_jax.errors import UserError
+from openvivqa_jax.evaluation.formats import InputError
+from openvivqa_jax.evaluation.questions import image_folders, read_json_file
 
-__all__ = ["check_workdir", "load_config"]
+__all__ = ["RunFolderError", "RUN_FILES", "check_workdir", "load_config", "answering_reads"]
+
+#: The files and folders of a run that answering from it reads.
+RUN_FILES = ("config.json", "spm.model", "answers.json", "checkpoints", "best")
+
+
+class RunFolderError(UserError, FileNotFoundError):
+    """A run folder that cannot be answered or scored from: not there, or without its config, tokenizer or a
+    checkpoint (one line naming the folder and what is missing)."""
 
 
 def _has_step(d: str) -> bool:
@@ -26,15 +36,15 @@ def check_workdir(workdir: str) -> None:
     ``best/`` or ``checkpoints/``.
 
     Raises:
-      FileNotFoundError: naming the workdir and what is missing (one line).
+      RunFolderError: naming the workdir and what is missing (one line).
     """
     if not os.path.isdir(workdir):
-        raise FileNotFoundError(f"workdir {workdir}: not found")
+        raise RunFolderError(f"workdir {workdir}: not found")
     for name, what in (("config.json", "the run's config"), ("spm.model", "the tokenizer")):
         if not os.path.isfile(os.path.join(workdir, name)):
-            raise FileNotFoundError(f"workdir {workdir}: no {name} ({what}); is it a training run folder?")
+            raise RunFolderError(f"workdir {workdir}: no {name} ({what}); is it a training run folder?")
     if not (_has_step(os.path.join(workdir, "best")) or _has_step(os.path.join(workdir, "checkpoints"))):
-        raise FileNotFoundError(f"workdir {workdir}: no checkpoint (best/ and checkpoints/ hold no saved step); "
+        raise RunFolderError(f"workdir {workdir}: no checkpoint (best/ and checkpoints/ hold no saved step); "
                                 "train first")
 
 
@@ -59,3 +69,15 @@ def _tuplify(x):
     if isinstance(x, list):
         return tuple(_tuplify(v) for v in x)
     return x
+
+
+def answering_reads(workdir: str, questions: str | None, image_dir: str | None) -> list[tuple[str, str]]:
+    """What answering questions from the run in ``workdir`` reads without a flag of its own, as ``(what, path)``
+    for :func:`openvivqa_jax.paths.check_paths`'s ``reads`` (no output may replace them): the run's
+    :data:`RUN_FILES` and, for a ``questions`` file without an ``image_dir``, the folders its images are looked
+    up in (:func:`~openvivqa_jax.evaluation.questions.image_folders`)."""
+    folder = os.path.expanduser(workdir)
+    reads = [(f"the run's {name} in --workdir {workdir}", os.path.join(folder, name)) for name in RUN_FILES]
+    if questions and not image_dir:
+        reads += [(f"the image folder {f} of --questions", f) for f in image_folders(os.path.expanduser(questions), None)]
+    return reads

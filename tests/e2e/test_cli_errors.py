@@ -93,6 +93,9 @@ def test_config_value_out_of_range(tmp_path, override, needle):
     ("eval.decoding", "beams", "config value eval.decoding='beams' is out of range: must be one of 'greedy', "
                                "'beam' (set it with --config.eval.decoding=...)"),
     ("eval.answer_rules", "english", None),
+    ("eval.text_mode", "offical", "config value eval.text_mode='offical' is out of range: must be one of "
+                                  "'openvivqa', 'official', 'pycocoevalcap' (set it with --config.eval.text_mode=...)"),
+    ("eval.text_mode", "official", None),
 ])
 def test_check_config_ranges(field, value, message):
     from openvivqa_jax.config_check import ConfigError, check_config
@@ -312,20 +315,27 @@ def test_interrupt_during_setup_is_one_line(tmp_path, tiny_data):
 @pytest.mark.slow
 def test_checkpoint_of_other_model_settings_is_one_line(tmp_path, tiny_data):
     """Resuming or evaluating a run with model settings other than its checkpoint's (here d_model 48 against the
-    tiny config's 32) gives one line naming the checkpoint, a differing parameter with both shapes and the
-    run's config.json, exit status 1, and leaves config.json as the run wrote it."""
+    tiny config's 32) gives one line naming the setting, both values and the run's config.json, exit status 1,
+    and leaves config.json as the run wrote it. A config.json that no longer says what the checkpoint holds
+    (edited by hand) meets the restore's own check: one line naming a parameter with both shapes."""
     res = _main(*_tiny_args(tmp_path, tiny_data, "--config.train.num_train_steps=4",
                             "--config.train.checkpoint_every_steps=4", "--config.train.eval_every_steps=0"),
                 timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    config_json = (tmp_path / "run" / "config.json").read_text()
+    config_path = tmp_path / "run" / "config.json"
+    config_json = config_path.read_text()
     assert json.loads(config_json)["model"]["d_model"] == 32
-    for mode, where in (("train", "run/checkpoints/4/state"), ("evaluate", "/4/state")):
+    for mode in ("train", "evaluate"):
         res = _main(*_tiny_args(tmp_path, tiny_data, "--config.train.num_train_steps=8", "--config.model.d_model=48",
                                 f"--mode={mode}"))
-        line = _assert_one_line(res, 1, "error: CheckpointMismatchError: checkpoint ",
-                                f"{where} does not fit the model of this config: ",
-                                "parameters differ in shape (e.g. ", ": (32,) in the checkpoint, (48,) in the model)",
-                                f"the run was trained with {tmp_path / 'run' / 'config.json'}")
-        assert "Use the model settings the run was trained with, or another --workdir" in line
-        assert (tmp_path / "run" / "config.json").read_text() == config_json
+        _assert_one_line(res, 1, f"error: CheckpointMismatchError: config value model.d_model=48 differs from the "
+                                 f"run's 32 ({config_path}), with which its checkpoints were made: resume with the "
+                                 "run's setting, or start a fresh run with the new one in another --workdir")
+        assert config_path.read_text() == config_json
+    config_path.write_text(config_json.replace('"d_model": 32', '"d_model": 48'))
+    res = _main(*_tiny_args(tmp_path, tiny_data, "--config.model.d_model=48", "--mode=evaluate"))
+    line = _assert_one_line(res, 1, "error: CheckpointMismatchError: checkpoint ", "/4/state does not fit the model "
+                            "of this config: ", "parameters differ in shape (e.g. ",
+                            ": (32,) in the checkpoint, (48,) in the model)",
+                            f"the run was trained with {config_path}")
+    assert "Use the model settings the run was trained with, or another --workdir" in line

@@ -1,6 +1,7 @@
 """launch/colab.ipynb executes headless (nbclient) with the tiny config: it detects the headless run from
-``OPENVIVQA_NOTEBOOK_CONFIG``, skips the pip install (the package is importable), trains, draws the curves
-and shows the test predictions that the run wrote."""
+``OPENVIVQA_NOTEBOOK_CONFIG`` and the machine's runtime (GPU, TPU or CPU), skips the pip install (the package,
+its dependencies and the runtime's JAX plugin are importable), trains (the log's backend line is shown), draws
+the curves and shows the test predictions that the run wrote."""
 
 from __future__ import annotations
 
@@ -56,9 +57,15 @@ def test_colab_notebook_runs_headless_with_the_tiny_config(tmp_path, monkeypatch
     client.execute()  # raises CellExecutionError (with the traceback) if a cell fails
     code = [c for c in nb.cells if c.cell_type == "code"]
     setup, train, curves, preds_cell = (_outputs_text(c) for c in code)
+    from openvivqa_jax import accelerator
+
+    # The cell detected this machine's runtime, and its accelerator's JAX plugin (none for a CPU) is importable.
+    runtime = accelerator.detect_runtime()
+    assert f"runtime: {runtime}" in setup
     assert "already importable: skipping pip install" in setup
     assert "config configs/tiny.py" in setup
     assert "step 10/10" in train
+    assert "] backend cpu: 1 device (cpu), 1 process" in train  # JAX_PLATFORMS=cpu, as set above
 
     # The curves cell drew a figure and reports the last logged training loss of metrics.jsonl.
     assert any("image/png" in o.get("data", {}) for o in code[2].outputs)

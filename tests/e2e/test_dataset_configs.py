@@ -309,7 +309,7 @@ def test_dictionary_errors(tokenizer, tmp_path):
         _pre(tokenizer, "task1")
     bad = tmp_path / "dict.json"
     bad.write_text('["open", 3]', encoding="utf-8")
-    with pytest.raises(pipeline.DatasetError, match=r"dict\.json: entry 1 is int"):
+    with pytest.raises(pipeline.DatasetError, match=r"dict\.json: entry 1 is a number"):
         _pre(tokenizer, "global", global_dictionary_file=str(bad))
     cfg = tiny_model_config("saaa")
     with cfg.unlocked():

@@ -550,7 +550,7 @@ def test_tpu_pod_script_runs_one_command_on_all_workers(tmp_path):
     import shlex
 
     remote = [shlex.split(x)[-1] for x in ssh]
-    assert "pip install" in remote[0] and "jax[tpu]" in remote[0]
+    assert "python3 -m pip install -q -e '.[tpu]'" in remote[0]  # the package's TPU extra (jax[tpu], libtpu)
     assert "openvivqa_jax.main --mode=prepare" in remote[1]
     assert "--config.data.manual_dir=/mnt/shared/openvivqa" in remote[1]
     assert "--config.mesh.shape" not in remote[1]  # only data overrides go to the prepare step

@@ -1,5 +1,8 @@
 """EVJVQA: the builder on a test-made public-test-layout file in three languages, and the challenge's metrics
-(token F1 with Japanese cut per character, BLEU = mean of BLEU-1..4) in the evaluator and the evaluate CLI."""
+(the scorer's token-set F1 with Japanese detected from the reference, BLEU = mean of BLEU-1..4) in the evaluator and
+the evaluate CLI. The expected metric values are those the challenge's scorer (``evaluate_metrics.py`` of
+phanxuanphucnd/EVJVQA) gives on the same answers; tests/unit/test_official_parity.py compares with its stored
+outputs on the real baseline submission."""
 
 from __future__ import annotations
 
@@ -115,38 +118,47 @@ def test_missing_language_needs_default_language(tmp_path):
 def test_duplicate_question_id_in_list_form(tmp_path):
     manual = tmp_path / "manual"
     make_public_test(manual, ANNOTATIONS + [(101, 2, "again?", "again", "en")])
-    with pytest.raises(readers.DatasetInputError, match=r"question 101: question id listed twice"):
-        build(manual, tmp_path / "data")
+    b = build(manual, tmp_path / "data")
+    got = {ex["question_id"].decode(): ex["question"].decode() for ex in b.as_data_source()["test"]}
+    assert got["101#2"] == "again ?" and "101" in got and len(got) == len(ANNOTATIONS) + 1
+    assert b.repairs["test"].totals() == {"repeated_id_renamed": 1}
+    with pytest.raises(readers.DatasetInputError, match=r"question 101: question id repeated with another question "
+                       r"\(also in .*\) \(refused by the builder option strict"):
+        build(manual, tmp_path / "data2", EvjvqaConfig(name="strict", ocr_engine="none", strict=True))
 
 
 # ---- metrics -------------------------------------------------------------------------------------------
 
 
-def test_tokenize_per_language():
-    assert evjvqa.tokenize("フォーを売っています 。", "ja") == list("フォーを売っています")
-    assert evjvqa.tokenize("she is selling pho .", "en") == ["she", "is", "selling", "pho"]
-    assert evjvqa.tokenize("cô ấy đang bán phở", "vi") == ["cô", "ấy", "đang", "bán", "phở"]
-    assert evjvqa.tokenize("フォー", None) == ["フォー"]
+def test_tokens_as_the_scorer_cuts_them():
+    # Japanese: every character as written (no lowercasing, punctuation and spaces kept); otherwise lowercased,
+    # ASCII punctuation deleted without a space, whitespace tokens.
+    assert evjvqa.answer_tokens("フォーを売っています。", True) == list("フォーを売っています。")
+    assert evjvqa.answer_tokens("She is selling a T-shirt.", False) == ["she", "is", "selling", "a", "tshirt"]
+    assert evjvqa.answer_tokens("Cô ấy đang bán phở", False) == ["cô", "ấy", "đang", "bán", "phở"]
+    assert evjvqa.is_japanese("2人") and evjvqa.is_japanese("ＡＢＣ") and not evjvqa.is_japanese("màu đỏ")
 
 
 def test_japanese_one_character_off():
-    # 9 of the reference's 10 characters: p = 9/9, r = 9/10, F1 = 2 * 0.9 / 1.9.
-    f1 = evjvqa.f1_scores(["フォーを売っていま"], [["フォーを売っています"]], ["ja"])
+    # 9 of the reference's 10 characters: p = 9/9, r = 9/10, F1 = 2 * 0.9 / 1.9 (the scorer: 0.9473684210526316).
+    f1 = evjvqa.f1_scores(["フォーを売っていま"], [["フォーを売っています"]])
     assert f1[0] == pytest.approx(18 / 19)
     # BLEU-1..4 precisions are all 1; brevity penalty exp(1 - 10/9).
-    bleu, per_q = evjvqa.bleu_mean(["フォーを売っていま"], [["フォーを売っています"]], ["ja"])
+    bleu, per_q = evjvqa.bleu_mean(["フォーを売っていま"], [["フォーを売っています"]])
     assert bleu["overall"] == pytest.approx(math.exp(1 - 10 / 9), rel=1e-6)
     assert per_q[0] == pytest.approx(math.exp(1 - 10 / 9), rel=1e-6)
-    # Whitespace tokens make the whole answer one token: nothing matches.
-    assert evjvqa.f1_scores(["フォーを売っていま"], [["フォーを売っています"]], ["vi"])[0] == 0.0
+    # The reference's characters decide, not a language field: a question without one scores the same.
+    assert evaluator.score({"q": "フォーを売っていま"}, {"q": ["フォーを売っています"]},
+                           metrics=["EVJVQA-F1"])["overall"]["EVJVQA-F1"] == pytest.approx(18 / 19)
 
 
-def test_f1_max_over_references_and_multiset():
-    # "a a b" vs "a b b": common = min(2,1) + min(1,2) = 2; p = r = 2/3.
-    assert evjvqa.token_f1(["a", "a", "b"], ["a", "b", "b"]) == pytest.approx(2 / 3)
-    f1 = evjvqa.f1_scores(["màu đỏ"], [["đỏ", "màu xanh"]], ["vi"])
+def test_f1_on_token_sets_max_over_references():
+    # Sets, as the scorer: "a a b" vs "a b b" share {a, b}: F1 1 (a multiset count would give 2/3).
+    assert evjvqa.token_f1(["a", "a", "b"], ["a", "b", "b"]) == 1.0
+    f1 = evjvqa.f1_scores(["màu đỏ"], [["đỏ", "màu xanh"]])
     assert f1[0] == pytest.approx(2 / 3)  # vs "đỏ": p 1/2, r 1 -> 2/3; vs "màu xanh": 1/2
-    assert evjvqa.f1_scores(["?"], [["đỏ"]], ["vi"])[0] == 0.0
+    assert evjvqa.f1_scores(["?"], [["đỏ"]])[0] == 0.0  # no token left: 0 against a non-empty reference
+    assert evjvqa.f1_scores(["?"], [["..."]])[0] == 1.0  # and 1 against a reference with none either
 
 
 def test_evaluator_scores_per_language_tokens():
@@ -154,7 +166,7 @@ def test_evaluator_scores_per_language_tokens():
     refs = {"1": ["フォーを売っています"], "2": ["they sell pho"], "3": ["ở đây bán phở"]}
     langs = {"1": "ja", "2": "en", "3": "vi"}
     out = evaluator.score(preds, refs, metrics=["EVJVQA"], fields={"language": langs}, per_question=True)
-    # en: common 3, p 3/4, r 1 -> 6/7; vi: p = r = 3/4.
+    # en: common 3, p 3/4, r 1 -> 6/7; vi: p = r = 3/4 (the scorer: F1 0.8515037593984962, BLEU 0.857383335838779).
     expected = {"1": 18 / 19, "2": 6 / 7, "3": 0.75}
     assert out["overall"]["EVJVQA-F1"] == pytest.approx(np.mean(list(expected.values())))
     for q, v in expected.items():
@@ -164,6 +176,8 @@ def test_evaluator_scores_per_language_tokens():
     p = [15 / 17, 12 / 14, 9 / 11, 6 / 8]
     b = [math.prod(p[: k + 1]) ** (1 / (k + 1)) for k in range(4)]
     assert out["overall"]["EVJVQA-BLEU"] == pytest.approx(np.mean(b), rel=1e-6)
+    assert out["overall"]["EVJVQA-BLEU"] == pytest.approx(0.857383335838779, abs=1e-12)
+    assert out["rules"]["EVJVQA-F1"]["official"] and "evaluate_metrics.py" in out["rules"]["EVJVQA-F1"]["rule"]
     # Named defaults: added when a question is not Vietnamese, absent for an all-Vietnamese set.
     named = evaluator.score(preds, refs, fields={"language": langs}, metrics=["F1"])["metrics"]
     assert named == ["F1"]
@@ -197,6 +211,10 @@ def test_evaluate_cli_japanese_one_character_off(tmp_path):
     assert by_lang["ja"]["EVJVQA-F1"] == pytest.approx((1 + 18 / 19) / 2)
     assert by_lang["ja"]["EVJVQA-BLEU"] == pytest.approx(math.exp(1 - 13 / 12), rel=1e-6)
     assert by_lang["en"]["EVJVQA-BLEU"] == pytest.approx(1.0, rel=1e-6)
+    # The challenge's scorer on the same answers: F1 0.9912280701754387; on the two ja questions BLEU
+    # 0.9200444144614472.
+    assert out["overall"]["EVJVQA-F1"] == pytest.approx(0.9912280701754387, abs=1e-12)
+    assert by_lang["ja"]["EVJVQA-BLEU"] == pytest.approx(0.9200444144614472, abs=1e-12)
 
 
 # ---- the config and its tokenizer ------------------------------------------------------------------------------
@@ -322,14 +340,14 @@ def test_mlpag_trains_on_evjvqa_and_reports_per_language(tmp_path):
     assert {p["question_id"]: p["language"] for p in preds} == {k: v[3] for k, v in EXPECTED.items()}
     by_lang = test["by_field"]["language"]
     assert {k: v["num_questions"] for k, v in by_lang.items()} == {"en": 2, "ja": 2, "vi": 2}
-    # EVJVQA-F1 recomputed here from the written predictions with the module's own rule.
-    from openvivqa_jax.evaluation.sanitize import sanitize_text
+    # EVJVQA-F1 recomputed here from the written predictions with the challenge's rule (on the answers as given).
     for lang in ("en", "ja", "vi"):
         mine = [p for p in preds if p["language"] == lang]
-        f1 = evjvqa.f1_scores([sanitize_text(p["prediction"]) for p in mine],
-                              [[sanitize_text(r) for r in p["references"]] for p in mine], [lang] * len(mine))
+        f1 = evjvqa.f1_scores([p["prediction"] for p in mine], [p["references"] for p in mine])
         assert by_lang[lang]["EVJVQA-F1"] == pytest.approx(float(f1.mean()))
         assert "EVJVQA-BLEU" in by_lang[lang]
     assert set(test["metrics"]) == {"EVJVQA-F1", "EVJVQA-BLEU", "EM", "ROUGE-L"}
+    assert test["text_mode"] == "openvivqa" and test["rules"]["EVJVQA-F1"]["official"]
+    assert not test["rules"]["EM"]["official"] and "Vietnamese-normalized" in test["rules"]["ROUGE-L"]["rule"]
     dev = json.loads((wd / "eval" / "dev_metrics.json").read_text(encoding="utf-8"))
     assert dev["num_questions"]["overall"] == 3

@@ -5,6 +5,7 @@ half-written and stale caches; bad input."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 
@@ -159,17 +160,6 @@ def test_eval_batches_equal_the_per_example_path(setup):
         assert_same_fields(x, y, f"eval batch {b}")
 
 
-@pytest.fixture
-def absl_info():
-    """absl logging at INFO for the test (the cache's log lines), whatever an earlier test in the worker left."""
-    from absl import logging as absl_logging
-
-    verbosity = absl_logging.get_verbosity()
-    absl_logging.set_verbosity(absl_logging.INFO)
-    yield
-    absl_logging.set_verbosity(verbosity)
-
-
 @pytest.mark.slow  # 5-10 s on 2 cores: left to the full suite
 def test_corrupt_half_written_and_stale_caches_are_rebuilt(setup, caplog, absl_info):
     from openvivqa_jax.vqa import assets
@@ -211,22 +201,37 @@ def test_corrupt_half_written_and_stale_caches_are_rebuilt(setup, caplog, absl_i
     with open(os.path.join(path, "manifest.json"), "r+b") as f:
         f.truncate(50)
     reopened("unreadable")
-    # Another tokenizer or other shapes: stale, rebuilt with the reason.
+    # Made by another version of the layout, or holding another key: rebuilt, saying so.
+    manifest = json.loads(open(os.path.join(path, "manifest.json"), encoding="utf-8").read())
+    with open(os.path.join(path, "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump({**manifest, "format": model_ready.FORMAT - 1}, f)
+    reopened(f"format {model_ready.FORMAT - 1} is not {model_ready.FORMAT} (made by another version)")
+    manifest = json.loads(open(os.path.join(path, "manifest.json"), encoding="utf-8").read())
+    manifest["fingerprint"]["settings"]["q_len"] += 1
+    with open(os.path.join(path, "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f)
+    reopened("its manifest holds another key: its settings differs (q_len)")
+    # Another tokenizer or other shapes: another entry of the cache, beside this one, built with the reason.
     other = cfg.copy_and_resolve_references()
     other.tokenizer.vocab_size = 300
     tok2 = assets.load_tokenizer(other, str(root / "tok2"), pipeline.read_records(src, "train"))
     caplog.clear()
-    model_ready.open_split(src, pipeline.Preprocessor(cfg, tok2, allow_copy=True), str(root / "c"), "train",
-                           builder, source_name="train")
-    assert "its tokenizer changed (model, vocab_size)" in caplog.text
+    mr = model_ready.open_split(src, pipeline.Preprocessor(cfg, tok2, allow_copy=True), str(root / "c"), "train",
+                                builder, source_name="train")
+    assert mr.path != path and os.path.dirname(mr.path) == os.path.dirname(path)
+    assert f"the newest other entry of this split, {path}, was made from other tokenizer, settings (vocab)" \
+        in caplog.text, caplog.text
     other = cfg.copy_and_resolve_references()
     other.data.image_size = (32, 24)
     caplog.clear()
+    os.utime(os.path.join(path, "manifest.json"))  # the newest other entry again
     mr = model_ready.open_split(src, pipeline.Preprocessor(other, pre.tok, allow_copy=True), str(root / "c"),
                                 "train", builder, source_name="train")
-    assert "its shapes changed (image_size)" in caplog.text
+    assert f"{path}, was made from other settings (image_h, image_w, vocab)" not in caplog.text
+    assert f"{path}, was made from other settings (image_h, image_w)" in caplog.text, caplog.text
     assert mr.arrays["image"].shape[1:] == (24, 32, 3)
-    assert not [p for p in os.listdir(root) if ".tmp-" in p or ".old-" in p]
+    assert os.path.isdir(path)  # the first entry is kept: runs of the first settings still use it
+    assert not [p for _, dirs, _ in os.walk(root) for p in dirs if ".tmp-" in p or ".old-" in p]
 
 
 def _jpeg(w=40, h=30, colour=(200, 30, 30)) -> bytes:
@@ -321,11 +326,32 @@ def test_main_job_with_model_ready_records_matches_and_reuses_them(tmp_path):
         return losses, json.loads((workdir / "eval" / "test_metrics.json").read_text())["overall"]
 
     log = run(tmp_path / "mr", "--config.data.model_ready=True")
-    assert "Model-ready records of synthetic_openvivqa/train at" in log and "building them (none built yet)" in log
+    assert "Model-ready records of synthetic_openvivqa/train at" in log
+    assert "building them (none for these inputs yet)" in log
+    # The log's first INFO line names the backend (this machine's CPU, one device: subprocess_env's XLA_FLAGS).
+    first_info = next(line for line in log.splitlines() if line.startswith("I"))
+    assert first_info.endswith("] backend cpu: 1 device (cpu), 1 process"), first_info
+    # The records are in the cache next to the dataset; the workdir refers to them and holds no copy.
+    ref = json.loads((tmp_path / "mr" / "model_ready.json").read_text(encoding="utf-8"))
+    assert sorted(ref) == ["test", "train", "validation"]
+    for split, entry in ref.items():
+        assert entry["path"].startswith(str(tmp_path / "tfds" / "model_ready" / "synthetic_openvivqa" / "tiny"))
+        manifest = json.loads(open(os.path.join(entry["path"], "manifest.json"), encoding="utf-8").read())
+        from openvivqa_jax.data.model_ready_cache import key_digest
+
+        assert entry["key"] == key_digest(manifest["fingerprint"]) and entry["built_by_this_run"] is True
+    assert not (tmp_path / "mr" / "model_ready").exists()
     run(tmp_path / "plain")
     assert results(tmp_path / "mr") == results(tmp_path / "plain")
     log = run(tmp_path / "mr", "--config.data.model_ready=True", "--mode=evaluate")
     assert "building them" not in log and "Model-ready records of synthetic_openvivqa/test: reusing" in log
+    # Another seed in another workdir: the same tokenizer (trained from the same split), the same entries.
+    log = run(tmp_path / "seed1", "--config.data.model_ready=True", "--config.seed=1",
+              "--config.train.num_train_steps=1", "--config.evals.test.enabled=False")
+    assert "building them" not in log and "Model-ready records of synthetic_openvivqa/train: reusing" in log
+    assert (tmp_path / "seed1" / "spm.model").read_bytes() == (tmp_path / "mr" / "spm.model").read_bytes()
+    ref1 = json.loads((tmp_path / "seed1" / "model_ready.json").read_text(encoding="utf-8"))
+    assert ref1["train"]["path"] == ref["train"]["path"] and ref1["train"]["built_by_this_run"] is False
 
 
 def test_class_free_proposals_equal_the_per_example_path(tmp_path_factory):
@@ -402,3 +428,64 @@ def test_a_long_build_logs_its_progress(setup, caplog, absl_info, monkeypatch):
     assert len(lines) == n, lines[:3]
     assert lines[0].startswith(f"Model-ready records of train: 1/{n} questions (") and "s left" in lines[0]
     assert lines[-1].startswith(f"Model-ready records of train: {n}/{n} questions (100%)"), lines[-1]
+
+
+def _open_in_a_process(data_dir: str, workdir: str, root: str, log_path: str, go: str) -> None:
+    """A separate process opening the tiny set's train records in ``root`` as soon as the file ``go`` exists
+    (``<log_path>.ready`` says it is waiting for it), its INFO log lines written to ``log_path``."""
+    import time
+
+    from absl import logging as absl_logging
+
+    from openvivqa_jax.data import datasets, model_ready, pipeline
+    from openvivqa_jax.vqa import assets
+
+    cfg = load_config("configs/tiny.py")
+    cfg.data.data_dir = data_dir
+    builder = datasets.load_builder(cfg.data)
+    src = pipeline.load_source(builder, "train")
+    pre = pipeline.Preprocessor(cfg, assets.load_tokenizer(cfg, workdir), allow_copy=True)
+    handler = logging.FileHandler(log_path)
+    logging.getLogger("absl").addHandler(handler)
+    absl_logging.set_verbosity(absl_logging.INFO)
+    open(log_path + ".ready", "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    model_ready.open_split(src, pre, root, "train", builder, source_name="train", num_workers=1)
+    handler.flush()
+
+
+@pytest.mark.slow  # two processes that import JAX and build the tiny records: 20-40 s on 2 cores
+def test_two_processes_opening_one_entry_at_once_build_it_once(setup, tmp_path):
+    """Two runs that need the same entry at the same moment: one builds it, the other waits on the entry's lock
+    and reuses it; the entry equals one built alone, and no temporary folder is left."""
+    import multiprocessing
+    import time
+
+    cfg, builder, src, pre, _ = setup
+    workdir = os.path.dirname(pre.tok.model_path)
+    root, go = tmp_path / "shared", tmp_path / "go"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open_in_a_process, args=(cfg.data.data_dir, workdir, str(root),
+                                                          str(tmp_path / f"log{i}"), str(go))) for i in range(2)]
+    for p in procs:
+        p.start()
+    while not all((tmp_path / f"log{i}.ready").exists() for i in range(2)):  # both loaded: start them together
+        assert all(p.is_alive() for p in procs)
+        time.sleep(0.05)
+    go.touch()
+    for p in procs:
+        p.join(300)
+        assert p.exitcode == 0
+    logs = [(tmp_path / f"log{i}").read_text() for i in range(2)]
+    # One built it; the other found it built once it held the lock (saying it waited when that took over 5 s).
+    built = [log for log in logs if ": building them (none for these inputs yet)" in log]
+    other = [log for log in logs if log not in built]
+    assert len(built) == len(other) == 1, logs
+    assert ": reusing " in other[0] and "building them (" not in other[0], logs
+    alone = _open(setup, tmp_path / "alone")
+    shared = _open(setup, root)
+    assert not shared.built_now
+    for k, v in alone.arrays.items():
+        np.testing.assert_array_equal(np.asarray(shared.arrays[k]), np.asarray(v), err_msg=k)
+    assert not [d for _, dirs, _ in os.walk(root) for d in dirs if ".tmp-" in d or ".old-" in d]

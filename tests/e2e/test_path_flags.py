@@ -67,20 +67,28 @@ def _b(script: str) -> tuple[str, ...]:
     return (f"benchmarks/{script}",)
 
 
-I, D, ANY, RUN = P.INPUT_FILE, P.INPUT_DIR, P.INPUT, P.RUN_DIR
+I, D, ANY, RUN, OPT = P.INPUT_FILE, P.INPUT_DIR, P.INPUT, P.RUN_DIR, P.OPTIONAL_INPUT_DIR
 OD, NEW, DATA, OF, PROG = P.OUTPUT_DIR, P.NEW_OUTPUT_DIR, P.DATA_DIR, P.OUTPUT_FILE, P.PROGRAM
+
+#: Which kinds of path a command only reads (inputs) and which it writes, creates or builds into (outputs). Every
+#: output flag of a row is tried with the value of each input flag of the same type (:func:`test_output_is_not_an_input`);
+#: a new kind fails :func:`test_every_kind_is_an_input_or_an_output` until it is classified here.
+ROLES: dict[PathKind, str] = {I: "input", D: "input", ANY: "input", OPT: "input", PROG: "input",
+                              RUN: "output", OD: "output", NEW: "output", DATA: "output", OF: "output"}
 
 #: Every entry point and its path flags: the one table the tests below run.
 TABLE: dict[str, Row] = {
     "main": Row(_m("openvivqa_jax.main"), {
-        "--config": I, "--workdir": OD, "--config.data.data_dir": DATA, "--config.data.model_ready_dir": OD},
+        "--config": I, "--workdir": OD, "--config.data.data_dir": DATA, "--config.data.model_ready_dir": OD,
+        "--config.data.manual_dir": OPT},
         required=("--config", "--workdir"), good={"--config": "configs/tiny.py"},
         label={"--config": "config file"},
         needs={"--config.data.model_ready_dir": ("--config.data.model_ready=True",)}),
     "main --mode=evaluate": Row(_m("openvivqa_jax.main"), {"--workdir": RUN}, args=("--config=configs/tiny.py",
                                                                                      "--mode=evaluate"),
                                 required=("--workdir",)),
-    "main --mode=prepare": Row(_m("openvivqa_jax.main"), {"--config.data.data_dir": DATA},
+    "main --mode=prepare": Row(_m("openvivqa_jax.main"), {"--config.data.data_dir": DATA,
+                                                          "--config.data.manual_dir": OPT},
                                args=("--config=configs/tiny.py", "--mode=prepare")),
     "evaluate": Row(_m("openvivqa_jax.evaluate"), {
         "--predictions": I, "--references": I, "--meteor_jar": I, "--java": PROG, "--vectors": I,
@@ -96,6 +104,8 @@ TABLE: dict[str, Row] = {
     "param_count": Row(_m("openvivqa_jax.param_count"), {"--config_dir": D}),
     "fasttext_train": Row(_m("openvivqa_jax.text.fasttext_train"), {"--config": I, "--out": OF},
                           required=("--config", "--out")),
+    "accelerator detect": Row(_m("openvivqa_jax.accelerator"), no_paths="reads the machine (nvidia-smi, /dev) "
+                              "and prints one word; launch/setup.sh runs it before anything is installed"),
     "accelerator": Row(_b("accelerator.py"), no_paths="measures in memory and prints JSON"),
     "beam_build": Row(_b("beam_build.py"), {"--workdir": OD}),
     "build_ocr": Row(_b("build_ocr.py"), {"--examples": D}),
@@ -131,6 +141,7 @@ CASES: dict[PathKind, tuple[str, ...]] = {
     I: ("missing", "folder"), D: ("missing", "file"), ANY: ("missing",), RUN: ("missing", "file", "read_only"),
     OD: ("file", "under_file", "read_only"), NEW: ("file", "not_empty", "read_only"),
     DATA: ("file", "read_only"), OF: ("folder", "under_file", "read_only"), PROG: ("missing", "folder"),
+    OPT: ("file",),
 }
 
 #: What a refusal's line says, by case.
@@ -153,7 +164,7 @@ def _good_value(row: Row, flag: str, kind: PathKind, w) -> str:
     if kind is OF:
         return str(slot / "new" / "out.json")
     slot.mkdir(parents=True, exist_ok=True)
-    if kind in (D, RUN):
+    if kind in (D, RUN, OPT):
         return str(slot)
     if kind is PROG:
         (slot / "prog").write_text("#!/bin/sh\n")
@@ -182,20 +193,21 @@ def _read_only_value(kind: PathKind, ro: str) -> str:
     return {OF: os.path.join(ro, "out.json"), DATA: os.path.join(ro, "new")}.get(kind, ro)
 
 
-def _argv(row: Row, w, flag: str | None, value: str | None) -> list[str]:
-    """The command line of one case: ``flag`` set to ``value``, with the row's arguments, required flags and
-    the flag's needs."""
+def _argv(row: Row, w, flag: str | None, value: str | None, more: dict[str, str] | None = None) -> list[str]:
+    """The command line of one case: ``flag`` set to ``value`` (and each flag of ``more`` to its value), with the
+    row's arguments, required flags and the flags' needs."""
     chosen = dict.fromkeys(row.required)
-    if flag:
-        chosen[flag] = value
-        for need in row.needs.get(flag, ()):
+    given = {**({flag: value} if flag else {}), **(more or {})}
+    for f, v in given.items():
+        chosen[f] = v
+        for need in row.needs.get(f, ()):
             if "=" not in need:
                 chosen.setdefault(need, None)
     argv = [PY, *row.command, *row.args]
     for f, v in chosen.items():
         argv.append(f"{f}={v if v is not None else _good_value(row, f, row.paths[f], w)}")
-    if flag:
-        argv += [n for n in row.needs.get(flag, ()) if "=" in n]
+    for f in given:
+        argv += [n for n in row.needs.get(f, ()) if "=" in n and n not in argv]
     return argv
 
 
@@ -260,6 +272,77 @@ def test_path_flag(tmp_path, name, flag, case):
         assert NEEDLES[case] in lines[0], lines[0]
     assert res.stdout == ""
     assert _tree(tmp_path) == before, "a refused command leaves nothing behind"
+
+
+# ------------------------------------------------------------------------------- an output that is an input
+#: How an output flag is given the input's path: the very string, ``./``-relative, a symbolic link, a hard link.
+SPELLINGS = ("same", "dot_relative", "symlink", "hardlink")
+
+
+def _collisions():
+    """Every (output flag, input flag) pair of a row whose paths can be one (a file and a file, a folder and a
+    folder); each pair as given and in one other spelling (taken in turn, so that each spelling is tried)."""
+    n = 0
+    for name, row in TABLE.items():
+        for out, ko in row.paths.items():
+            for inp, ki in row.paths.items():
+                if ROLES[ko] != "output" or ROLES[ki] != "input" or ki.folder not in (None, ko.folder):
+                    continue
+                other = [s for s in SPELLINGS[1:] if not (ko.folder and s == "hardlink")]
+                for spelling in ("same", other[n % len(other)]):
+                    yield pytest.param(name, out, inp, spelling, id=f"{name} {out}={inp} {spelling}")
+                n += 1
+
+
+def _spelled(path: str, spelling: str, w) -> str:
+    """``path`` (an existing input) spelled as ``spelling`` says, made under the workspace ``w`` where needed."""
+    if spelling == "dot_relative":
+        return "./" + os.path.relpath(path, ROOT)
+    if spelling in ("symlink", "hardlink"):
+        link = w / f"{spelling}-{os.path.basename(path)}"
+        (os.symlink if spelling == "symlink" else os.link)(path, link)
+        return str(link)
+    return path
+
+
+def _contents(path: str):
+    if os.path.isdir(path):
+        return sorted(os.listdir(path))
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.mark.slow  # about 50 processes: a minute or two on two cores
+@pytest.mark.parametrize("name, out, inp, spelling", list(_collisions()))
+def test_output_is_not_an_input(tmp_path, name, out, inp, spelling):
+    """An output flag given an input flag's path (the same string, ``./``-relative, a link to it) is refused
+    before any work with one ``error:`` line naming both flags, exit status 2; the input is left as it was."""
+    row = TABLE[name]
+    value = _good_value(row, inp, row.paths[inp], tmp_path)
+    before = _contents(value)
+    out_value = _spelled(value, spelling, tmp_path)
+    argv = _argv(row, tmp_path, inp, value, more={out: out_value})
+    tree = _tree(tmp_path)
+    res = _run(argv)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr[-3000:]
+    word = "folder" if row.paths[out].folder else "file"
+    assert f"{out} {out_value}: is the same {word} as {inp} {value}, an input of this command" in lines[0], lines[0]
+    assert res.stdout == ""
+    assert _contents(value) == before and _tree(tmp_path) == tree, "a refused command leaves everything as it was"
+
+
+def test_every_kind_is_an_input_or_an_output():
+    kinds = {k for row in TABLE.values() for k in row.paths.values()}
+    assert kinds <= set(ROLES), f"kinds of path not classified in ROLES: {kinds - set(ROLES)}"
+    for kind, role in ROLES.items():
+        assert role == ("output" if P.is_output(kind) else "input"), kind
+    pairs = list(_collisions())
+    assert len({p.values[0] for p in pairs}) >= 8  # main, prepare, evaluate, predict, analyze, fastText, benchmarks
+    assert {("predict", "--output", "--questions"), ("predict", "--plot", "--image"),
+            ("evaluate", "--json", "--predictions"), ("evaluate", "--json", "--references"),
+            ("main", "--workdir", "--config.data.manual_dir")} <= {p.values[:3] for p in pairs}
 
 
 # ------------------------------------------------------------------------------------ nothing escapes the table

@@ -128,7 +128,7 @@ def test_missing_image_and_bad_questions_file(tmp_path):
 
 # --------------------------------------------------------------------------------------------- units
 def test_read_questions_file_both_layouts(tmp_path):
-    from openvivqa_jax.evaluation.formats import read_questions_file
+    from openvivqa_jax.evaluation.questions import read_questions_file
 
     p = tmp_path / "public.json"
     p.write_text(json.dumps({"images": {"3": "a.jpg"},
@@ -142,7 +142,7 @@ def test_read_questions_file_both_layouts(tmp_path):
 
 
 def test_batch_images_found_next_to_the_file_or_in_images(tmp_path):
-    from openvivqa_jax.evaluation.formats import image_folders, read_questions_file
+    from openvivqa_jax.evaluation.questions import image_folders, read_questions_file
 
     p = tmp_path / "test_data.json"
     p.write_text(json.dumps({"images": {"1": "a.jpg", "2": "b.jpg", "3": "c.jpg", "4": "d.jpg"}, "annotations": {
@@ -462,8 +462,9 @@ def test_skip_bad_writes_every_good_answer_and_lists_the_bad(tmp_path, trained):
     skipped = json.loads((tmp_path / "out" / "sub.skipped.json").read_text(encoding="utf-8"))
     assert list(skipped) == ["20"] and "b.jpg" in skipped["20"]
     err = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith(("I", "W"))]
-    assert err[0].startswith("skipped 1 questions whose question or image could not be used") and "sub.skipped.json" in err[0]
-    assert err[1].startswith("  question '20': ") and "b.jpg" in err[1]
+    assert err[0].startswith("skipped 1 of 3 questions whose question or image could not be used, by reason") and \
+        "sub.skipped.json" in err[0]
+    assert err[1].startswith("  1 x image …: ") and "(e.g. question '20': " in err[1] and "b.jpg" in err[1]
     assert "wrote " in res.stdout and ": 2 answers" in res.stdout
 
 

@@ -67,36 +67,61 @@ def test_read_json_keeps_first_value_and_lists_repeats(tmp_path):
     assert readers.duplicate_keys(data) == [] and readers.duplicate_keys(data["b"]) == []
 
 
-def test_repeated_question_id_is_an_error_naming_id_and_file(tmp_path):
+def test_repeated_question_id_with_another_question_is_renamed_and_counted(tmp_path):
+    manual = tmp_path / "manual"
+    _images(manual)
+    (manual / "train_data.json").write_text(DUP_QUESTION, encoding="utf-8")
+    b = _build(manual, tmp_path / "data")
+    # The repeat of "7" carries another question: kept as "7#2" (json.load would have kept only "màu gì?").
+    assert _read(b, "train") == {
+        "7": {"question": "cửa tiệm này tên gì ?", "answers": ["mộc"], "image_id": "1", "language": "vi"},
+        "8": {"question": "đây là đâu ?", "answers": ["hà nội"], "image_id": "2", "language": "vi"},
+        "7#2": {"question": "màu gì ?", "answers": ["đỏ"], "image_id": "2", "language": "vi"},
+    }
+    path = str(manual / "train_data.json")
+    assert b.repairs["train"].entries == {"repeated_id_renamed": {path: {"count": 1, "questions": 1, "first": ["7 -> 7#2"]}}}
+    notes = json.loads(Path(b.data_dir, "openvivqa_build_notes.json").read_text(encoding="utf-8"))
+    assert notes["train"]["repairs"]["repeated_id_renamed"]["files"] == {path: {"count": 1, "questions": 1, "first": ["7 -> 7#2"]}}
+
+
+def test_repeated_question_id_refused_by_strict_one_line_or_skipped(tmp_path):
     manual = tmp_path / "manual"
     _images(manual)
     (manual / "train_data.json").write_text(DUP_QUESTION, encoding="utf-8")
     with pytest.raises(readers.DatasetInputError) as e:
-        _build(manual, tmp_path / "data")
+        _build(manual, tmp_path / "data", OpenVivqaConfig(name="strict", ocr_engine="none", strict=True))
     msg = str(e.value)
-    assert "train_data.json" in msg and "question 7" in msg and "repeated" in msg
-    assert "\n" not in msg
+    assert msg.startswith(f"{manual / 'train_data.json'}: question 7: question id repeated with another question")
+    assert "strict" in msg and "\n" not in msg
+    b = _build(manual, tmp_path / "data2", OpenVivqaConfig(name="strict_skip", ocr_engine="none", strict=True,
+                                                           skip_invalid_records=True))
+    assert b.skip_counts["train"] == {"duplicate_question_id": 1}
+    assert sorted(_read(b, "train")) == ["7", "8"]
 
 
-def test_repeated_question_id_skipped_and_counted(tmp_path):
+def test_exact_duplicate_dropped_and_same_question_other_answer_refused(tmp_path):
     manual = tmp_path / "manual"
     _images(manual)
-    (manual / "train_data.json").write_text(DUP_QUESTION, encoding="utf-8")
-    b = _build(manual, tmp_path / "data", SKIP)
-    assert b.skip_counts["train"] == {"duplicate_question_id": 1}
-    got = _read(b, "train")
-    # The first "7" is kept (json.load would have kept the last one, "màu gì?").
-    assert got == {
-        "7": {"question": "cửa tiệm này tên gì ?", "answers": ["mộc"], "image_id": "1", "language": "vi"},
-        "8": {"question": "đây là đâu ?", "answers": ["hà nội"], "image_id": "2", "language": "vi"},
-    }
+    exact = DUP_QUESTION.replace('"7": {"image_id": 2, "question": "màu gì?", "answer": "đỏ"}',
+                                 '"7": {"image_id": 1, "question": "cửa tiệm này tên gì?", "answer": "mộc"}')
+    (manual / "train_data.json").write_text(exact, encoding="utf-8")
+    b = _build(manual, tmp_path / "data")
+    assert sorted(_read(b, "train")) == ["7", "8"]
+    assert b.repairs["train"].totals() == {"exact_duplicate_dropped": 1}
+    other = DUP_QUESTION.replace('"7": {"image_id": 2, "question": "màu gì?", "answer": "đỏ"}',
+                                 '"7": {"image_id": 1, "question": "cửa tiệm này tên gì?", "answer": "bầu"}')
+    (manual / "train_data.json").write_text(other, encoding="utf-8")
+    with pytest.raises(readers.DatasetInputError, match=r"train_data\.json: question 7: question id repeated \(also in "
+                       r".*\) with the same question and other answers; which one holds cannot be told"):
+        _build(manual, tmp_path / "data2")
 
 
 def test_repeated_image_id_error_and_skip(tmp_path):
     manual = tmp_path / "manual"
     _images(manual)
     (manual / "train_data.json").write_text(DUP_IMAGE, encoding="utf-8")
-    with pytest.raises(readers.DatasetInputError, match=r"train_data\.json: image '1': image id repeated"):
+    with pytest.raises(readers.DatasetInputError, match=r"train_data\.json: image '1': image id repeated in 'images' "
+                       r"\(a repeated JSON key\) with another file name \('a\.jpg', 'b\.jpg'\)"):
         _build(manual, tmp_path / "data")
     b = _build(manual, tmp_path / "data2", SKIP)
     assert b.skip_counts["train"] == {"duplicate_image_id": 1}
@@ -168,8 +193,8 @@ def test_evaluate_reader_keeps_language(tmp_path):
 
 @pytest.mark.slow
 def test_tfds_build_command_line_prints_one_line(tmp_path):
-    """The README's `tfds build` command on a file with a repeated question id: one `error:` line, exit 1, no
-    traceback (about 25 s: the tfds script imports TensorFlow and Beam)."""
+    """The README's `tfds build` command, strict, on a file with a repeated question id: one `error:` line, exit 1,
+    no traceback (about 25 s: the tfds script imports TensorFlow and Beam)."""
     import os
     import subprocess
     import sys
@@ -181,7 +206,8 @@ def test_tfds_build_command_line_prints_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     res = subprocess.run(
-        [str(script), "build", "tfds_builders/openvivqa", "--config", "default", f"--manual_dir={manual}",
+        [str(script), "build", "tfds_builders/openvivqa", "--config", '{"name": "strict", "strict": true}',
+         f"--manual_dir={manual}",
          f"--data_dir={tmp_path / 'data'}", "--file_format=array_record"],
         cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 1
@@ -189,8 +215,9 @@ def test_tfds_build_command_line_prints_one_line(tmp_path):
     errors = [line for line in res.stderr.replace("\r", "\n").splitlines() if "error: " in line]
     assert len(errors) == 1
     assert errors[0].strip().endswith(
-        f"error: DatasetInputError: {manual / 'train_data.json'}: question 7: question id repeated in "
-        "'annotations' (a repeated JSON key); skip_invalid_records keeps the first entry")
+        f"error: DatasetInputError: {manual / 'train_data.json'}: question 7: question id repeated with another "
+        f"question (also in {manual / 'train_data.json'}) (refused by the builder option strict; without it: "
+        "repeated question id carrying another question, renamed <id>#<n>)")
 
 
 def test_tfds_cli_handler_one_line_for_input_errors_also_from_beam_workers(monkeypatch, capsys):
@@ -241,8 +268,8 @@ def test_tfds_cli_handler_not_outside_the_tfds_command_line(monkeypatch):
 
 
 def test_textvqa_stvqa_viquad_count_unknown_fields(tmp_path):
-    """Fields the builders do not store (TextVQA's image_classes and set_name, ST-VQA's set_name, a SQuAD
-    question's is_impossible) are counted per file."""
+    """Fields the builders do not store (TextVQA's image_classes and set_name, ST-VQA's set_name, a SQuAD 2.0
+    question's plausible_answers) are counted per file."""
     import test_dataset_configs as files
     from tfds_builders import st_vqa, textvqa, viquad
 
@@ -258,10 +285,10 @@ def test_textvqa_stvqa_viquad_count_unknown_fields(tmp_path):
     assert st.unknown_fields["train"] == {str(tmp_path / "st" / "train_task_1.json"): {"set_name": 10}}
     manual = files.make_viquad(tmp_path / "vq")
     data = json.loads((manual / "dev_ViQuAD.json").read_text(encoding="utf-8"))
-    data["data"][0]["paragraphs"][0]["qas"][0]["is_impossible"] = False
+    data["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible=False, plausible_answers=[])
     (manual / "dev_ViQuAD.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     vq = build(viquad, viquad.ViquadConfig(name="u"), manual)
-    assert vq.unknown_fields["dev"] == {str(manual / "dev_ViQuAD.json"): {"is_impossible": 1}}
+    assert vq.unknown_fields["dev"] == {str(manual / "dev_ViQuAD.json"): {"plausible_answers": 1}}
     assert vq.unknown_fields["train"] == {}
 
 

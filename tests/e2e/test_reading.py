@@ -226,10 +226,8 @@ def _bad(manual: Path, answers: list) -> None:
 
 
 @pytest.mark.parametrize("answers, message", [
-    ([{"text": "thủ đô", "answer_start": 40}], r"question bad: answer 0 'thủ đô': span \[40, 46\) is outside its "
-                                               r"passage of 17 characters"),
-    ([{"text": "thủ đô", "answer_start": 3}], r"question bad: answer 0 'thủ đô' does not match its answer_start 3: "
-                                              r"the passage has 'Nội là' there; the text occurs at 10"),
+    ([{"text": "Sài Gòn", "answer_start": 0}], r"question bad: answer 0 'Sài Gòn' \(answer_start 0\): its text is "
+                                               r"not in the passage"),
     ([{"text": "Hà Nội", "answer_start": "0"}], r"question bad: answer 0 'Hà Nội': answer_start must be an integer"),
 ])
 def test_builder_span_errors_are_one_line_and_skippable(tmp_path, answers, message):
@@ -239,6 +237,25 @@ def test_builder_span_errors_are_one_line_and_skippable(tmp_path, answers, messa
     assert "\n" not in str(e.value) and isinstance(e.value, readers.DatasetInputError)
     b = _build(tmp_path / "m", tmp_path / "d2", ViquadConfig(name="skip", skip_invalid_records=True))
     assert sorted(_read(b, "train")) == ["ok"] and b.skip_counts["train"] == {"invalid_record": 1}
+
+
+@pytest.mark.parametrize("start, message", [
+    (40, r"question bad: answer 0 'thủ đô' does not match its answer_start 40: the passage has '' there; the text "
+         r"occurs at 10 \(refused by the builder option strict; without it: answer_start re-anchored"),
+    (3, r"question bad: answer 0 'thủ đô' does not match its answer_start 3: the passage has 'Nội là' there; the "
+        r"text occurs at 10 \(refused by the builder option strict"),
+])
+def test_builder_reanchors_an_answer_off_its_start_and_strict_refuses(tmp_path, start, message):
+    """An answer_start off its text (or past the passage) is re-anchored to the text's occurrence and counted; the
+    strict option refuses it in one line naming the file and the question."""
+    _bad(tmp_path / "m", [{"text": "thủ đô", "answer_start": start}])
+    b = _build(tmp_path / "m", tmp_path / "d")
+    bad = _read(b, "train")["bad"]
+    assert (bad["answer_starts"], bad["answer_ends"]) == ([10], [16])  # "Hà Nội là thủ đô.".find("thủ đô") == 10
+    assert b.repairs["train"].totals() == {"answer_start_reanchored": 1} and b.skip_counts["train"] == {}
+    with pytest.raises(readers.DatasetInputError, match=r"train_ViQuAD\.json: " + message) as e:
+        _build(tmp_path / "m", tmp_path / "d2", ViquadConfig(name="strict", strict=True))
+    assert "\n" not in str(e.value)
 
 
 def test_synthetic_set_spans_and_splits():
@@ -267,10 +284,19 @@ def test_reader_config_is_accepted_and_checked():
     from openvivqa_jax.config_files import load_config
     from openvivqa_jax.reading.config import check_reading_config
 
-    for variant in ("synthetic", "viquad"):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reader_cfg", os.path.join(ROOT, "configs/viquad/reader.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for variant in mod.VARIANTS:
         cfg = load_config(os.path.join(ROOT, "configs/viquad/reader.py"), variant)
         check_config(cfg)
         check_reading_config(cfg)
+        # Real-data variants read the public files' layout (1.0 dev/test, 2.0 folds as train), `viquad` the release.
+        want = "synthetic" if variant not in mod.REAL else ("default" if variant == "viquad" else "v1_eval_v2_train")
+        assert cfg.data.builder_config == want, variant
+    cfg = load_config(os.path.join(ROOT, "configs/viquad/reader.py"), "viquad")
     cfg.model.max_seq_len = 40
     with pytest.raises(ConfigError, match=r"model\.max_seq_len=40 .* >= model\.max_question_len \+ 4 = 68"):
         check_reading_config(cfg)
@@ -300,6 +326,7 @@ def test_tiny_reader_trains_through_main_resumes_and_writes_eval_files(tmp_path)
         preds = json.loads((run / "eval" / f"{split}_predictions.json").read_text(encoding="utf-8"))
         spans = json.loads((run / "eval" / f"{split}_spans.json").read_text(encoding="utf-8"))
         assert set(metrics["overall"]) == {"EM", "F1"} and metrics["human_performance"]["overall"]["num_questions"] > 0
+        assert metrics["text_mode"] == "official" and metrics["rules"]["F1"]["rule"] == "SQuAD v1.1 evaluate-v1.1.py"
         assert len(preds) == metrics["num_questions"]["overall"] == len(spans)
     # Each prediction is its passage's characters [start, end) (read from the synthetic set itself).
     contexts = {qa["id"]: a["paragraphs"][0]["context"] for a in synthetic.make_split("test", 3)["data"]
@@ -317,8 +344,8 @@ def test_tiny_reader_trains_through_main_resumes_and_writes_eval_files(tmp_path)
     steps = [json.loads(ln)["step"] for ln in (run / "metrics.jsonl").read_text().splitlines()
              if '"kind": "train"' in ln]
     assert steps == [2, 4, 6]
-    # A bad span in a release file: one line naming the file and the question, exit status 1.
-    _bad(tmp_path / "m", [{"text": "thủ đô", "answer_start": 3}])
+    # An answer whose text is not in its passage: one line naming the file and the question, exit status 1.
+    _bad(tmp_path / "m", [{"text": "Sài Gòn", "answer_start": 3}])
     res = _main("--config", "configs/viquad/reader.py:viquad", "--workdir", tmp_path / "run2",
                 f"--config.data.data_dir={tmp_path / 'tfds2'}", f"--config.data.manual_dir={tmp_path / 'm'}")
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]

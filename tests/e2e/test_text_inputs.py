@@ -15,7 +15,7 @@ from PIL import Image
 from conftest import ROOT, subprocess_env
 from openvivqa_jax import evaluate, jsonio
 from openvivqa_jax.data import ocr as ocr_lib
-from openvivqa_jax.evaluation import formats
+from openvivqa_jax.evaluation import formats, questions
 from tfds_builders import readers
 
 from test_openvivqa_builder import build, read, small_dataset
@@ -131,11 +131,11 @@ QUESTIONS = ('{"images": {"1": "a.png", "3": "c.png", "1": "c.png"},\n'
 def test_read_questions_file_bom_repeats_and_skips(tmp_path):
     q = _questions(tmp_path, QUESTIONS)
     with pytest.raises(formats.InputError) as e:
-        formats.read_questions_file(str(q), str(tmp_path))
+        questions.read_questions_file(str(q), str(tmp_path))
     assert "\n" not in str(e.value) and "image id '1' repeated as a key of 'images'" in str(e.value)
     assert "--skip_bad" in str(e.value)
     skipped: dict[str, str] = {}
-    out = formats.read_questions_file(str(q), str(tmp_path), skipped)
+    out = questions.read_questions_file(str(q), str(tmp_path), skipped)
     assert [(r["question_id"], Path(r["image_path"]).name, r["question"]) for r in out] == [
         ("10", "a.png", "cửa hàng này tên gì ?"), ("30", "c.png", "có mấy chiếc xe máy ?")]
     assert skipped == {
@@ -197,7 +197,8 @@ def test_predict_skip_bad_answers_the_good_questions(tmp_path, trained):
     assert sorted(json.loads(sub.read_text(encoding="utf-8"))) == ["10", "30"]
     skipped = json.loads((tmp_path / "sub.skipped.json").read_text(encoding="utf-8"))
     assert sorted(skipped) == ["10 (repeat 2)", "40", "50", "image 1 (repeat 2)"]
-    assert "skipped 4 questions whose question or image could not be used" in res.stderr
+    assert "skipped 3 of 5 questions whose question or image could not be used and 1 image entry, by reason" in \
+        res.stderr
 
 
 @pytest.fixture(scope="module")

@@ -108,7 +108,10 @@ def test_vqa_accuracy_leave_one_out_with_english_rules():
 @pytest.mark.parametrize("raw,expected", [
     ("5.", "5"), ("Two", "2"), ("a stop sign", "stop sign"), ("The Stop-Sign!", "stop sign"),
     ("dont know", "don't know"), ("1,000", "1000"), ("2.5", "2.5"), ("yes.", "yes"), ("its red", "its red"),
-    ("none", "0"), ("hello , world", "hello world"), ("couldntve", "couldn't've"), ("an apple", "apple"),
+    ("none", "0"), ("hello , world", "hello world"), ("couldnt've", "couldn't've"), ("an apple", "apple"),
+    # EvalAI's contraction table as MMF's EvalAIAnswerProcessor applies it (its outputs): only one apostrophe
+    # missing is given back, its "Im" entry never matches a lowercased answer, "'s" is split off.
+    ("couldntve", "couldntve"), ("im", "im"), ("It's", "it 's"), ("shes", "shes"), ("somebody'd", "somebodyd"),
 ])
 def test_english_answer_processing(raw, expected):
     assert vqa_lib.english_answer(raw) == expected
@@ -160,11 +163,12 @@ def test_pycocoevalcap_mode_matches_the_toolkit():
     bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
     rouge, _ = Rouge().compute_score(gts, res)
     cider, _ = Cider().compute_score(gts, res)
-    ours = score(RAW_PREDS, RAW_REFS, metrics=["BLEU", "ROUGE-L", "CIDEr"], text_mode="pycocoevalcap")["overall"]
-    for k in range(4):
-        assert ours[f"BLEU-{k + 1}"] == pytest.approx(bleu[k], abs=1e-9)
-    assert ours["ROUGE-L"] == pytest.approx(rouge, abs=1e-9)
-    assert ours["CIDEr"] == pytest.approx(cider, abs=1e-9)
+    for mode in ("pycocoevalcap", "official"):  # the official mode scores the caption metrics as the toolkit
+        ours = score(RAW_PREDS, RAW_REFS, metrics=["BLEU", "ROUGE-L", "CIDEr"], text_mode=mode)["overall"]
+        for k in range(4):
+            assert ours[f"BLEU-{k + 1}"] == pytest.approx(bleu[k], abs=1e-9)
+        assert ours["ROUGE-L"] == pytest.approx(rouge, abs=1e-9)
+        assert ours["CIDEr"] == pytest.approx(cider, abs=1e-9)
     # The default mode rewrites "toà" to "tòa" and "hoà" to "hòa", so its numbers differ from the toolkit's.
     default = score(RAW_PREDS, RAW_REFS, metrics=["CIDEr", "EM"], per_question=True)
     assert default["overall"]["CIDEr"] != pytest.approx(cider, abs=1e-3)
@@ -178,6 +182,18 @@ def test_pycocoevalcap_mode_without_java_is_a_clear_error(tmp_path, monkeypatch)
     monkeypatch.delenv("OPENVIVQA_JAVA", raising=False)
     with pytest.raises(ValueError, match="pycocoevalcap.*Java runtime not found"):
         score({"a": "x"}, {"a": ["x"]}, metrics=["BLEU"], text_mode="pycocoevalcap")
+
+
+def test_official_mode_without_java_names_its_caption_metrics_not_official(tmp_path, monkeypatch):
+    """Without Java the official mode still scores: ANLS and EM by their scripts, the caption metrics on the
+    normalized text, named not official in the rules and a note (a training run keeps its evaluation)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("OPENVIVQA_JAVA", raising=False)
+    out = score({"a": "The Cat."}, {"a": ["the cat"]}, metrics=["BLEU-1", "ANLS", "EM"], text_mode="official")
+    assert out["overall"]["EM"] == 1.0 and out["overall"]["ANLS"] == pytest.approx(1 - 1 / 8)
+    assert out["rules"]["ANLS"]["official"] and out["rules"]["EM"]["official"]
+    assert not out["rules"]["BLEU-1"]["official"] and "Java runtime not found" in out["rules"]["BLEU-1"]["rule"]
+    assert any("PTB tokenizer is unavailable" in n for n in out["notes"])
 
 
 # ---- METEOR failure notes --------------------------------------------------------------------------------

@@ -222,8 +222,8 @@ def test_viquad(tmp_path):
     """UIT-ViQuAD in the SQuAD v1.1 JSON form (text only)."""
     manual = make_viquad(tmp_path / "manual")
     data = tmp_path / "data"
-    tfds_build("viquad", manual, data)
-    builder = built(data, "viquad", "default", "1.2.0")
+    tfds_build("viquad", manual, data, "--config=default")  # without it tfds builds every config
+    builder = built(data, "viquad", "default", "1.3.0")
     assert qa(read(builder, "train")) == {
         "uit_1": ("thủ đô của việt nam là gì ?", ["hà nội"]),
         "uit_2": ("thành phố nằm bên sông nào ?", ["sông hồng", "hồng"])}

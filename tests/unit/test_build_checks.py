@@ -152,3 +152,94 @@ def test_trainer_checks_the_files_of_a_prepared_dataset(tmp_path):
     shard.unlink()
     with pytest.raises(build_check.IncompleteBuildError, match=rf"file {shard.name} is missing"):
         datasets.load_builder(cfg)
+
+
+def test_a_build_recorded_before_a_config_field_existed_is_not_stale(tmp_path):
+    """A build whose sources record lacks a config field added since (``strict``) is reused while the field is at its
+    default, and named as changed when it is not."""
+    from openvivqa_jax.data import datasets
+
+    a = tmp_path / "A"
+    small_dataset(a)
+    built = datasets.load_builder(_data_cfg(tmp_path / "data", a))
+    path = Path(built.data_dir) / build_check.SOURCES_FILE
+    record = json.loads(path.read_text(encoding="utf-8"))
+    del record["config"]["strict"]  # as written before the field existed
+    path.write_text(json.dumps(record), encoding="utf-8")
+    assert _answers(datasets.load_builder(_data_cfg(tmp_path / "data", a)))["100"] == ["phở hòa"]
+    with pytest.raises(build_check.StaleDatasetError, match=r"builder config field\(s\) strict \(False -> True\)"):
+        datasets.load_builder(_data_cfg(tmp_path / "data", a, strict=True))
+
+
+def _dataset_lines(text: str) -> list[str]:
+    return [line[line.index("Dataset "):] for line in text.splitlines() if " Dataset " in line]
+
+
+def test_a_build_is_said_built_now_then_reused_with_where_when_who_and_sources(tmp_path, caplog, absl_info):
+    """The first load_builder builds and says so; the second (another user's run on a shared data folder) says
+    which build it reuses: name, config and version, folder, date and user@host of the build, the manual folder
+    and the builder config's settings, the splits. A build that recorded no date (older versions) gives its
+    dataset_info.json's time and says who built it is not recorded."""
+    import datetime
+    import logging
+
+    from openvivqa_jax.data import datasets
+
+    caplog.set_level(logging.INFO)
+    small_dataset(tmp_path / "A")
+    cfg = _data_cfg(tmp_path / "data", tmp_path / "A")
+    built = datasets.load_builder(cfg)
+    folder = Path(built.data_dir)
+    config = built.builder_config
+    # The config's fields as the sources file keeps them (JSON: tuples become lists).
+    settings = ", ".join(f"{k}={json.loads(json.dumps(getattr(config, k)))}" for k in sorted(vars(config))
+                         if k not in ("name", "version", "supported_versions", "release_notes", "description", "tags")
+                         and getattr(config, k) is not None)
+    files = sum(1 for p in (tmp_path / "A").rglob("*") if p.is_file())
+    sources = (f"from the manual folder {tmp_path / 'A'} ({files} files fingerprinted) with {settings} "
+               f"(splits: train {built.info.splits['train'].num_examples})")
+    first = _dataset_lines(caplog.text)
+    assert len(first) == 1, caplog.text
+    assert first[0].startswith(f"Dataset openvivqa/t_none {built.info.version}: built now in {folder} in ")
+    assert first[0].endswith(f" s, {sources}"), first[0]
+    record = json.loads((folder / build_check.SOURCES_FILE).read_text(encoding="utf-8"))
+    when = datetime.datetime.fromisoformat(record["built_at"])
+    assert abs((datetime.datetime.now(datetime.timezone.utc) - when).total_seconds()) < 600
+    # Another user on the same data folder: reused, and said to be the other user's.
+    record["built_by"] = "alice@node7"
+    (folder / build_check.SOURCES_FILE).write_text(json.dumps(record), encoding="utf-8")
+    caplog.clear()
+    datasets.load_builder(cfg)
+    second = _dataset_lines(caplog.text)
+    stamp = when.strftime("%Y-%m-%d %H:%M UTC")
+    assert second == [f"Dataset openvivqa/t_none {built.info.version}: reusing the build in {folder}, made {stamp} by "
+                      f"alice@node7, {sources}"], second
+    # Built by an older version: no date or user recorded.
+    del record["built_at"], record["built_by"]
+    (folder / build_check.SOURCES_FILE).write_text(json.dumps(record), encoding="utf-8")
+    mtime = datetime.datetime.fromtimestamp((folder / "dataset_info.json").stat().st_mtime, datetime.timezone.utc)
+    caplog.clear()
+    datasets.load_builder(cfg)
+    assert f"made {mtime.strftime('%Y-%m-%d %H:%M UTC')} (its dataset_info.json; who built it is not recorded)" \
+        in _dataset_lines(caplog.text)[0]
+
+
+def test_a_generated_build_names_the_generator_and_its_settings(tmp_path):
+    """A build with no manual folder (the synthetic set) is described by the generator and every field of its
+    builder config (but TFDS's name and version fields)."""
+    import types
+
+    record = {"config": {"name": "tiny", "seed": 3, "num_train_images": 40, "version": None,
+                         "supported_versions": []}, "files": {}, "manual_dir": None,
+              "built_at": "2026-12-05T08:53:10+00:00", "built_by": "bob@gpu-node"}
+    (tmp_path / build_check.SOURCES_FILE).write_text(json.dumps(record), encoding="utf-8")
+    split = types.SimpleNamespace(num_examples=12)
+    builder = types.SimpleNamespace(name="synthetic_openvivqa", builder_config=types.SimpleNamespace(name="tiny"),
+                                    data_dir=str(tmp_path), info=types.SimpleNamespace(
+        version="1.2.0", splits={"train": split, "test": types.SimpleNamespace(num_examples=5)}))
+    assert build_check.describe_build(builder, None) == (
+        f"Dataset synthetic_openvivqa/tiny 1.2.0: reusing the build in {tmp_path}, made 2026-12-05 08:53 UTC by "
+        "bob@gpu-node, from the generator with num_train_images=40, seed=3 (splits: test 5, train 12)")
+    assert build_check.describe_build(builder, 95.4) == (
+        f"Dataset synthetic_openvivqa/tiny 1.2.0: built now in {tmp_path} in 95 s, from the generator with "
+        "num_train_images=40, seed=3 (splits: test 5, train 12)")

@@ -139,8 +139,9 @@ def test_config_check_names_a_counter_without_regions():
     cfg.model.counter.batch_size = 0
     with pytest.raises(ConfigError, match="model.counter.batch_size"):
         check_config(cfg)
-    cfg.model.counter.batch_size = 8
-    cfg.model.name = "m4c"
+    cfg = tiny_model_config("m4c")  # an M4C config: naming m4c on MLPAG's lacks M4C's fields (checked first)
+    cfg.model.counter.weight = 1.0
+    cfg.model.vision.kind = "proposals"
     with pytest.raises(ConfigError, match="model.name='m4c' has no such memory"):
         check_config(cfg)
 

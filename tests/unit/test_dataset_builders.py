@@ -130,7 +130,8 @@ VIVQA_BAD = {
     "bad type": ("3,màu gì,màu đỏ,1,x", r"train\.csv: line 3 \(row 3\): type 'x' is not an integer"),
     "empty question": ("3, ,màu đỏ,1,2", r"train\.csv: line 3 \(row 3\): empty question"),
     "empty answer": ("3,màu gì,,1,2", r"train\.csv: line 3 \(row 3\): empty answer list"),
-    "duplicate row index": ("0,màu gì,màu đỏ,1,2", r"train\.csv: line 3 \(row 0\): duplicate row index"),
+    "duplicate row index": ("0,màu gì,màu đỏ,1,2", r"train\.csv: line 3 \(row 0\): question id repeated \(also in "
+                            r".*train\.csv\) with the same question and other answers"),
 }
 
 

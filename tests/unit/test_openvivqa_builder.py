@@ -232,7 +232,7 @@ def test_bad_image_skipped_and_counted(tmp_path, case):
 
 BAD_RECORDS = {
     "empty question": ({"image_id": 10, "question": " \n ", "answer": "x"}, r"question 101: empty question"),
-    "missing question": ({"image_id": 10, "answer": "x"}, r"question 101: question is NoneType"),
+    "missing question": ({"image_id": 10, "answer": "x"}, r"question 101: no question"),
     "empty answer": ({"image_id": 10, "question": "gì?", "answer": "  "}, r"question 101: empty answer list"),
     "empty answer list": ({"image_id": 10, "question": "gì?", "answers": []}, r"question 101: empty answer list"),
     "unknown image": ({"image_id": 99, "question": "gì?", "answer": "x"}, r"question 101: image_id '99' is not listed"),

@@ -6,6 +6,7 @@ that cannot be written."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -67,15 +68,39 @@ def test_a_missing_input_suggests_the_nearest_name(here):
 def test_what_passes(here):
     (here / "tool").write_text("#!/bin/sh\n")
     os.chmod(here / "tool", 0o755)
+    # Inputs and outputs in two calls: one call refuses an output that is one of its inputs (test below).
     specs = [("--a", "f", paths.INPUT_FILE), ("--b", "d", paths.INPUT_DIR), ("--c", "f", paths.INPUT),
-             ("--d", "d", paths.RUN_DIR), ("--e", "d", paths.OUTPUT_DIR), ("--f", "d", paths.NEW_OUTPUT_DIR),
-             ("--g", "d/x.json", paths.OUTPUT_FILE), ("--h", "f", paths.OUTPUT_FILE), ("--i", "./tool", paths.PROGRAM),
-             ("--j", "sh", paths.PROGRAM), ("--k", None, paths.INPUT_FILE), ("--l", "", paths.INPUT_DIR),
-             ("--m", "gs://bucket/tfds", paths.DATA_DIR), ("--n", ["f", "d"], paths.INPUT)]
-    assert paths.check_paths(specs) == ["f", "d", "f", "d", "d", "d", "d/x.json", "f", "./tool", "sh", None, "",
-                                        "gs://bucket/tfds", ["f", "d"]]
+             ("--i", "./tool", paths.PROGRAM), ("--j", "sh", paths.PROGRAM), ("--k", None, paths.INPUT_FILE),
+             ("--l", "", paths.INPUT_DIR), ("--n", ["f", "d"], paths.INPUT), ("--o", "d", paths.OPTIONAL_INPUT_DIR),
+             ("--p", "missing", paths.OPTIONAL_INPUT_DIR)]
+    assert paths.check_paths(specs) == ["f", "d", "f", "./tool", "sh", None, "", ["f", "d"], "d", "missing"]
+    specs = [("--d", "d", paths.RUN_DIR), ("--e", "d", paths.OUTPUT_DIR), ("--f", "d", paths.NEW_OUTPUT_DIR),
+             ("--g", "d/x.json", paths.OUTPUT_FILE), ("--h", "f", paths.OUTPUT_FILE),
+             ("--m", "gs://bucket/tfds", paths.DATA_DIR)]
+    assert paths.check_paths(specs) == ["d", "d", "d", "d/x.json", "f", "gs://bucket/tfds"]
     assert (here / "f").read_text() == "x"  # the writability check of a file leaves it as it was
     assert sorted(os.listdir(here)) == ["d", "f", "tool"]  # no check file left behind
+
+
+def test_an_output_that_is_an_input_is_refused(here):
+    """The same file or folder by name, ``./``, a symbolic or a hard link, or a file the command reads without a
+    flag; an output inside an input folder, another file, or two outputs are fine."""
+    os.symlink(here / "f", here / "f_link")
+    os.link(here / "f", here / "f_hard")
+    for value in ("f", "./f", str(here / "f"), "f_link", "f_hard", "d/../f"):
+        with pytest.raises(paths.PathError, match=rf"^--out {re.escape(value)}: is the same file as --in f, an input "
+                                                  "of this command; writing the output would replace it"):
+            paths.check_paths([("--in", "f", paths.INPUT_FILE), ("--out", value, paths.OUTPUT_FILE)])
+    with pytest.raises(paths.PathError, match=r"^--dir \./d: is the same folder as --manual d, an input"):
+        paths.check_paths([("--manual", "d", paths.OPTIONAL_INPUT_DIR), ("--dir", "./d", paths.DATA_DIR)])
+    with pytest.raises(paths.PathError, match=r"^--out d/x: is the same file as the run's x, an input"):
+        (here / "d" / "x").write_text("{}")
+        paths.check_paths([("--out", "d/x", paths.OUTPUT_FILE)], reads=[("the run's x", str(here / "d" / "x"))])
+    assert paths.check_paths([("--in", "d", paths.INPUT_DIR), ("--out", "d/new.json", paths.OUTPUT_FILE),
+                              ("--also", "d/new.json", paths.OUTPUT_FILE), ("--f", "f", paths.INPUT_FILE)],
+                             reads=[("a file not there", str(here / "d" / "none"))]) == [
+        "d", "d/new.json", "d/new.json", "f"]
+    assert sorted(os.listdir(here)) == ["d", "f", "f_hard", "f_link"]
 
 
 def test_missing_outputs_are_created_only_when_every_path_passes(here):

@@ -129,7 +129,7 @@ def test_excel_semicolon_csv_with_bom_and_extra_columns(tmp_path):
     (m / "train.csv").write_bytes(train.encode("utf-8"))  # the BOM written by hand
     builder = build(Builder, m, tmp_path / "d", NO_OCR)
     assert sorted(read(builder, "train")) == ["q0", "q1", "q2"]
-    assert dict(builder.unknown_fields["train"][str(m / "train.csv")]) == {"note": 1}
+    assert dict(builder.unknown_fields["train"][str(m / "train.csv")]) == {"note": 3}  # each of its 3 rows
 
 
 def _bad_csv(row: str) -> str:
@@ -222,7 +222,7 @@ BAD_JSON = {
                           r"\[0\] \(question q1\): empty answer list"),
     "empty answer": ([{"image": "blue.jpeg", "question": "a?", "answer": ""}], r"\[0\]: empty answer$"),
     "answer not a string": ([{"image": "blue.jpeg", "question": "a?", "answers": ["b", 3]}],
-                            r"\[0\]: answer 1 is int \(3\), expected a string"),
+                            r"\[0\]: answer 1 is a number \(3\), expected a string"),
     "missing image": ([{"image": "gone.png", "question": "a?", "answer": "b", "question_id": 4}],
                       r"\[0\] \(question 4\): image file 'gone\.png' not found"),
     "unknown language": ([{"image": "blue.jpeg", "question": "a?", "answer": "b", "language": "fr"}],

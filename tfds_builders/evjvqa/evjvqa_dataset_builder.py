@@ -34,10 +34,17 @@ Beam options, on Apache Beam (:mod:`tfds_builders.beam_build`), e.g. on every lo
 
 Both builds hold the same examples in the same order.
 
+A repeated question id (also as a repeated JSON key) carrying another question is renamed ``<id>#<n>``, an
+exact duplicate record dropped (:mod:`tfds_builders.release_files`), each counted in ``Builder.repairs[split]``,
+logged and written to the build's notes; the config field ``strict`` refuses them. The public test holds 31
+questions with the same image, question and answer as another id: kept (the challenge's scorer scores each
+id), counted as ``same_content_other_id``.
+
 Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file and the question id:
 missing or corrupt image, empty question, empty answers where required, unknown image_id, a missing or
-unknown language, a repeated question or image id (also as a repeated JSON key); ``skip_missing_images`` /
-``skip_invalid_records`` skip them instead, counted per reason in ``Builder.skip_counts[split]`` and logged.
+unknown language, a repeated question id with the same question and other answers, an image id listed with
+two file names; ``skip_missing_images`` / ``skip_invalid_records`` skip them instead, counted per reason in
+``Builder.skip_counts[split]`` and logged.
 Fields the builder does not store are counted per file (``Builder.unknown_fields[split]``) and logged once;
 the per-language question counts are in ``Builder.language_counts[split]``.
 """
@@ -55,10 +62,12 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 try:
-    from tfds_builders import beam_build, common, image_work, readers
+    from tfds_builders import beam_build, common, image_work, readers, release_files
 except ImportError:  # loaded by `tfds build tfds_builders/evjvqa` as `evjvqa.evjvqa_dataset_builder`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tfds_builders import beam_build, common, image_work, readers
+    from tfds_builders import beam_build, common, image_work, readers, release_files
+
+from openvivqa_jax.data import repairs
 
 
 _CITATION = """\
@@ -130,17 +139,18 @@ def parse_language(value: Any, *, path: Any, record: str, default: str | None = 
 def parse_annotation_file(
     path: Path, *, answers_required: bool, policy: readers.ErrorPolicy,
     unknown: readers.UnknownFields | None = None, default_language: str | None = None,
+    ids: repairs.RepeatedIds | None = None,
 ) -> list[Record]:
     """Parses one EVJVQA annotation file (module doc).
 
     Args:
         path: the JSON file.
         answers_required: a question without a non-empty answer is an error.
-        policy: raises record errors, or counts and skips them (``skip_invalid_records``); a repeated
-            image or question id keeps the first entry and skips the others (``duplicate_image_id``,
-            ``duplicate_question_id``).
+        policy: raises record errors, or counts and skips them (``skip_invalid_records``).
         unknown: counts fields outside :data:`ANNOTATION_FIELDS` / :data:`IMAGE_FIELDS`.
         default_language: language of records without the field (None: an error).
+        ids: the split's repeated-id rule and repair log (:mod:`tfds_builders.release_files`: a repeat with
+            another question renamed ``<id>#<n>``, an exact duplicate dropped); None = this file's own.
 
     Returns:
         The questions in file order.
@@ -149,8 +159,10 @@ def parse_annotation_file(
         DatasetInputError: bad JSON or top-level structure (always), or a bad record (unless skipped).
     """
     unknown = unknown if unknown is not None else readers.UnknownFields("evjvqa")
-    images, anns = readers.read_release_file(path, dataset="EVJVQA", policy=policy, unknown=unknown,
-                                             top_fields=("images", "annotations"), image_fields=IMAGE_FIELDS)
+    ids = ids if ids is not None else repairs.RepeatedIds(readers.repair_log("evjvqa", policy))
+    images, anns = release_files.read_release_file(path, dataset="EVJVQA", policy=policy, unknown=unknown,
+                                                   top_fields=("images", "annotations"), image_fields=IMAGE_FIELDS,
+                                                   ids=ids)
     out: list[Record] = []
     for qid, record, a in anns:
         try:
@@ -242,17 +254,15 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
         languages: collections.Counter[str] = collections.Counter()
         self.language_counts[split] = languages
         required = split in cfg.answers_required_splits
-        seen: dict[str, Path] = {}
+        log = self._repair_log(split, name, policy)
+        ids = repairs.RepeatedIds(log)
         planner = beam_build.GroupPlanner()
         for path in files:
             image_dirs = readers.release_image_dirs(manual_dir, split, path, images_dir=cfg.images_dir,
                                                     split_dirs=SPLIT_IMAGE_DIRS)
             for rec in parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown,
-                                             default_language=cfg.default_language):
+                                             default_language=cfg.default_language, ids=ids):
                 record = f"question {rec.question_id}"
-                if not policy.first_time(seen, rec.question_id, path, path=path, record=record,
-                                         message="duplicate question id (also in {first})"):
-                    continue
                 image_path = readers.find_file(rec.filename, image_dirs)
                 if image_path is None:
                     policy.handle("missing_or_corrupt_image", rec.missing_image(path, record, image_dirs))
@@ -267,6 +277,7 @@ tfds build tfds_builders/evjvqa --config default --manual_dir=<manual_dir> --fil
                 })
         image_groups = planner.groups(self._ocr)
         unknown.log_summary()
+        log.log_summary()
         examples = beam_build.generate(
             image_groups, self._settings, use_beam=self.use_beam, skip_missing_images=cfg.skip_missing_images,
             name=name, num_workers=cfg.num_workers, policy=policy, ocr_stats=self.ocr_stats)

@@ -47,10 +47,15 @@ naming the annotation file, the question and the image; ``skip_missing_images`` 
   2048 in the registered config; build another with ``OpenVivqaConfig(name=..., features_dir="features",
   region_feature_dim=D, ocr_engine="features")``.
 
+A repeated question id (also as a JSON key of the dict form, or across the files of a split) carrying another
+question is renamed ``<id>#<n>``, an exact duplicate record dropped (:mod:`tfds_builders.release_files`), each
+counted in ``Builder.repairs[split]``, logged and written to the build's notes; the config field ``strict``
+refuses them.
+
 Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file and the question id
-(missing/corrupt image, empty question, empty answers where required, unknown image_id, bad QA-type,
-duplicate question id, a question or image id repeated as a JSON key of the dict form);
-``skip_missing_images`` / ``skip_invalid_records`` skip such questions instead (a repeated key: the first
+(missing/corrupt image, empty question, empty answers where required, unknown image_id, bad QA-type, a
+repeated question id with the same question and other answers, an image id listed with two file names);
+``skip_missing_images`` / ``skip_invalid_records`` skip such questions instead (a repeated image id: the first
 entry is kept), counted per reason in ``Builder.skip_counts[split]`` and logged. Fields the builder does not
 store are counted per file in ``Builder.unknown_fields[split]`` and logged once. A ``language`` field is
 stored as given (default ``vi``); other values than ``vi`` are logged once per file, pointing to the
@@ -71,12 +76,14 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 try:
-    from tfds_builders import beam_build, common, readers
+    from tfds_builders import beam_build, common, readers, release_files
 except ImportError:  # loaded by `tfds build tfds_builders/openvivqa` as `openvivqa.openvivqa_dataset_builder`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tfds_builders import beam_build, common, readers
+    from tfds_builders import beam_build, common, readers, release_files
 
 from openvivqa_jax.data import ocr as ocr_lib
+from openvivqa_jax.data import repairs
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
 _CITATION = """\
@@ -147,15 +154,15 @@ def _parse_qa_type(value: Any, *, path: Path, record: str) -> int:
 
 def parse_annotation_file(
     path: Path, *, answers_required: bool, policy: readers.ErrorPolicy,
-    unknown: readers.UnknownFields | None = None,
+    unknown: readers.UnknownFields | None = None, ids: repairs.RepeatedIds | None = None,
 ) -> list[_Record]:
     """Parses one OpenViVQA annotation file (public-release dict form or older list form).
 
-    A question id (or image id) repeated as a key of the dict form is reported, not silently replaced
-    as ``json.load`` would: an error naming the id and the file, or under ``skip_invalid_records`` the
-    first entry is kept and each repeat is skipped and counted (``duplicate_question_id`` /
-    ``duplicate_image_id``). A ``language`` field is stored as given (``vi`` when absent); values other
-    than ``vi`` are logged once per file with their counts (:func:`warn_other_languages`).
+    A question id (or image id) repeated as a key of the dict form, or listed twice, is not silently replaced
+    as ``json.load`` would: a repeat carrying another question is renamed ``<id>#<n>``, an exact duplicate is
+    dropped (both counted and logged), a repeat of the same question with other answers is an error
+    (:mod:`tfds_builders.release_files`). A ``language`` field is stored as given (``vi`` when absent);
+    values other than ``vi`` are logged once per file with their counts (:func:`warn_other_languages`).
 
     Args:
         path: the JSON file.
@@ -163,6 +170,7 @@ def parse_annotation_file(
         policy: raises record errors, or counts and skips them (``skip_invalid_records``).
         unknown: counts fields outside :data:`ANNOTATION_FIELDS` / :data:`IMAGE_FIELDS` /
             :data:`TOP_LEVEL_FIELDS` (logged by the caller); None = not counted.
+        ids: the split's repeated-id rule and repair log (one for all its files); None = this file's own.
 
     Returns:
         The questions in file order (question, answers normalized).
@@ -172,8 +180,9 @@ def parse_annotation_file(
             (unless skipped).
     """
     unknown = unknown if unknown is not None else readers.UnknownFields("openvivqa")
-    images, anns = readers.read_release_file(path, dataset="OpenViVQA", policy=policy, unknown=unknown,
-                                             top_fields=TOP_LEVEL_FIELDS, image_fields=IMAGE_FIELDS)
+    ids = ids if ids is not None else repairs.RepeatedIds(readers.repair_log("openvivqa", policy))
+    images, anns = release_files.read_release_file(path, dataset="OpenViVQA", policy=policy, unknown=unknown,
+                                                   top_fields=TOP_LEVEL_FIELDS, image_fields=IMAGE_FIELDS, ids=ids)
     out = []
     languages: collections.Counter[str] = collections.Counter()
     for qid, record, a in anns:
@@ -289,7 +298,7 @@ def load_feature_file(
     tokens = []
     for i, (t, b, s) in enumerate(zip(texts, oboxes, scores)):
         if not isinstance(t, str):
-            raise readers.record_error(source, rec, f"texts[{i}] is {type(t).__name__}, expected str")
+            raise readers.record_error(source, rec, f"texts[{i}] is {json_kind(t)}, expected a string")
         nt = normalize_text(t)
         if not nt:
             ocr_stats["dropped_empty_after_normalization"] = ocr_stats.get("dropped_empty_after_normalization", 0) + 1
@@ -382,8 +391,9 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
         cfg = self.builder_config
         counter, policy = self._skip_policy(split, f"openvivqa/{split}")
         unknown = self._field_counter(split, f"openvivqa/{split}")
+        log = self._repair_log(split, f"openvivqa/{split}", policy)
+        ids = repairs.RepeatedIds(log)
         required = split in cfg.answers_required_splits
-        seen: dict[str, Path] = {}
         features_dirs = (
             [manual_dir / cfg.features_dir / split, manual_dir / cfg.features_dir] if cfg.features_dir else []
         )
@@ -391,14 +401,12 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
         for path in files:
             image_dirs = readers.release_image_dirs(manual_dir, split, path, images_dir=cfg.images_dir,
                                                     split_dirs=SPLIT_IMAGE_DIRS)
-            recs = list(parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown))
+            recs = list(parse_annotation_file(path, answers_required=required, policy=policy, unknown=unknown,
+                                              ids=ids))
             # Decode + OCR every image of the file in worker processes first (deterministic order).
             self._images.prepare((readers.find_file(r.filename, image_dirs), r.image_id) for r in recs)
             for rec in recs:
                 record = f"question {rec.question_id}"
-                if not policy.first_time(seen, rec.question_id, path, path=path, record=record,
-                                         message="duplicate question id (also in {first})"):
-                    continue
                 image_path = readers.find_file(rec.filename, image_dirs)
                 try:
                     if image_path is None:
@@ -436,5 +444,6 @@ Then: tfds build tfds_builders/openvivqa --config default --manual_dir=<manual_d
                 yield rec.question_id, example
         counter.log_summary(kept)
         unknown.log_summary()
+        log.log_summary()
         if self._ocr is not None:
             self._ocr.log_summary(f"openvivqa/{split}")

@@ -22,7 +22,10 @@ OCR: ``manual_dir/ocr.json`` (``{image_id: [{text, box, score}]}``, keyed by ``f
 else none (``task*`` configs) or Tesseract (``eng``) in the ``task3_tesseract`` config.
 
 Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file and the question id;
-``skip_missing_images`` / ``skip_invalid_records`` skip instead (counted in ``Builder.skip_counts``, logged).
+``skip_missing_images`` / ``skip_invalid_records`` skip instead (counted in ``Builder.skip_counts``, logged). A repeated question id follows
+:class:`openvivqa_jax.data.repairs.RepeatedIds` (another question: renamed ``<id>#<n>``; an exact duplicate:
+dropped; both counted in ``Builder.repairs[split]`` and logged; the same question with other answers: an error;
+the config field ``strict`` refuses the repairs).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ except ImportError:  # loaded by `tfds build tfds_builders/st_vqa` as `st_vqa.st
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tfds_builders import beam_build, common, readers
 
+from openvivqa_jax.data import repairs
 from openvivqa_jax.text.normalize import normalize_text
 
 _CITATION = """\
@@ -169,7 +173,8 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
         else:
             roots = [manual_dir, manual_dir / "images", manual_dir / split, manual_dir / f"{split}_images"]
         required = split in cfg.answers_required_splits
-        seen: set[str] = set()
+        log = self._repair_log(split, f"st_vqa/{split}", policy)
+        ids = repairs.RepeatedIds(log)
         unknown = self._field_counter(split, f"st_vqa/{split}")  # set_name, ...: counted and logged once per file
         kept = 0
         for path in files:
@@ -180,6 +185,7 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
             self._images.prepare((readers.find_file(it["file_path"], roots), it["file_path"]) for it in data["data"]
                                  if isinstance(it, dict) and isinstance(it.get("file_path"), str)
                                  and it["file_path"].strip())
+            ids.reserved.update(str(it.get("question_id")) for it in data["data"] if isinstance(it, dict))
             for i, item in enumerate(data["data"]):
                 record = f"data[{i}]"
                 if isinstance(item, dict):
@@ -191,8 +197,10 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
                         raise readers.record_error(path, record, "no 'question_id'")
                     qid = str(item["question_id"])
                     record = f"question {qid}"
-                    if qid in seen:
-                        raise readers.record_error(path, record, "duplicate question id")
+                    qid = ids.resolve(qid, [item.get("file_path"), item.get("question")],
+                                      {k: v for k, v in item.items() if k != "question_id"}, path=path, record=record)
+                    if qid is None:
+                        continue
                     file_path = item.get("file_path")
                     if not isinstance(file_path, str) or not file_path.strip():
                         raise readers.record_error(path, record, f"'file_path' {file_path!r} is not a file path")
@@ -208,7 +216,6 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
                 except readers.DatasetInputError as e:
                     policy.handle("invalid_record", e)
                     continue
-                seen.add(qid)
                 image = self._images.load_or_skip(
                     readers.find_file(file_path, roots), policy, source=path, record=record,
                     not_found=f"image file {file_path!r} not found under {[str(r) for r in roots]}")
@@ -228,4 +235,5 @@ Then: tfds build tfds_builders/st_vqa --config task1 --manual_dir=<manual_dir> -
                 }
         counter.log_summary(kept)
         unknown.log_summary()
+        log.log_summary()
         self._ocr.log_summary(f"st_vqa/{split}")

@@ -18,7 +18,10 @@ Splits are named as the files: ``train``, ``val``, ``test`` (only those whose qu
 
 Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file and the question id (or
 image id for OCR records); ``skip_missing_images`` / ``skip_invalid_records`` skip questions instead
-(counted in ``Builder.skip_counts`` and logged).
+(counted in ``Builder.skip_counts`` and logged). A repeated question id follows
+:class:`openvivqa_jax.data.repairs.RepeatedIds` (another question: renamed ``<id>#<n>``; an exact duplicate:
+dropped; both counted in ``Builder.repairs[split]`` and logged; the same question with other answers: an error;
+the config field ``strict`` refuses the repairs).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ except ImportError:  # loaded by `tfds build tfds_builders/textvqa` as `textvqa.
     from tfds_builders import beam_build, common, readers
 
 from openvivqa_jax.data import ocr as ocr_lib
+from openvivqa_jax.data import repairs
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
 _CITATION = """\
@@ -109,7 +114,7 @@ def read_rosetta(path: Path, stats: dict) -> dict[str, list[dict]]:
                     path, record, f"ocr_info[{j}] needs word and bounding_box{{top_left_x, top_left_y, width, "
                     f"height}} numbers ({e!r})") from None
             if not isinstance(word, str):
-                raise readers.record_error(path, record, f"ocr_info[{j}] word is {type(word).__name__}, expected str")
+                raise readers.record_error(path, record, f"ocr_info[{j}] word is {json_kind(word)}, expected a string")
             if not all(math.isfinite(v) for v in (x, y, w, h)) or w < 0 or h < 0:
                 raise readers.record_error(path, record, f"ocr_info[{j}] bounding box {bb} is invalid")
             text = normalize_text(word)
@@ -178,7 +183,8 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
             raise readers.DatasetInputError(f"{path}: expected {{\"data\": [records]}} (TextVQA format)")
         required = split in cfg.answers_required_splits
-        seen: set[str] = set()
+        log = self._repair_log(split, f"textvqa/{split}", policy)
+        ids = repairs.RepeatedIds(log, reserved={str(it.get("question_id")) for it in data["data"] if isinstance(it, dict)})
         unknown = self._field_counter(split, f"textvqa/{split}")  # image_classes, flickr URLs, ...: logged once
         kept = 0
         for i, item in enumerate(data["data"]):
@@ -192,14 +198,15 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
                     raise readers.record_error(path, record, "needs 'question_id' and 'image_id'")
                 qid, image_id = str(item["question_id"]), str(item["image_id"])
                 record = f"question {qid}"
-                if qid in seen:
-                    raise readers.record_error(path, record, "duplicate question id")
+                qid = ids.resolve(qid, [image_id, item.get("question")],
+                                  {k: v for k, v in item.items() if k != "question_id"}, path=path, record=record)
+                if qid is None:
+                    continue
                 question = readers.clean_question(item.get("question"), path=path, record=record)
                 answers = readers.clean_answers(item.get("answers"), path=path, record=record, required=required)
             except readers.DatasetInputError as e:
                 policy.handle("invalid_record", e)
                 continue
-            seen.add(qid)
             image = self._images.load_or_skip(
                 readers.find_file(f"{image_id}.jpg", image_dirs), policy, source=path, record=record,
                 not_found=f"image file {image_id}.jpg not found in {[str(d) for d in image_dirs]}")
@@ -224,4 +231,5 @@ Then: tfds build tfds_builders/textvqa --manual_dir=<manual_dir> --file_format=a
             }
         counter.log_summary(kept)
         unknown.log_summary()
+        log.log_summary()
         logging.info("textvqa/%s: OCR stats %s", split, self.ocr_stats)

@@ -19,9 +19,14 @@ OCR: ``manual_dir/ocr.json`` (``{image_id: [{text, box, score}]}``) if present, 
 
 Bad input raises :class:`tfds_builders.readers.DatasetInputError` naming the file, the line and the row
 index: wrong number of fields, non-integer ``img_id``/``type``, empty question, empty answer (required in
-``answers_required_splits``, default train and test), missing or corrupt image, duplicate row index;
+``answers_required_splits``, default train and test), missing or corrupt image, a repeated row index with the
+same image and question and another answer;
 ``skip_invalid_records`` / ``skip_missing_images`` skip them instead (counted in ``Builder.skip_counts``
-and logged).
+and logged). A repeated row index with another image or question is renamed ``<index>#<n>``, an exact duplicate
+row dropped, and rows with the same image, question and answer as another index counted (kept): each in
+``Builder.repairs[split]``, logged and written to the build's notes (:mod:`openvivqa_jax.data.repairs`; the
+config field ``strict`` refuses the flaws). The first 300 rows of the release's train.csv hold 3 rows with the
+same image, question and answer as an earlier row.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ try:
 except ImportError:  # loaded by `tfds build tfds_builders/vivqa` as `vivqa.vivqa_dataset_builder`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tfds_builders import beam_build, common, readers
+
+from openvivqa_jax.data import repairs
 
 _CITATION = """\
 @inproceedings{tran2021vivqa,
@@ -219,19 +226,19 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
         counter, policy = self._skip_policy(split, f"vivqa/{split}")
         image_dirs = [manual_dir / d for d in cfg.image_dirs]
         image_dirs = [d for d in image_dirs if d.is_dir()]
-        seen: dict[str, str] = {}
+        log = self._repair_log(split, f"vivqa/{split}", policy)
+        ids = repairs.RepeatedIds(log)
         kept = 0
         for path in files:
             rows = list(parse_csv(path, answers_required=split in cfg.answers_required_splits, policy=policy))
+            ids.reserved.update(r.question_id for r in rows)
+            rows = [r for r in rows if self._resolve_id(ids, r, path)]
             # Decode + OCR every image of the file in worker processes first (deterministic order).
             self._images.prepare(
                 (next((p for p in (readers.find_file(n, image_dirs) for n in coco_filenames(r.img_id)) if p), None),
                  str(r.img_id)) for r in rows)
             for row in rows:
                 record = f"line {row.line} (row {row.question_id})"
-                if not policy.first_time(seen, row.question_id, f"{path.name} line {row.line}", path=path,
-                                         record=record, message="duplicate row index (also {first})"):
-                    continue
                 names = coco_filenames(row.img_id)
                 image_path = next((p for p in (readers.find_file(n, image_dirs) for n in names) if p), None)
                 image = self._images.load_or_skip(
@@ -254,4 +261,15 @@ Then: tfds build tfds_builders/vivqa --config default --manual_dir=<manual_dir> 
                     "ocr": readers.ocr_feature(tokens),
                 }
         counter.log_summary(kept)
+        log.log_summary()
         self._ocr.log_summary(f"vivqa/{split}")
+
+    @staticmethod
+    def _resolve_id(ids: repairs.RepeatedIds, row: _Row, path: Path) -> bool:
+        """Applies the repeated-id rule to ``row`` (:class:`openvivqa_jax.data.repairs.RepeatedIds`: the same
+        image and question is the same question); renames it in place. Whether the row is kept."""
+        new = ids.resolve(row.question_id, [row.img_id, row.question], [row.answers, row.question_type], path=path,
+                          record=f"line {row.line} (row {row.question_id})")
+        if new is not None:
+            row.question_id = new
+        return new is not None

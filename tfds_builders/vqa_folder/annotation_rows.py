@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from openvivqa_jax.jsonio import json_kind
 from tfds_builders import common, readers
 
 __all__ = ["Row", "IMAGE_COLUMNS", "ANSWER_COLUMNS", "KNOWN_COLUMNS", "MAX_KIND_LENGTH", "LANGUAGE_ALIASES",
@@ -260,11 +261,10 @@ def parse_csv(path: Path, *, answers_required: bool, policy: readers.ErrorPolicy
     dupes = sorted({c for c in header if header.count(c) > 1 and c})
     if dupes:
         raise readers.DatasetInputError(f"{path}: line 1: columns {dupes} appear twice in the header")
-    unknown.check(dict.fromkeys(c for c in header if c), KNOWN_COLUMNS, path=path)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows: list[Row] = []
     started = False
-    last_line = 0
+    last_line = data_rows = 0
     while True:
         start = last_line + 1
         try:
@@ -282,6 +282,7 @@ def parse_csv(path: Path, *, answers_required: bool, policy: readers.ErrorPolicy
             started = True
             continue
         record = f"line {start}"
+        data_rows += 1
         try:
             if len(fields) != len(header):
                 raise readers.record_error(
@@ -296,6 +297,8 @@ def parse_csv(path: Path, *, answers_required: bool, policy: readers.ErrorPolicy
                              separator=separator))
         except readers.DatasetInputError as e:
             policy.handle("invalid_record", e)
+    # Every row of the file carries each column of its header: counted per row, as a JSON file's fields are.
+    unknown.check(dict.fromkeys(c for c in header if c), KNOWN_COLUMNS, path=path, times=data_rows, unit="rows")
     return rows
 
 
@@ -321,7 +324,7 @@ def parse_json(path: Path, *, answers_required: bool, policy: readers.ErrorPolic
                     "(configs/openvivqa/mlpag.py)")
         raise readers.DatasetInputError(
             f"{path}: expected a JSON list of objects {{\"image\", \"question\", \"answer\"}}, got "
-            f"{type(data).__name__}{hint}")
+            f"{json_kind(data)}{hint}")
     rows: list[Row] = []
     for i, item in enumerate(data):
         record = f"[{i}]"

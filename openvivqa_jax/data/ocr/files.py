@@ -16,6 +16,7 @@ from pathlib import Path
 from absl import logging
 
 from openvivqa_jax import jsonio
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.data.ocr.tokens import OcrFileError, _bump, validate_tokens
 
 
@@ -39,7 +40,7 @@ def load_ocr_file(path: str | os.PathLike, stats: MutableMapping[str, int] | Non
     path = Path(path)
     data = jsonio.read_json(path, what="OCR file", error=OcrFileError, repeated_keys="error")
     if not isinstance(data, dict):
-        raise OcrFileError(f"{path}: expected a JSON object {{image_id: [tokens]}}, got {type(data).__name__}")
+        raise OcrFileError(f"{path}: expected a JSON object {{image_id: [tokens]}}, got {json_kind(data)}")
     local: dict[str, int] = {}
     out = {str(k): validate_tokens(v, source=str(path), image_id=str(k), stats=local, skip_invalid=skip_invalid)
            for k, v in data.items()}

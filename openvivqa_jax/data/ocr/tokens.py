@@ -17,6 +17,7 @@ import numpy as np
 from absl import logging
 
 from openvivqa_jax.errors import UserError
+from openvivqa_jax.jsonio import json_kind
 from openvivqa_jax.text.normalize import normalize_text
 
 
@@ -70,7 +71,7 @@ def validate_tokens(
     """
     where = f"{source}: image {image_id!r}"
     if not isinstance(tokens, list):
-        raise OcrFileError(f"{where}: expected a list of OCR tokens, got {type(tokens).__name__}")
+        raise OcrFileError(f"{where}: expected a list of OCR tokens, got {json_kind(tokens)}")
     out = []
     for i, tok in enumerate(tokens):
         try:
@@ -93,7 +94,7 @@ def _checked_token(tok: Any, i: int, where: str, stats: MutableMapping[str, int]
         OcrFileError: a bad token (one line naming ``where`` and the token index).
     """
     if not isinstance(tok, Mapping):
-        raise OcrFileError(f"{where}: token {i} is {type(tok).__name__}, expected an object")
+        raise OcrFileError(f"{where}: token {i} is {json_kind(tok)}, expected an object")
     if not isinstance(tok.get("text"), str):
         raise OcrFileError(f"{where}: token {i} has no string 'text' (got {tok.get('text')!r})")
     box = tok.get("box")
