@@ -22,8 +22,9 @@ yes/no kinds are balanced exactly, as are ``relation``'s shape and nothing answe
 class is dropped at random (counted in the summary). The ``verify_text`` questions have ``qa_type`` 1 (they need
 the text in the picture), the others 0. Picture ``n`` of a split and its questions come from
 ``numpy.random.default_rng([seed, split number, n])``, so ``--train_images N`` keeps the first pictures of a
-larger world. Defaults (800 / 100 / 200 pictures, about 7,000 / 850 / 1,700 questions) fit the folder config's
-time budget with the OCR the text questions need; docs/datasets.md, "A second world".
+larger world. Defaults: 800 / 100 / 200 pictures, about 6,400 / 800 / 1,600 questions (seed 0: 6,429 / 782 /
+1,566); built with the OCR the text questions need and trained with the folder config in 19 min on a loaded
+2-core machine (docs/results.md, "A second world").
 
 Errors (exit 2, one ``error:`` line): ``--out`` exists and is not empty, or a split size below 1.
 """
