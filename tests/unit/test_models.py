@@ -42,6 +42,17 @@ def _model(name, vocab=V, seed=0, **overrides):
     return cfg, build_model(cfg.model, vocab, seed=seed)
 
 
+def _assert_only_added(base, grown, added: set) -> dict:
+    """Asserts that model ``grown`` has the parameters of ``base``, equal, plus the top-level entries ``added``
+    (an option's modules made last, so that a seed gives the model without them the same parameters); returns
+    ``grown``'s parameters."""
+    p0, p1 = nnx.to_pure_dict(nnx.state(base, nnx.Param)), nnx.to_pure_dict(nnx.state(grown, nnx.Param))
+    assert set(p1) - set(p0) == added and set(p0) <= set(p1)
+    for k in p0:
+        jax.tree.map(np.testing.assert_array_equal, p0[k], p1[k])
+    return p1
+
+
 # ----------------------------------------------------------------------------- numpy references
 def np_layer_norm(x, ln, eps=1e-6):
     mu = x.mean(-1, keepdims=True)
@@ -274,10 +285,7 @@ def test_mlpag_question_over_image_grounds_the_question_in_memory():
     kw = dict(fusion="concat", question_in_memory=True)
     cfg, qim = _model("mlpag", **kw)
     _, qoi = _model("mlpag", question_over_image=True, **kw)
-    p0, p1 = nnx.to_pure_dict(nnx.state(qim, nnx.Param)), nnx.to_pure_dict(nnx.state(qoi, nnx.Param))
-    assert set(p1) - set(p0) == {"question_image_attention"} and set(p0) <= set(p1)
-    for k in p0:
-        jax.tree.map(np.testing.assert_array_equal, p0[k], p1[k])
+    _assert_only_added(qim, qoi, {"question_image_attention"})
     batch = random_batch(cfg, V, batch=2, seed=7)
     batch["question_mask"][1, 4:] = False
     e0, e1 = qim.encode(batch), qoi.encode(batch)
@@ -615,10 +623,7 @@ def test_mlpag_joint_layers_attend_over_question_image_and_ocr_together():
     kw = dict(fusion="concat", question_in_memory=True)
     cfg, plain = _model("mlpag", **kw)
     _, joint = _model("mlpag", joint_layers=2, **kw)
-    p0, p1 = nnx.to_pure_dict(nnx.state(plain, nnx.Param)), nnx.to_pure_dict(nnx.state(joint, nnx.Param))
-    assert set(p1) - set(p0) == {"joint"} and len(p1["joint"]) == 2
-    for k in p0:
-        jax.tree.map(np.testing.assert_array_equal, p0[k], p1[k])
+    assert len(_assert_only_added(plain, joint, {"joint"})["joint"]) == 2
     batch = random_batch(cfg, V, batch=2, seed=3)
     batch["question_mask"][1, 5:] = False
     e0, e1 = plain.encode(batch), joint.encode(batch)
