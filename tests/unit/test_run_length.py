@@ -1,6 +1,7 @@
 """``train.num_train_steps = 0``: the number of steps derived from the training split
 (:mod:`openvivqa_jax.vqa.run_length`), ``clip(ceil(epochs * questions / batch_size), min_steps, max_steps)``,
-with the config's shipped rule and clear errors for a missing or out-of-range rule."""
+with the config's shipped rule, clear errors for a missing or out-of-range rule, and the config check that takes
+0 only where a rule is given."""
 
 from __future__ import annotations
 
@@ -84,3 +85,20 @@ def test_the_folder_config_ships_a_rule_that_derives_steps():
     expected = derived_steps(1000, int(cfg.train.batch_size), epochs=float(rule.epochs),
                              min_steps=int(rule.min_steps), max_steps=int(rule.max_steps))
     assert resolve_train_steps(cfg, lambda: 1000) == expected >= 1
+
+
+def test_check_config_takes_zero_steps_only_with_a_rule():
+    from conftest import load_config as load_named
+
+    from openvivqa_jax.config_check import check_config
+
+    cfg = load_named("configs/folder/mlpag.py")
+    cfg.train.num_train_steps = 0
+    check_config(cfg)  # the folder config has train.steps_from_data
+    cfg.train.num_train_steps = -1
+    with pytest.raises(ConfigError, match=r"train.num_train_steps.*an integer >= 1, or 0 \(derived from the data"):
+        check_config(cfg)
+    del cfg.train["steps_from_data"]
+    cfg.train.num_train_steps = 0
+    with pytest.raises(ConfigError, match=r"num_train_steps=0 is out of range: must be an integer >= 1 \(set it"):
+        check_config(cfg)
