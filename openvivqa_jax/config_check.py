@@ -47,7 +47,6 @@ _PROBABILITY = ((lambda v: _num(v) and 0 <= v < 1), "a number in [0, 1)")
 _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("tokenizer.vocab_size", *_at_least(MIN_VOCAB_SIZE)),
     ("train.batch_size", *_at_least(1)),
-    ("train.num_train_steps", *_at_least(1)),
     ("train.log_every_steps", *_at_least(1)),
     ("train.checkpoint_every_steps", *_at_least(1)),
     ("train.eval_every_steps", *_at_least(0)),
@@ -187,6 +186,11 @@ def check_config(cfg) -> None:
     if answering:
         _check_model_fields(cfg)
         vqa_config.plan(cfg)  # the evaluations after training: kinds, fields and references
+    steps = _get(cfg, "train.num_train_steps")
+    derived = _get(cfg, "train.steps_from_data") not in (_MISSING, None)
+    if steps is not _MISSING and not (_int(steps) and (steps >= 1 or (steps == 0 and derived))):
+        _fail("train.num_train_steps", steps, "an integer >= 1" + (", or 0 (derived from the data: "
+                                                                   "train.steps_from_data)" if derived else ""))
     groups = _get(cfg, "model.ocr_features")
     if isinstance(groups, (tuple, list)) and set(groups) - set(OCR_FEATURE_GROUPS):
         _fail("model.ocr_features", tuple(groups), "a tuple of " + ", ".join(repr(v) for v in OCR_FEATURE_GROUPS))

@@ -108,6 +108,10 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # MLPAG: after the fusion layers, the question tokens attend over the image (MCAN's guided attention), so the
     # question in the memory (question_in_memory) carries the objects it names (docs/results.md, non-text).
     c.model.question_over_image = False
+    # MLPAG: self-attention blocks over the question, image and OCR tokens together after the fusion layers (M4C's
+    # multimodal transformer; models/mlpag.py), so that a region meets the question's words and the other regions
+    # in one place (verifying, comparing, relations). 0: none, the paper's model.
+    c.model.joint_layers = 0
     # MLPAG: question-guided glimpses over the image appended to the decoder's memory (models/grounding.py):
     # num glimpse tokens (0: none, the paper's model), the width of their score MLP, the largest count bin, and
     # the weight of a training-only loss that fits the first glimpse's soft count to the count a counting
@@ -164,6 +168,9 @@ def _train(c: ml_collections.ConfigDict) -> None:
     c.train = ml_collections.ConfigDict()
     c.train.batch_size = 32  # global batch
     c.train.num_train_steps = 2000
+    # Read only when num_train_steps is 0: the steps are then derived from the training split (openvivqa_jax/vqa/
+    # run_length.py): clip(ceil(epochs * questions / batch_size), min_steps, max_steps), said in one log line.
+    c.train.steps_from_data = ml_collections.ConfigDict(dict(epochs=15.0, min_steps=500, max_steps=20000))
     common.adam_noam(c.train, lr_scale=0.3)
     # PRNG of the dropout masks: 'threefry2x32' (JAX's default, the same bits on every backend), 'rbg' or
     # 'unsafe_rbg' (cheaper bits; benchmarks/README.md).

@@ -29,7 +29,7 @@ MODEL_REGISTRY = {
 DTYPES = ("float32", "bfloat16")
 #: OCR token feature groups of ``model.ocr_features`` (:class:`openvivqa_jax.models.embeddings.OcrEmbedding`);
 #: here, without JAX, so that the config check names a misspelled one before anything is built.
-OCR_FEATURE_GROUPS = ("pieces", "phoc", "appearance", "box_grid", "order")
+OCR_FEATURE_GROUPS = ("pieces", "phoc", "appearance", "box_grid", "order", "question_match")
 
 
 def model_class(name: str):

@@ -30,7 +30,8 @@ from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, gr
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
 __all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput",
-           "question_word_dim", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS", "OCR_BOX_GRID", "reading_order_code"]
+           "question_word_dim", "question_match", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS", "OCR_BOX_GRID",
+           "reading_order_code"]
 
 #: ``model.question_embedding`` values: ``"learned"`` (piece embeddings trained from a random start) or
 #: ``"fasttext"`` (rows started from the fastText vectors of ``model.fasttext.path``,
@@ -198,6 +199,10 @@ class OcrEmbedding(nnx.Module):
       a sinusoidal code of slot ``k + 1`` is a fixed rotation of slot ``k``'s, so the pointer's bilinear score
       can learn "the token after the one just copied" once for every slot (the boxes alone make it a relation
       between coordinates, learned separately for every line of every layout);
+    * ``question_match``: whether the token's pieces occur, in order and side by side, among the question's
+      pieces (:func:`question_match`), as a learned vector: the exact-match feature of reading comprehension
+      (DrQA, Chen et al., ACL 2017), so that "is the word X written?" finds the token X for any word X, also one
+      never seen in training;
     * any extra batch key in ``extra_dims`` (e.g. ``ocr_fasttext``: 300).
 
     Args:
@@ -232,6 +237,8 @@ class OcrEmbedding(nnx.Module):
                 raise ValueError(f"the OCR feature group 'order' (a sinusoidal code) needs an even model.d_model, "
                                  f"got {d_model}")
             self.order_proj = dense(d_model, d_model, rngs, dtype, use_bias=False)
+        if "question_match" in self.features:
+            self.match_proj = dense(1, d_model, rngs, dtype, use_bias=False)
         self.extra_proj = nnx.Dict({k.replace("/", "_"): dense(dim, d_model, rngs, dtype) for k, dim in self.extra})
         self.feat_norm = layer_norm(d_model, rngs, dtype)
         self.box_proj = dense(4, d_model, rngs, dtype)
@@ -256,10 +263,40 @@ class OcrEmbedding(nnx.Module):
         if "order" in self.features:
             code = reading_order_code(batch["ocr_boxes"].shape[1], self.order_proj.in_features)
             parts.append(self.order_proj(code)[None])
+        if "question_match" in self.features:
+            match = question_match(batch["ocr_pieces"], batch["ocr_piece_mask"], batch["question"],
+                                   batch["question_mask"])
+            parts.append(self.match_proj(match[..., None]))
         for key, _ in self.extra:
             parts.append(self.extra_proj[key.replace("/", "_")](batch[key]))
         x = self.feat_norm(sum(parts)) + self.box_norm(self.box_proj(batch["ocr_boxes"].astype(jnp.float32)))
         return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
+def question_match(ocr_pieces: jax.Array, ocr_piece_mask: jax.Array, question: jax.Array,
+                   question_mask: jax.Array) -> jax.Array:
+    """Whether each OCR token's pieces occur in the question, in order and side by side (the exact-match feature
+    of DrQA, Chen et al., ACL 2017, at the level of the tokenizer's pieces: the question and every OCR token are
+    encoded by the same tokenizer, so a word written in both has the same pieces).
+
+    Args:
+      ocr_pieces: ``(batch, N, P)`` int piece ids of each OCR token; ocr_piece_mask: ``(batch, N, P)`` bool.
+      question: ``(batch, l)`` int piece ids; question_mask: ``(batch, l)`` bool.
+
+    Returns:
+      ``(batch, N)`` float32: 1 where the token has pieces and they all match the question's pieces at some
+      offset ``t`` (piece ``p`` at ``t + p``, inside the question), else 0.
+    """
+    b, l = question.shape
+    p = ocr_pieces.shape[-1]
+    q = jnp.pad(question, ((0, 0), (0, p)))
+    qm = jnp.pad(question_mask.astype(bool), ((0, 0), (0, p)))
+    windows = jnp.stack([q[:, k:k + l] for k in range(p)], -1)  # (batch, l, P): piece k of the window at t
+    valid = jnp.stack([qm[:, k:k + l] for k in range(p)], -1)
+    pm = ocr_piece_mask.astype(bool)
+    same = (ocr_pieces[:, :, None, :] == windows[:, None]) & valid[:, None]  # (batch, N, l, P)
+    whole = jnp.all(same | ~pm[:, :, None, :], axis=-1)  # every piece of the token matches at offset t
+    return (jnp.any(whole, axis=-1) & jnp.any(pm, axis=-1)).astype(jnp.float32)
+
 
 def vision_encoder(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisionEncoder:
     """The :class:`VisionEncoder` described by ``cfg.vision`` (``kind``: cnn, vit or region, and its fields)."""

@@ -23,6 +23,13 @@ Components (Figure 10):
 * Option: ``counter`` (weight > 0, region vision) appends one memory token, the count of the regions the
   question names by a small counter trained on a stream of counting questions
   (:mod:`openvivqa_jax.models.counting`).
+* Option: ``joint_layers`` (``J`` > 0) runs ``J`` self-attention blocks over the question tokens, the image and
+  the OCR tokens together, ``[x_Q; x_I; x_S] <- EncoderBlock([x_Q; x_I; x_S])``, after the fusion layers (and
+  the question-over-image block) and before the memory is formed: M4C's multimodal transformer (Hu et al., CVPR
+  2020) inside MLPAG. Every region then sees the question's words *and* the other regions, so an attribute the
+  question names meets the region's own in one place (verifying "is the circle red?", comparing two shapes'
+  colours or counts, finding what is left of a named shape), which the paper's fusion, where the image attends to
+  the question only, leaves to the decoder.
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -82,14 +89,15 @@ class MLPAG(MemoryDecoderGenerator):
         question_over_image (the question tokens attend over the image after the fusion layers; off in the
         paper's model; its block is created after every other one, so the other parameters are the same as
         without it for a seed), word_region_loss (weight, temperature, sharpness; a training-only loss, no
-        parameters of its own).
+        parameters of its own), joint_layers (self-attention blocks over the question, image and OCR tokens
+        together; 0, the paper's model, by default; made last).
       vocab_size: ``V``.
       rngs: parameter RNGs.
       dtype: compute dtype.
 
     Raises:
-      ValueError: for an unknown ``fusion``, or a ``word_region_loss.weight`` > 0 without
-        ``question_over_image``.
+      ValueError: for an unknown ``fusion``, a ``word_region_loss.weight`` > 0 without ``question_over_image``,
+        or a negative ``joint_layers``.
     """
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
@@ -130,6 +138,12 @@ class MLPAG(MemoryDecoderGenerator):
         self.glimpses = visual_glimpses(cfg, rngs=rngs, dtype=dtype)
         self.counter = region_counter(cfg, feature_dim=self.vision.raw_dim, vocab_size=vocab_size, rngs=rngs,
                                       dtype=dtype)
+        num_joint = int(cfg.get("joint_layers", 0) or 0)
+        if num_joint < 0:
+            raise ValueError(f"model.joint_layers must be >= 0, got {num_joint}")
+        # Made last, so that every other parameter is that of the model without them for a seed.
+        self.joint = nnx.List([EncoderBlock(d, cfg.num_heads, cfg.ffn_dim, cfg.dropout, rngs=rngs, dtype=dtype)
+                               for _ in range(num_joint)]) if num_joint else None
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
         """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
@@ -154,6 +168,8 @@ class MLPAG(MemoryDecoderGenerator):
             if self.word_region_weight and not deterministic:
                 self._sow_word_region_loss(x_q, q_mask, vis)
             x_q = self.question_image_attention(x_q, x_i, i_mask, **kw)
+        if self.joint is not None:
+            x_q, x_i, x_s = self._joint(x_q, q_mask, x_i, i_mask, x_s, s_mask, kw)
         if self.fusion == "sum":
             memory, mem_mask = fuse_sum(x_s, s_mask, x_i, i_mask)
         else:
@@ -172,6 +188,16 @@ class MLPAG(MemoryDecoderGenerator):
         if self.counter is not None:
             memory, mem_mask = self._with_count_token(batch, memory, mem_mask, deterministic)
         return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
+
+    def _joint(self, x_q, q_mask, x_i, i_mask, x_s, s_mask, kw):
+        """The ``joint_layers`` blocks (module doc) over ``[x_q (batch, l, d); x_i (batch, S, d); x_s (batch, N,
+        d)]`` with the three masks as one key mask; returns the three parts, each ``(batch, ., d)``."""
+        l, n_i = x_q.shape[1], x_i.shape[1]
+        x = jnp.concatenate([x_q, x_i.astype(x_q.dtype), x_s.astype(x_q.dtype)], 1)
+        mask = jnp.concatenate([q_mask, i_mask, s_mask], 1)
+        for block in self.joint:
+            x = block(x, mask, **kw)
+        return x[:, :l], x[:, l:l + n_i], x[:, l + n_i:]
 
     def _with_count_token(self, batch, memory, mem_mask, deterministic: bool):
         """Appends the region counter's token (:mod:`openvivqa_jax.models.counting`) to the memory; in training,

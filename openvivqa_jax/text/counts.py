@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from openvivqa_jax.text.normalize import normalize_text
 
-__all__ = ["COUNT_NOUNS", "NUMBER_WORDS", "number_value", "count_question", "quantities", "answer_count",
+__all__ = ["COUNT_NOUNS", "NUMBER_WORDS", "ENGLISH_NUMBER_WORDS", "number_value", "count_question", "quantities",
+           "english_answer_count", "answer_count",
            "syllables", "is_punctuation"]
 
 #: Classifiers and nouns that a count directly precedes (``ba người``, ``hai chiếc xe``).
@@ -34,6 +35,11 @@ NUMBER_WORDS: dict[str, int] = {
     "tám": 8, "chín": 9, "mười": 10, "mươi": -10, "chục": -10, "linh": 0, "lẻ": 0, "trăm": -100, "nghìn": -1000,
     "ngàn": -1000, "triệu": -1_000_000,
 }
+
+#: English number words of :func:`english_answer_count` (answers to ``how many`` questions).
+ENGLISH_NUMBER_WORDS: dict[str, int] = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
 
 #: Words after a number that make it a measure, time or price rather than a count.
 _NOT_COUNT_AFTER = frozenset({
@@ -129,6 +135,17 @@ def quantities(tokens: Sequence[str], count_question: bool) -> list[tuple[str, i
     return out
 
 
+def english_answer_count(question_tokens: Sequence[str], answer_tokens: Sequence[str]) -> int | None:
+    """The count an English answer gives to a ``how many`` question (the tokens of :func:`syllables`), or None:
+    the answer's one number, digits or a word of :data:`ENGLISH_NUMBER_WORDS` (``two``, ``2 cats``, ``there are
+    three``); none or several numbers, a count below 1, or a question that does not ask ``how many``: None."""
+    if " how many " not in f" {' '.join(question_tokens)} ":
+        return None
+    found = [int(t) if _DIGITS_RE.match(t) else ENGLISH_NUMBER_WORDS[t] for t in answer_tokens
+             if _DIGITS_RE.match(t) or t in ENGLISH_NUMBER_WORDS]
+    return found[0] if len(found) == 1 and found[0] >= 1 else None
+
+
 def answer_count(question: str, answer: str) -> int | None:
     """The count an answer gives to a counting question, or None.
 
@@ -136,11 +153,11 @@ def answer_count(question: str, answer: str) -> int | None:
     age or label; the rules of ``openvivqa_jax.analysis.guideline.rule_quantities``), and the answer must hold
     exactly one count (:func:`quantities`: number words or digits before a count noun, ``có ba người`` -> 3);
     answers with none (``không có``) or several (``hai người và một chiếc xe``) give None, as do counts
-    below 1.
+    below 1. An English ``how many`` question counts by :func:`english_answer_count` (``two`` -> 2).
     """
     q_toks = syllables(question)
     if not count_question(q_toks):
-        return None
+        return english_answer_count(q_toks, syllables(answer))
     found = quantities(syllables(answer), True)
     if len(found) != 1 or found[0][1] < 1:
         return None

@@ -64,9 +64,9 @@ def counting_indices(records: Sequence, source_name: str) -> list[int]:
     """
     idx = [r.index for r in records if r.answers and answer_count(r.question, r.answers[0])]
     if not idx:
-        logging.warning("%s: no counting question (a 'bao nhiêu' / 'mấy' question whose answer gives one count) "
-                        "among its %d questions, so the region counter is not trained and its count token says "
-                        "nothing; set --config.model.counter.weight=0 to leave it out", source_name, len(records))
+        logging.warning("%s: no counting question (a 'bao nhiêu' / 'mấy' / 'how many' question whose answer gives "
+                        "one count) among its %d questions, so the region counter is not trained and its count token "
+                        "says nothing; set --config.model.counter.weight=0 to leave it out", source_name, len(records))
         return []
     logging.info("Region counter: a stream of the %d counting questions of %s (of %d)", len(idx), source_name,
                  len(records))

@@ -45,7 +45,7 @@ from openvivqa_jax.vqa import run_settings
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, peak_device_memory_mib
 from openvivqa_jax.training.state import TrainState, make_schedule
-from openvivqa_jax.vqa import counting_stream, decoding, evals
+from openvivqa_jax.vqa import counting_stream, decoding, evals, run_length
 from openvivqa_jax.vqa.config import parse_kind_weights
 from openvivqa_jax.vqa.experiment import Experiment, StateSpec, create_experiment
 
@@ -176,11 +176,13 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
 
     A run that has finished (:func:`finished_step`) is not evaluated again: one line says so and how to
     re-score it (``--mode evaluate``); nothing is appended to ``metrics.jsonl`` and no TensorBoard file is
-    written. Smoke-run settings that train nothing (warm-up past the last step, :func:`warn_warmup`) and inputs
+    written. ``train.num_train_steps = 0`` is then set from the data (:mod:`openvivqa_jax.vqa.run_length`).
+    Smoke-run settings that train nothing (warm-up past the last step, :func:`warn_warmup`) and inputs
     mostly cut (:func:`warn_cut_inputs`) are WARNING lines. A setting the run's files fix that differs from its
     ``config.json`` raises ``CheckpointMismatchError`` first (:func:`run_settings.check_settings`; a finished run too).
     """
     run_settings.check_settings(cfg, os.path.abspath(os.path.expanduser(workdir)))
+    run_length.resolve_train_steps(cfg, lambda: _num_train_questions(cfg))
     finished = finished_step(workdir, cfg.train.num_train_steps)
     if finished is not None:
         _report_finished(workdir, finished)
@@ -248,6 +250,13 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     writer.flush()
     writer.close()
     return results
+
+
+def _num_train_questions(cfg) -> int:
+    """The number of questions of ``data.train_split`` (the dataset is built first if it is not)."""
+    from openvivqa_jax.data import datasets
+
+    return int(datasets.load_builder(cfg.data).info.splits[cfg.data.train_split].num_examples)
 
 
 def _report_finished(workdir: str, finished: int) -> None:

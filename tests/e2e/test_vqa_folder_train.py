@@ -69,7 +69,7 @@ def test_tfds_build_command_line(tmp_path):
     tfds_build("vqa_folder", manual, tmp_path / "d", "--config", "default")
     import tensorflow_datasets as tfds
 
-    built = tfds.builder_from_directory(str(tmp_path / "d" / "vqa_folder" / "default" / "1.0.0"))
+    built = tfds.builder_from_directory(str(tmp_path / "d" / "vqa_folder" / "default" / "1.1.0"))
     assert {s: built.info.splits[s].num_examples for s in built.info.splits} == {"train": 5, "validation": 2,
                                                                                  "test": 2}
 

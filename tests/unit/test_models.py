@@ -42,6 +42,17 @@ def _model(name, vocab=V, seed=0, **overrides):
     return cfg, build_model(cfg.model, vocab, seed=seed)
 
 
+def _assert_only_added(base, grown, added: set) -> dict:
+    """Asserts that model ``grown`` has the parameters of ``base``, equal, plus the top-level entries ``added``
+    (an option's modules made last, so that a seed gives the model without them the same parameters); returns
+    ``grown``'s parameters."""
+    p0, p1 = nnx.to_pure_dict(nnx.state(base, nnx.Param)), nnx.to_pure_dict(nnx.state(grown, nnx.Param))
+    assert set(p1) - set(p0) == added and set(p0) <= set(p1)
+    for k in p0:
+        jax.tree.map(np.testing.assert_array_equal, p0[k], p1[k])
+    return p1
+
+
 # ----------------------------------------------------------------------------- numpy references
 def np_layer_norm(x, ln, eps=1e-6):
     mu = x.mean(-1, keepdims=True)
@@ -274,10 +285,7 @@ def test_mlpag_question_over_image_grounds_the_question_in_memory():
     kw = dict(fusion="concat", question_in_memory=True)
     cfg, qim = _model("mlpag", **kw)
     _, qoi = _model("mlpag", question_over_image=True, **kw)
-    p0, p1 = nnx.to_pure_dict(nnx.state(qim, nnx.Param)), nnx.to_pure_dict(nnx.state(qoi, nnx.Param))
-    assert set(p1) - set(p0) == {"question_image_attention"} and set(p0) <= set(p1)
-    for k in p0:
-        jax.tree.map(np.testing.assert_array_equal, p0[k], p1[k])
+    _assert_only_added(qim, qoi, {"question_image_attention"})
     batch = random_batch(cfg, V, batch=2, seed=7)
     batch["question_mask"][1, 4:] = False
     e0, e1 = qim.encode(batch), qoi.encode(batch)
@@ -604,3 +612,35 @@ def test_m4c_remat_gives_the_same_loss_and_gradients():
     assert out[True][0] == pytest.approx(out[False][0], rel=1e-6)
     for a, b in zip(out[False][1], out[True][1]):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_mlpag_joint_layers_attend_over_question_image_and_ocr_together():
+    """``model.joint_layers``: self-attention blocks over the question, image and OCR tokens together after the
+    fusion layers. Every other parameter is the model's without them; the memory is the joint blocks applied to
+    the concatenated streams of the model without them (concat fusion, the question in memory: the memory is
+    those three streams), a question token's output changes with the image (it does not without them: no
+    question-over-image block here), and cached decoding equals the full forward pass."""
+    kw = dict(fusion="concat", question_in_memory=True)
+    cfg, plain = _model("mlpag", **kw)
+    _, joint = _model("mlpag", joint_layers=2, **kw)
+    assert len(_assert_only_added(plain, joint, {"joint"})["joint"]) == 2
+    batch = random_batch(cfg, V, batch=2, seed=3)
+    batch["question_mask"][1, 5:] = False
+    e0, e1 = plain.encode(batch), joint.encode(batch)
+    n, q = cfg.model.num_ocr, cfg.model.max_question_len
+    mem0, mask0 = e0["memory"], e0["memory_mask"]
+    np.testing.assert_array_equal(np.asarray(e1["memory_mask"]), np.asarray(mask0))
+    # memory rows: OCR [0, n), image [n, -q), question [-q:); the joint order is question, image, OCR
+    x = jnp.concatenate([mem0[:, -q:], mem0[:, n:-q], mem0[:, :n]], 1)
+    m = jnp.concatenate([mask0[:, -q:], mask0[:, n:-q], mask0[:, :n]], 1)
+    for block in joint.joint:
+        x = block(x, m)
+    want = jnp.concatenate([x[:, -n:], x[:, q:-n], x[:, :q]], 1)
+    np.testing.assert_allclose(np.asarray(e1["memory"]), np.asarray(want), atol=1e-5)
+    other = dict(batch, image=np.ascontiguousarray(batch["image"][::-1]))
+    assert np.abs(np.asarray(joint.encode(other)["memory"])[:, -q:] - np.asarray(e1["memory"])[:, -q:]).max() > 1e-3
+    np.testing.assert_array_equal(np.asarray(plain.encode(other)["memory"])[:, -q:], np.asarray(mem0)[:, -q:])
+    np.testing.assert_allclose(np.asarray(e1["ocr_feats"]), np.asarray(x[:, -n:]), atol=1e-5)
+    assert_cached_decoding_matches(joint, batch, cfg.model.max_answer_len, enc=e1)
+    with pytest.raises(ValueError, match="model.joint_layers must be >= 0, got -1"):
+        _model("mlpag", joint_layers=-1)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from openvivqa_jax.models.embeddings import OCR_BOX_GRID, OcrEmbedding, reading_order_code
+from openvivqa_jax.models.embeddings import OCR_BOX_GRID, OcrEmbedding, question_match, reading_order_code
 
 
 def _ln(x, ln, eps=1e-6):
@@ -97,3 +97,51 @@ def test_order_group_with_an_odd_width_is_named():
     with pytest.raises(ValueError, match=r"'order' \(a sinusoidal code\) needs an even model.d_model, got 7"):
         OcrEmbedding(vocab_size=10, d_model=7, phoc_dim=4, appearance_dim=3, features=("phoc", "order"),
                      rngs=nnx.Rngs(0))
+
+
+def _match_by_hand(ocr, pmask, question, qmask):
+    """The question-match flag of each OCR token by brute force: its pieces, in order, at some offset of the
+    question's valid pieces."""
+    out = np.zeros(ocr.shape[:2])
+    for b in range(ocr.shape[0]):
+        q = [int(t) for t, m in zip(question[b], qmask[b]) if m]
+        for n in range(ocr.shape[1]):
+            p = [int(t) for t, m in zip(ocr[b, n], pmask[b, n]) if m]
+            out[b, n] = bool(p) and any(q[t:t + len(p)] == p for t in range(len(q) - len(p) + 1))
+    return out
+
+
+def test_question_match_flags_tokens_whose_pieces_the_question_holds_in_order():
+    """question_match (DrQA's exact-match feature over pieces) against a brute-force search, on hand cases (a
+    two-piece word in order and reversed, a word at the question's last piece, a piece only in the padding, an
+    empty token) and on random pieces over a small vocabulary."""
+    question = np.array([[5, 7, 8, 3, 0, 0], [9, 9, 4, 6, 2, 1]])
+    qmask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
+    ocr = np.array([[[7, 8, 0], [8, 7, 0], [3, 0, 0], [0, 0, 0]], [[1, 0, 0], [4, 6, 2], [6, 4, 0], [0, 0, 0]]])
+    pmask = ocr > 0
+    got = np.asarray(question_match(jnp.asarray(ocr), jnp.asarray(pmask), jnp.asarray(question), jnp.asarray(qmask)))
+    np.testing.assert_array_equal(got, [[1, 0, 1, 0], [1, 1, 0, 0]])
+    rng = np.random.default_rng(0)
+    question, qmask = rng.integers(1, 5, (8, 10)), np.arange(10)[None] < rng.integers(3, 11, (8, 1))
+    ocr = rng.integers(1, 5, (8, 6, 3))
+    pmask = np.arange(3)[None, None] < rng.integers(0, 4, (8, 6, 1))
+    got = np.asarray(question_match(jnp.asarray(ocr), jnp.asarray(pmask), jnp.asarray(question), jnp.asarray(qmask)))
+    want = _match_by_hand(ocr, pmask, question, qmask)
+    np.testing.assert_array_equal(got, want)
+    assert 0 < want.mean() < 1
+
+
+def test_question_match_group_adds_a_learned_vector_to_matched_tokens():
+    d = 8
+    batch = {"ocr_boxes": jnp.full((1, 2, 4), 0.5, jnp.float32), "ocr_phoc": jnp.ones((1, 2, 4), jnp.float32),
+             "ocr_pieces": jnp.asarray([[[3, 0], [4, 0]]]), "ocr_piece_mask": jnp.asarray([[[1, 0], [1, 0]]], bool),
+             "question": jnp.asarray([[2, 3, 1]]), "question_mask": jnp.ones((1, 3), bool)}
+    emb = OcrEmbedding(vocab_size=10, d_model=d, phoc_dim=4, appearance_dim=3, features=("phoc", "question_match"),
+                       dropout=0.0, rngs=nnx.Rngs(0))
+    got = np.asarray(emb(batch, None), np.float64)[0]
+    w_p, b_p = np.asarray(emb.phoc_proj.kernel[...], np.float64), np.asarray(emb.phoc_proj.bias[...], np.float64)
+    w_m = np.asarray(emb.match_proj.kernel[...], np.float64)[0]
+    w_b, b_b = np.asarray(emb.box_proj.kernel[...], np.float64), np.asarray(emb.box_proj.bias[...], np.float64)
+    box = _ln(np.full(4, 0.5) @ w_b + b_b, emb.box_norm)
+    np.testing.assert_allclose(got[0], _ln(np.ones(4) @ w_p + b_p + w_m, emb.feat_norm) + box, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1], _ln(np.ones(4) @ w_p + b_p, emb.feat_norm) + box, rtol=1e-4, atol=1e-5)

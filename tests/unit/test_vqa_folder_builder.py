@@ -181,6 +181,20 @@ def test_bad_csv_rows_are_one_line_errors_naming_file_and_line(tmp_path, case):
     assert __import__("re").search(pattern, message[len(f"{m / 'train.csv'}: "):]), message
 
 
+def test_kind_column_is_stored_and_scored_per_kind(tmp_path):
+    """The optional ``kind`` column (CSV and JSON) is stored per question (empty where a row has none), so the
+    evaluation gives scores per kind; it is not logged as an unknown column."""
+    train = ("image,question,answer,kind\nblue.jpeg,is it blue?,yes, verify_colour \ncat.png,how many?,one,count\n"
+             "photos/red.png,what is it?,a square,\n")
+    m = make_folder(tmp_path / "m", train=train, validation=[
+        {"image": "blue.jpeg", "question": "is it red?", "answer": "no", "kind": "verify_colour"}], test=VALIDATION)
+    builder = build(Builder, m, tmp_path / "d", NO_OCR)
+    kinds = {ex["question"]: ex["kind"].decode() for ex in read(builder, "train").values()}
+    assert kinds == {"is it blue ?": "verify_colour", "how many ?": "count", "what is it ?": ""}
+    assert [ex["kind"] for ex in read(builder, "validation").values()] == [b"verify_colour"]
+    assert not any(builder.unknown_fields["train"].values())
+
+
 def test_not_utf8_csv_names_the_line(tmp_path):
     m = make_folder(tmp_path / "m", validation=VALIDATION, test=VALIDATION)
     text = "image,question,answer\nblue.jpeg,what?,blue\ncat.png,màu gì?,xám\n"
@@ -217,6 +231,10 @@ BAD_JSON = {
                     r"\[0\]: qa_type 2 is not 0 \(non-text QA\), 1 \(text QA\) or empty"),
     "release format": ({"images": {}, "annotations": {}}, r"expected a JSON list of objects .* this is the "
                        r"OpenViVQA release format: build it with tfds_builders/openvivqa"),
+    "kind not a string": ([{"image": "blue.jpeg", "question": "a?", "answer": "b", "kind": 3}],
+                          r"\[0\]: kind 3 is not a string \(a label such as 'colour'\)"),
+    "kind too long": ([{"image": "blue.jpeg", "question": "a?", "answer": "b", "kind": "k" * 65}],
+                      r"\[0\]: kind 'k{65}' is not a short label: at most 64 characters on one line"),
 }
 
 

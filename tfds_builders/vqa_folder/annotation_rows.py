@@ -15,6 +15,9 @@ name            needed    value
 ``language``    no        ``vi``, ``en`` or ``ja`` (also ``vietnamese``, ``english``, ...); default: the builder
                           config's ``language`` (``auto``: :func:`detect_language`)
 ``qa_type``     no        ``1`` when the answer is read from text in the photo, ``0`` when not; empty: unknown
+``kind``        no        the kind of question, any short label (``colour``, ``count``, ``verify_text``): the
+                          scores are also given per kind, and ``data.train_kind_weights`` can oversample one;
+                          empty: none (at most :data:`MAX_KIND_LENGTH` characters, no line break)
 ==============  ========  ===================================================================================
 
 CSV files are UTF-8 (a byte-order mark, as Excel's "CSV UTF-8" writes it, is accepted), with a header row; the
@@ -25,8 +28,8 @@ JSON files hold a list of objects.
 Bad input is one :class:`tfds_builders.readers.DatasetInputError` line naming the file and the row (CSV: the
 line, JSON: ``[index]``, each with the question id when the row has one): a missing column, a row with too few
 or too many fields, an empty question or answer, an image path outside the folder, an unknown language or
-qa_type, a repeated field of a JSON object. Under ``skip_invalid_records`` such rows are skipped, counted per
-reason and logged (:class:`tfds_builders.readers.ErrorPolicy`). A file that cannot be read at all (not UTF-8,
+qa_type, a kind that is not a short one-line string, a repeated field of a JSON object. Under
+``skip_invalid_records`` such rows are skipped, counted per reason and logged (:class:`tfds_builders.readers.ErrorPolicy`). A file that cannot be read at all (not UTF-8,
 invalid JSON, no header) is always an error. Columns the builder does not store are counted and logged once per
 file (:class:`tfds_builders.readers.UnknownFields`).
 """
@@ -45,7 +48,8 @@ from typing import Any
 from openvivqa_jax.jsonio import json_kind
 from tfds_builders import common, readers
 
-__all__ = ["Row", "IMAGE_COLUMNS", "ANSWER_COLUMNS", "KNOWN_COLUMNS", "LANGUAGE_ALIASES", "detect_language",
+__all__ = ["Row", "IMAGE_COLUMNS", "ANSWER_COLUMNS", "KNOWN_COLUMNS", "MAX_KIND_LENGTH", "LANGUAGE_ALIASES",
+           "detect_language",
            "parse_language", "parse_csv", "parse_json", "parse_file", "ANNOTATION_SUFFIXES"]
 
 #: Names of the image column, in the order they are looked for.
@@ -53,7 +57,9 @@ IMAGE_COLUMNS = ("image", "image_file", "file_name", "filename", "image_path")
 #: Names of the answer column.
 ANSWER_COLUMNS = ("answer", "answers")
 #: Every column / key the builder reads (others are counted and logged, not stored).
-KNOWN_COLUMNS = (*IMAGE_COLUMNS, "question", *ANSWER_COLUMNS, "question_id", "language", "qa_type")
+KNOWN_COLUMNS = (*IMAGE_COLUMNS, "question", *ANSWER_COLUMNS, "question_id", "language", "qa_type", "kind")
+#: Longest ``kind`` label accepted (it names a row of the per-kind score tables).
+MAX_KIND_LENGTH = 64
 #: Accepted ``language`` values (lowercased) -> ISO 639-1 code (:data:`tfds_builders.common.LANGUAGES`).
 LANGUAGE_ALIASES = {
     "vi": "vi", "vie": "vi", "vietnamese": "vi", "vn": "vi", "tiếng việt": "vi",
@@ -77,6 +83,7 @@ class Row:
         language: ISO 639-1 code.
         qa_type: 1 text QA, 0 non-text, -1 unknown.
         source: the annotation file.
+        kind: the ``kind`` column, stripped (``""``: none).
         record: how errors name the row (``line 7``, ``[3] (question q3)``).
     """
 
@@ -88,6 +95,7 @@ class Row:
     qa_type: int
     source: Path
     record: str
+    kind: str = ""
 
 
 def detect_language(texts: list[str]) -> str:
@@ -122,6 +130,24 @@ def _qa_type(value: Any, *, path: Any, record: str) -> int:
     if isinstance(v, bool) or str(v) not in ("0", "1"):
         raise readers.record_error(path, record, f"qa_type {value!r} is not 0 (non-text QA), 1 (text QA) or empty")
     return int(v)
+
+
+def _kind(value: Any, *, path: Any, record: str) -> str:
+    """The ``kind`` column's value, stripped; ``""`` when absent or empty.
+
+    Raises:
+        DatasetInputError: not a string (a JSON number or list), longer than :data:`MAX_KIND_LENGTH`, or holding a
+            line break.
+    """
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise readers.record_error(path, record, f"kind {value!r} is not a string (a label such as 'colour')")
+    kind = value.strip()
+    if len(kind) > MAX_KIND_LENGTH or "\n" in kind or "\r" in kind:
+        raise readers.record_error(path, record, f"kind {kind[:80]!r} is not a short label: at most "
+                                   f"{MAX_KIND_LENGTH} characters on one line")
+    return kind
 
 
 def _image_path(value: Any, *, path: Any, record: str) -> str:
@@ -164,7 +190,8 @@ def _row(fields: Mapping[str, Any], *, path: Path, record: str, auto_id: str, an
     else:
         language = parse_language(language, path=path, record=record)
     qa_type = _qa_type(fields.get("qa_type"), path=path, record=record)
-    return Row(qid or auto_id, image, question, answers, language, qa_type, Path(path), record)
+    kind = _kind(fields.get("kind"), path=path, record=record)
+    return Row(qid or auto_id, image, question, answers, language, qa_type, Path(path), record, kind)
 
 
 def _read_text(path: Path) -> str:

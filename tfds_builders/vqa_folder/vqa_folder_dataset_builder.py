@@ -24,7 +24,8 @@ an error; ``held_out_fraction=0`` holds out nothing (the trainer then asks for t
 
 Schema: the common VQA features (:func:`tfds_builders.common.vqa_features`): ``image_id`` is the image path as
 written, ``question_id`` the given id or ``<file name>:<line>`` (CSV) / ``<file name>:<index>`` (JSON),
-``qa_type`` the ``qa_type`` column (-1 when absent), ``language`` the row's language (``vi``, ``en``, ``ja``).
+``qa_type`` the ``qa_type`` column (-1 when absent), ``language`` the row's language (``vi``, ``en``, ``ja``),
+``kind`` the ``kind`` column (``""`` when absent; the evaluation scores each kind apart).
 
 OCR (config ``ocr_engine``): ``auto`` = ``manual_dir/ocr.json`` when present, else none (config ``default``);
 ``tesseract`` and ``detector+tesseract`` (the engines of ``predict``) run at build time, once per image
@@ -242,8 +243,9 @@ def hold_out(rows: dict[str, list[annotation_rows.Row]], fraction: float) -> tup
 class Builder(readers.BuildCounts, beam_build.BeamWhenAsked, tfds.core.GeneratorBasedBuilder):
     """Any folder of photos with CSV or JSON annotation rows (module doc)."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release: CSV/JSON rows, images in any subfolder, held-out splits, OCR."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.0.0": "Initial release: CSV/JSON rows, images in any subfolder, held-out splits, OCR.",
+                     "1.1.0": "The kind column: each question's kind, for scores per kind."}
     BUILDER_CONFIGS = [
         VqaFolderConfig(name="default", description="Images; OCR from ocr.json if present, else none."),
         VqaFolderConfig(name="tesseract", description="Images + Tesseract OCR (vie+eng) at build time.",
@@ -255,7 +257,8 @@ class Builder(readers.BuildCounts, beam_build.BeamWhenAsked, tfds.core.Generator
     MANUAL_DOWNLOAD_INSTRUCTIONS = """\
 Put your photos and one annotation file per split in one folder (docs/datasets.md, "Your own photos"):
 
-  <manual_dir>/train.csv            columns image,question,answer (optional: question_id, language, qa_type);
+  <manual_dir>/train.csv            columns image,question,answer (optional: question_id, language, qa_type,
+                                    kind);
                                     or train.json: [{"image": ..., "question": ..., "answer": ...}, ...]
   <manual_dir>/validation.csv       optional (dev.csv, val.csv); missing: 10% of the train images held out
   <manual_dir>/test.csv             optional; missing: another 10% of the train images held out
@@ -276,7 +279,7 @@ Then: python -m openvivqa_jax.main --config configs/folder/mlpag.py --workdir ru
         self.held_out: dict[str, tuple[int, int]] = {}
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return self.dataset_info_from_configs(features=common.vqa_features(with_image=True),
+        return self.dataset_info_from_configs(features=common.vqa_features(with_image=True, with_kind=True),
                                               homepage="https://github.com/hieunghia-pat/OpenViVQA-dataset")
 
     def _check_config(self) -> str:
@@ -336,6 +339,7 @@ Then: python -m openvivqa_jax.main --config configs/folder/mlpag.py --workdir ru
                 "answers": row.answers,
                 "qa_type": np.int32(row.qa_type),
                 "language": row.language,
+                "kind": row.kind,
             })
         groups = planner.groups(self._ocr)
         languages: collections.Counter[str] = collections.Counter()

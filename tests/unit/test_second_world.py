@@ -1,0 +1,198 @@
+"""The second learnability world (benchmarks/second_world.py): the folder it writes is what the folder builder
+reads, the same seed writes the same files, every kind is asked and balanced, and each answer is checked here
+against the drawn scene (kept in ``about/scenes_<split>.jsonl``) by rules written independently of the
+generator's."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import second_world  # noqa: E402
+from second_world_questions import COLOUR_VI, KINDS, NUMBERS, SHAPE_VI, SIZE_VI  # noqa: E402
+
+from tfds_builders import readers  # noqa: E402
+from tfds_builders.vqa_folder import annotation_rows  # noqa: E402
+
+SIZES = ["--train_images", "40", "--dev_images", "4", "--test_images", "12"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("w") / "world"
+    assert second_world.main(["--out", str(out), "--seed", "3", *SIZES]) == 0
+    return out
+
+
+def _rows(world: Path, split: str) -> list[dict]:
+    with open(world / f"{split}.csv", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _scenes(world: Path, split: str) -> dict[str, dict]:
+    with open(world / "about" / f"scenes_{split}.jsonl", encoding="utf-8") as f:
+        return {s["image"]: s for s in map(json.loads, f)}
+
+
+def test_the_folder_builder_reads_every_row_with_its_kind(world):
+    policy = readers.ErrorPolicy(readers.SkipCounter("t"), skip_missing_images=False, skip_invalid_records=False)
+    for split in ("train", "dev", "test"):
+        rows = annotation_rows.parse_csv(world / f"{split}.csv", answers_required=True, policy=policy,
+                                         unknown=readers.UnknownFields("t"))
+        assert len(rows) == len(_rows(world, split)) > 0
+        assert {r.kind for r in rows} <= set(KINDS) and {r.language for r in rows} == {"en", "vi"}
+        for r in rows:
+            assert (world / r.image).is_file() and r.qa_type == int(r.kind == "verify_text")
+
+
+def test_same_seed_same_files_other_seed_other_files(world, tmp_path):
+    again = tmp_path / "again"
+    assert second_world.main(["--out", str(again), "--seed", "3", *SIZES]) == 0
+    digest = lambda root: {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+                           for p in sorted(root.rglob("*")) if p.is_file()}
+    assert digest(again) == digest(world)
+    other = tmp_path / "other"
+    assert second_world.main(["--out", str(other), "--seed", "4", *SIZES]) == 0
+    assert (other / "train.csv").read_bytes() != (world / "train.csv").read_bytes()
+
+
+def test_pictures_vary_in_size_and_aspect(world):
+    sizes = {Image.open(p).size for p in (world / "images" / "train").glob("*.png")}
+    ratios = [h / w for w, h in sizes]
+    assert len(sizes) > 20 and min(ratios) < 0.8 and max(ratios) > 1.1
+    assert all(176 <= w <= 304 for w, _ in sizes)
+
+
+def test_every_kind_is_asked_and_yes_no_are_balanced(world):
+    summary = json.loads((world / "about" / "summary.json").read_text(encoding="utf-8"))
+    for split in ("train", "dev", "test"):
+        rows = _rows(world, split)
+        kinds = Counter(r["kind"] for r in rows)
+        assert split == "dev" or set(kinds) == set(KINDS), (split, kinds)  # 4 dev pictures may lack a kind
+        assert summary["splits"][split]["questions"] == len(rows)
+        for kind in KINDS:
+            answers = Counter(r["answer"] for r in rows if r["kind"] == kind)
+            if kind == "relation":
+                nothing = answers["nothing"] + answers["không có gì"]
+                assert nothing * 2 == kinds[kind], (split, answers)
+            elif kind != "count":
+                yes = answers["yes"] + answers["có"] + answers["đúng"]
+                assert yes * 2 == kinds[kind], (split, kind, answers)
+
+
+def _attrs_en(phrase: str) -> dict:
+    """``the small red circle`` / ``the red shape`` -> the attributes it names."""
+    words = phrase.removeprefix("the ").split()
+    out = {}
+    for w in words:
+        if w in ("small", "large"):
+            out["size"] = w
+        elif w in COLOUR_VI:
+            out["colour"] = w
+        elif w in SHAPE_VI:
+            out["shape"] = w
+    return out
+
+
+def _named(scene: dict, attrs: dict) -> list[dict]:
+    return [s for s in scene["shapes"] if all(s[k] == v for k, v in attrs.items())]
+
+
+def test_english_answers_follow_from_the_drawn_scene(world):
+    """Every English question of the train split re-answered from the scene record by rules of this test."""
+    scenes = _scenes(world, "train")
+    checked = Counter()
+    for r in _rows(world, "train"):
+        if r["language"] != "en":
+            continue
+        scene, q, kind = scenes[r["image"]], r["question"].removesuffix(" ?"), r["kind"]
+        if kind.startswith("verify_") and kind != "verify_text":
+            body = q.removeprefix("is ")
+            negated = " not " in body
+            body = body.replace(" not", "")
+            *ref, value = body.replace(" a ", " ").split()
+            named = _named(scene, _attrs_en(" ".join(ref)))
+            assert len(named) == 1, r  # the question names one shape
+            truth = value in (named[0]["colour"], named[0]["shape"], named[0]["size"])
+            want = truth != negated
+        elif kind == "verify_text":
+            word = q.split()[3]
+            want = (scene["word"] == word) != (" not " in q)
+        elif kind == "exist":
+            negated = q.startswith("is there no ")
+            attrs = _attrs_en(q.split(maxsplit=3)[3])
+            want = bool(_named(scene, attrs)) != negated
+        elif kind == "count":
+            attrs = _attrs_en(q.removeprefix("how many ").removesuffix(" are there").replace("s ", " ").rstrip("s"))
+            n = len(_named(scene, attrs))
+            assert r["answer"] == NUMBERS[n][0] and n < len(scene["shapes"]), r  # a distractor is drawn
+            checked[kind] += 1
+            continue
+        elif kind == "compare_colour":
+            a, b = q.removeprefix("are ").split(" and ")
+            b = b.replace(" different colours", "").replace(" the same colour", "")
+            (sa,), (sb,) = _named(scene, _attrs_en(a)), _named(scene, _attrs_en(b))
+            want = (sa["colour"] == sb["colour"]) != q.endswith("different colours")
+        elif kind == "compare_count":
+            body = q.split(maxsplit=3)[3]  # "circles than squares" / "red shapes than blue shapes"
+            x, y = (_named(scene, _attrs_en(p.replace("shapes", "").rstrip("s"))) for p in body.split(" than "))
+            assert len(x) != len(y), r
+            want = (len(x) > len(y)) if " more " in q else (len(x) < len(y))
+        else:  # relation
+            assert scene["layout"] == "pair"
+            rel, anchor = q.removeprefix("what is ").split(" the ", 1)
+            (a,) = _named(scene, _attrs_en(anchor))
+            (b,) = [s for s in scene["shapes"] if s is not a]
+            dx, dy = b["cx"] - a["cx"], b["cy"] - a["cy"]
+            side = ("left" if dx < 0 else "right") if abs(dx) > abs(dy) else ("above" if dy < 0 else "below")
+            expected = f"{b['colour']} {b['shape']}" if rel.startswith(side) else "nothing"
+            assert r["answer"] == expected, r
+            checked[kind] += 1
+            continue
+        assert r["answer"] == ("yes" if want else "no"), r
+        checked[kind] += 1
+    assert set(checked) == set(KINDS), checked
+
+
+def test_vietnamese_templates_name_the_values_in_vietnamese(world):
+    rows = [r for r in _rows(world, "train") if r["language"] == "vi"]
+    yes_no = [r["answer"] for r in rows if r["kind"] not in ("count", "relation")]
+    assert set(yes_no) == {"có", "không", "đúng", "sai"}
+    assert all("đúng không ?" in r["question"] for r in rows if r["answer"] in ("đúng", "sai"))
+    assert all(r["question"].startswith("có bao nhiêu ") and r["answer"] in {v for _, v in NUMBERS.values()}
+               for r in rows if r["kind"] == "count")
+    for r in rows:
+        if r["kind"] == "relation" and r["answer"] != "không có gì":
+            shape, colour = r["answer"].split(" màu ")
+            assert shape in SHAPE_VI.values() and colour in COLOUR_VI.values()
+    words = " ".join(r["question"] for r in rows)
+    assert any(v in words for v in SIZE_VI.values()) and "có phải là" in words
+
+
+def test_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "keep.txt").write_text("mine", encoding="utf-8")
+    assert second_world.main(["--out", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --out {tmp_path / 'x'} exists and is not an empty folder")
+    assert second_world.main(["--out", str(tmp_path / "y"), "--test_images", "0"]) == 2
+    assert (tmp_path / "x" / "keep.txt").read_text(encoding="utf-8") == "mine" and not (tmp_path / "y").exists()
+
+
+def test_scene_draws_only_from_its_generator():
+    from second_world_scene import render, sample_scene
+
+    a = np.asarray(render(sample_scene(np.random.default_rng(5)), np.random.default_rng(6)))
+    b = np.asarray(render(sample_scene(np.random.default_rng(5)), np.random.default_rng(6)))
+    np.testing.assert_array_equal(a, b)
