@@ -43,6 +43,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from openvivqa_jax import paths  # noqa: E402
+from openvivqa_jax.cli import run_script  # noqa: E402
+from openvivqa_jax.errors import UsageError  # noqa: E402
 from second_world_questions import KINDS, YES_NO_KINDS, Question, questions  # noqa: E402
 from second_world_scene import render, sample_scene  # noqa: E402
 
@@ -152,8 +156,17 @@ def write_world(out: Path, sizes: dict[str, int], seed: int) -> dict:
     return summary
 
 
+#: The path flags (openvivqa_jax.paths), checked before anything is written.
+PATH_FLAGS = {"--out": paths.NEW_OUTPUT_DIR}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The command line (module doc); returns the exit status."""
+    """The command line (module doc); returns the exit status.
+
+    Raises:
+      UsageError: a split of fewer than one picture (exit status 2).
+      PathError: ``--out`` is not a new or empty folder that can be written (exit status 2).
+    """
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="folder to write (must be new or empty)")
     p.add_argument("--seed", type=int, default=0)
@@ -161,14 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dev_images", type=int, default=100)
     p.add_argument("--test_images", type=int, default=200)
     a = p.parse_args(argv)
-    out = Path(a.out).expanduser()
     sizes = {"train": a.train_images, "dev": a.dev_images, "test": a.test_images}
     if min(sizes.values()) < 1:
-        print(f"error: every split needs at least one picture, got {sizes}", file=sys.stderr)
-        return 2
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        print(f"error: --out {out} exists and is not an empty folder; give a new folder", file=sys.stderr)
-        return 2
+        raise UsageError(f"every split needs at least one picture, got {sizes}")
+    paths.check_args(a, PATH_FLAGS)
+    out = Path(a.out).expanduser()
     summary = write_world(out, sizes, a.seed)
     for split, s in summary["splits"].items():
         print(f"{split}: {s['images']} pictures, {s['questions']} questions "
@@ -177,4 +187,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -181,12 +181,16 @@ def test_vietnamese_templates_name_the_values_in_vietnamese(world):
     assert any(v in words for v in SIZE_VI.values()) and "có phải là" in words
 
 
-def test_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
+def test_a_folder_that_is_not_empty_is_refused(tmp_path):
+    from openvivqa_jax.errors import UsageError
+    from openvivqa_jax.paths import PathError
+
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "keep.txt").write_text("mine", encoding="utf-8")
-    assert second_world.main(["--out", str(tmp_path / "x")]) == 2
-    assert capsys.readouterr().err.startswith(f"error: --out {tmp_path / 'x'} exists and is not an empty folder")
-    assert second_world.main(["--out", str(tmp_path / "y"), "--test_images", "0"]) == 2
+    with pytest.raises(PathError, match="--out"):
+        second_world.main(["--out", str(tmp_path / "x")])
+    with pytest.raises(UsageError, match="at least one picture"):
+        second_world.main(["--out", str(tmp_path / "y"), "--test_images", "0"])
     assert (tmp_path / "x" / "keep.txt").read_text(encoding="utf-8") == "mine" and not (tmp_path / "y").exists()
 
 
