@@ -45,6 +45,8 @@ KINDS = {
     "fold_duplicate_dropped": "record repeated in an earlier fold file of the split, dropped",
     "unanswerable_left_out": "unanswerable question (is_impossible) left out of this SQuAD v1.1-style split",
     "same_content_other_id": "same content as another question id, kept (scorers score each id)",
+    "question_id_from_position": "question without a question_id, named by its 0-based position in 'data' "
+                                 "(TextVQA v0.1 has no ids; a prediction's id is then that position)",
 }
 #: The kinds that are flaws of a file: a ``strict`` build refuses them.
 FLAW_KINDS = ("answer_start_reanchored", "repeated_id_renamed", "exact_duplicate_dropped")

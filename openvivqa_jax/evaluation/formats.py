@@ -330,15 +330,22 @@ def references_from_json(data: Any, path: str = "<json>") -> ReferenceSet:
         name = str(data.get("dataset_name", "textvqa/st-vqa")).lower()
         ref = ReferenceSet({}, {}, {}, name, path)
         ids = _RepeatedIds(ref)
+        # TextVQA v0.1 has no question ids at all: its questions are named by their position, as the parity
+        # scripts index them; a file where only some records lack one is an error.
+        by_position = bool(items) and not any(isinstance(r, dict) and "question_id" in r for r in items)
         for i, rec in enumerate(items):
             where = f"{path}: data[{i}]"
-            if not isinstance(rec, dict) or "question_id" not in rec:
-                raise InputError(f"{where}: no 'question_id' field")
-            where = f"{path}: question {rec['question_id']!r} (data[{i}])"
+            if not isinstance(rec, dict) or ("question_id" not in rec and not by_position):
+                raise InputError(f"{where}: no 'question_id' field (other records of the file have one)")
+            qid = str(i) if by_position else rec["question_id"]
+            where = f"{path}: question {qid!r} (data[{i}])"
             answers = _answers_list(rec.get("answers"), where)
             # Every TextVQA / ST-VQA question needs the image text to be answered.
-            _add(ref, rec["question_id"], answers, _qa_type_of(rec, where, QA_TYPE_TEXT), rec.get("question"), where, rec,
+            _add(ref, qid, answers, _qa_type_of(rec, where, QA_TYPE_TEXT), rec.get("question"), where, rec,
                  ids, [rec.get("image_id"), rec.get("question")])
+        if by_position:
+            ref.repairs["question_id_from_position"] = {"count": len(items), "first": [str(i) for i in range(
+                min(len(items), repairs.FIRST_IDS))]}
         return ref
     if isinstance(data, list):  # evaluator records
         ref = ReferenceSet({}, {}, {}, "records", path)

@@ -253,3 +253,33 @@ def test_viquad_dev_as_published_scores_every_record_as_squad_script(capsys, tmp
     assert abs(out["overall"]["EM"] - (2285 - 7) / 2285) <= 1e-12
     renamed = [q for q in out["per_question"] if "#" in q]
     assert len(renamed) == 7 and all(out["per_question"][q]["EM"] == 0 for q in renamed)
+
+
+@_needs(TEXTVQA_VAL)
+def test_textvqa_v01_file_as_published_is_scored_by_position(capsys, tmp_path):
+    """TextVQA v0.1 val has no question ids: `evaluate --references` on the file as published names each question
+    by its 0-based position, says so in one note, and gives MMF's ANLS (the corpus value of the fixture) for a
+    submission keyed by position."""
+    fx = _load(FIXTURES / "textvqa_v0.1_val_official.json")
+    (tmp_path / "p.json").write_text(json.dumps({str(i): p for i, p in enumerate(fx["predictions"])}),
+                                     encoding="utf-8")
+    rc = evaluate.run(["--predictions", str(tmp_path / "p.json"), "--references", str(TEXTVQA_VAL),
+                       "--metrics", "ANLS", "--text_mode", "official"])
+    stdout, stderr = capsys.readouterr()
+    assert rc == 0, stderr
+    out = json.loads(stdout)
+    assert out["num_questions"]["overall"] == 4000
+    assert abs(out["overall"]["ANLS"] - fx["corpus"]["anls_mmf"]) <= 1e-9
+    notes = [ln for ln in stderr.splitlines() if "named by its 0-based position" in ln]
+    assert len(notes) == 1 and "4000 x" in notes[0]
+
+
+def test_a_textvqa_file_where_some_ids_are_missing_is_one_error(tmp_path):
+    """Position ids only for a file with none: a record without an id among records with ids is an error naming
+    the record."""
+    from openvivqa_jax.evaluation.formats import InputError, load_references
+
+    path = tmp_path / "refs.json"
+    path.write_text(json.dumps({"data": [{"question_id": 7, "answers": ["a"]}, {"answers": ["b"]}]}), encoding="utf-8")
+    with pytest.raises(InputError, match=r"data\[1\]: no 'question_id' field"):
+        load_references(str(path))
