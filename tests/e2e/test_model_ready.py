@@ -224,7 +224,12 @@ def test_corrupt_half_written_and_stale_caches_are_rebuilt(setup, caplog, absl_i
     other = cfg.copy_and_resolve_references()
     other.data.image_size = (32, 24)
     caplog.clear()
-    os.utime(os.path.join(path, "manifest.json"))  # the newest other entry again
+    # The newest other entry again, by a clear second: file times tick coarsely, and the entry just built may
+    # share this one's tick.
+    newest = max(os.path.getmtime(os.path.join(os.path.dirname(path), d, "manifest.json"))
+                 for d in os.listdir(os.path.dirname(path))
+                 if os.path.isfile(os.path.join(os.path.dirname(path), d, "manifest.json")))
+    os.utime(os.path.join(path, "manifest.json"), (newest + 1, newest + 1))
     mr = model_ready.open_split(src, pipeline.Preprocessor(other, pre.tok, allow_copy=True), str(root / "c"),
                                 "train", builder, source_name="train")
     assert f"{path}, was made from other settings (image_h, image_w, vocab)" not in caplog.text

@@ -48,7 +48,7 @@ def test_derived_steps_refuses_an_out_of_range_rule(rule):
         derived_steps(100, 32, **rule)
 
 
-def test_zero_steps_are_set_from_the_data_and_logged(caplog):
+def test_zero_steps_are_set_from_the_data_and_logged(caplog, absl_info):
     cfg = _cfg(0, rule=dict(RULE))
     calls = []
 
@@ -56,7 +56,7 @@ def test_zero_steps_are_set_from_the_data_and_logged(caplog):
         calls.append(1)
         return 6429
 
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         assert resolve_train_steps(cfg, count) == 3014
     assert cfg.train.num_train_steps == 3014 and calls == [1]
     assert "3014 steps from the data: 15 epochs of the 6429 training questions at batch 32" in caplog.text
