@@ -30,7 +30,6 @@ outlasts the run, is a WARNING line (:func:`warn_schedule`).
 from __future__ import annotations
 
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +48,8 @@ from openvivqa_jax.reading.data import read_split, reader_windows, setup
 from openvivqa_jax.reading.model import build_reader, span_loss
 from openvivqa_jax.text.tokenizer import Tokenizer
 from openvivqa_jax.training import checkpoints, interrupts, tensorboard_writer
-from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, write_jsonl
+from openvivqa_jax.training.run_log import (IntervalTimer, MeanAccumulator, format_duration, process_cpu_minutes,
+                                           write_jsonl)
 from openvivqa_jax.reading.pretrained import WORD_EMBEDDING, initialize_word_vectors
 from openvivqa_jax.training.state import TrainState, freeze_params, make_optimizer, make_schedule
 
@@ -235,24 +235,14 @@ def _log_train_means(cfg, workdir: str, writer, step: int, acc: MeanAccumulator,
     t = cfg.train
     vals = acc.pop_means()
     speed = timer.pop()
-    # The process's CPU time (all threads, since it started) tells a run's cost apart from the machine's load,
-    # which stretches the wall time of a CPU run by whatever else runs beside it.
-    speed["cpu_minutes"] = time.process_time() / 60
+    speed["cpu_minutes"] = process_cpu_minutes()
     writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()}, **speed})
     write_jsonl(workdir, step, "train", {**vals, **speed})
     left = (t.num_train_steps - step) / max(speed["steps_per_sec"], 1e-9)
     logging.info("step %d/%d loss %.4f start acc %.3f end acc %.3f lr %.2e (%.2f steps/s, input wait %.0f%%, "
                  "%s left; CPU %.1f min)", step, t.num_train_steps, vals["loss"], vals["start_accuracy"],
                  vals["end_accuracy"], vals["learning_rate"], speed["steps_per_sec"], 100 * speed["input_wait"],
-                 _duration(left), speed["cpu_minutes"])
-
-
-def _duration(seconds: float) -> str:
-    """``1h02m``, ``5m07s`` or ``42s``."""
-    s = int(round(seconds))
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+                 format_duration(left), speed["cpu_minutes"])
 
 
 def _eval_dev(cfg, workdir: str, writer, graphdef, params, tokenizer: Tokenizer, dev_records, step: int) -> float:
@@ -263,6 +253,6 @@ def _eval_dev(cfg, workdir: str, writer, graphdef, params, tokenizer: Tokenizer,
     overall = {k: v for k, v in metrics["overall"].items() if v is not None}
     writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items()})
     write_jsonl(workdir, step, "eval", {**{f"dev/{k}": v for k, v in overall.items()},
-                                        "cpu_minutes": time.process_time() / 60})
+                                        "cpu_minutes": process_cpu_minutes()})
     logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items()})
     return float(overall.get(cfg.train.best_metric, 0.0))

@@ -19,7 +19,8 @@ import numpy as np
 
 from openvivqa_jax import outputs
 
-__all__ = ["IntervalTimer", "JsonlWriter", "MeanAccumulator", "peak_device_memory_mib", "write_jsonl"]
+__all__ = ["IntervalTimer", "JsonlWriter", "MeanAccumulator", "format_duration", "peak_device_memory_mib",
+           "process_cpu_minutes", "write_jsonl"]
 
 
 class JsonlWriter:
@@ -108,6 +109,21 @@ class IntervalTimer:
         out = {"steps_per_sec": self._steps / elapsed, "input_wait": min(1.0, self._wait / elapsed)}
         self._start, self._wait, self._excluded, self._steps = now, 0.0, 0.0, 0
         return out
+
+
+def format_duration(seconds: float) -> str:
+    """A duration in seconds as ``1h02m``, ``5m07s`` or ``42s`` (rounded to the second; the progress lines' time
+    left)."""
+    s = max(int(round(seconds)), 0)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def process_cpu_minutes() -> float:
+    """The process's CPU time since it started, all threads, in minutes: a run's cost apart from the machine's
+    load, which stretches the wall time of a CPU run by whatever else runs beside it."""
+    return time.process_time() / 60
 
 
 def peak_device_memory_mib() -> float | None:

@@ -43,7 +43,8 @@ from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.models.counting import COUNTING_FIELDS, counter_weight
 from openvivqa_jax.vqa import run_settings
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
-from openvivqa_jax.training.run_log import IntervalTimer, MeanAccumulator, peak_device_memory_mib
+from openvivqa_jax.training.run_log import (IntervalTimer, MeanAccumulator, format_duration, peak_device_memory_mib,
+                                           process_cpu_minutes)
 from openvivqa_jax.training.state import TrainState, make_schedule
 from openvivqa_jax.vqa import counting_stream, decoding, evals, run_length
 from openvivqa_jax.vqa.config import parse_kind_weights
@@ -403,8 +404,9 @@ _WORDS_CUT_WARNED: set[str] = set()
 
 def _log_train_means(exp: Experiment, writer, step: int, acc: MeanAccumulator, timer: IntervalTimer) -> None:
     """Writes the training means accumulated since the last log, the training steps per second, the input wait
-    (:class:`~openvivqa_jax.training.run_log.IntervalTimer`) and, on accelerators, the peak device memory to
-    TensorBoard, ``metrics.jsonl`` and one log line."""
+    (:class:`~openvivqa_jax.training.run_log.IntervalTimer`), the process's CPU minutes and, on accelerators, the
+    peak device memory to TensorBoard, ``metrics.jsonl`` and one log line, which also gives the time left to the
+    last step at this rate."""
     t = exp.cfg.train
     vals = acc.pop_means()
     speed = timer.pop()
@@ -417,12 +419,15 @@ def _log_train_means(exp: Experiment, writer, step: int, acc: MeanAccumulator, t
     memory = peak_device_memory_mib()
     if memory is not None:
         speed["peak_device_memory_mib"] = memory
+    speed["cpu_minutes"] = process_cpu_minutes()
     writer.write_scalars(step, {**{f"train/{k}": v for k, v in vals.items()}, **speed})
     exp.jsonl.write(step, "train", {**vals, **speed})
-    logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s, input wait %.0f%%%s)", step, t.num_train_steps,
-                 vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
-                 vals["learning_rate"], speed["steps_per_sec"], 100 * speed["input_wait"],
-                 "" if memory is None else f", peak device memory {memory:.0f} MiB")
+    # The time left is the steps left at this interval's rate (evaluations and checkpoint saves not counted).
+    left = (t.num_train_steps - step) / max(speed["steps_per_sec"], 1e-9)
+    logging.info("step %d/%d loss %.4f acc %.3f lr %.2e (%.1f steps/s, input wait %.0f%%, %s left; CPU %.1f min%s)",
+                 step, t.num_train_steps, vals["loss"], vals.get("token_accuracy", vals.get("accuracy", float("nan"))),
+                 vals["learning_rate"], speed["steps_per_sec"], 100 * speed["input_wait"], format_duration(left),
+                 speed["cpu_minutes"], "" if memory is None else f", peak device memory {memory:.0f} MiB")
 
 
 def _eval_dev(exp: Experiment, state: TrainState, step: int, writer) -> float:

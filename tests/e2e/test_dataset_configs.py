@@ -352,6 +352,8 @@ def _trained(workdir: Path) -> list[dict]:
     assert [r["step"] for r in train] == [1, 2] and all(np.isfinite(r["loss"]) for r in train)
     # The speed of each interval: training steps per second and the share of it spent waiting for batches.
     assert all(r["steps_per_sec"] > 0 and 0.0 <= r["input_wait"] <= 1.0 for r in train)
+    # The process's CPU minutes, which only grow.
+    assert 0 < train[0]["cpu_minutes"] <= train[1]["cpu_minutes"]
     return recs
 
 

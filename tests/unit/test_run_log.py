@@ -23,3 +23,14 @@ def test_interval_timer_counts_waits_and_leaves_out_evaluations(monkeypatch):
     with timer.waiting():
         now[0] += 2.0
     assert timer.pop() == {"steps_per_sec": 0.5, "input_wait": 1.0}
+
+
+def test_format_duration_rounds_to_the_second_and_names_the_largest_units():
+    assert run_log.format_duration(0) == "0s"
+    assert run_log.format_duration(41.6) == "42s"
+    assert run_log.format_duration(59.4) == "59s"
+    assert run_log.format_duration(60) == "1m00s"
+    assert run_log.format_duration(5 * 60 + 7) == "5m07s"
+    assert run_log.format_duration(3599.6) == "1h00m"  # rounds to 3,600 s first
+    assert run_log.format_duration(3600 + 2 * 60 + 59) == "1h02m"  # minutes truncated once hours are shown
+    assert run_log.format_duration(-3) == "0s"  # past the last step (a resumed run's first line)
