@@ -7,6 +7,7 @@ scores and the final scoring the train loop (:mod:`openvivqa_jax.reading.train`)
 from __future__ import annotations
 
 import os
+import time
 
 import jax
 import ml_collections
@@ -90,8 +91,9 @@ def predict_split(cfg, graphdef, params, tokenizer, records: list[dict]) -> tupl
 def evaluate_split(cfg, workdir: str, graphdef, params, tokenizer, records: list[dict], tag: str,
                    step: int | None) -> tuple[dict, list[dict]]:
     """Predicts and scores one split; writes ``eval/<tag>_metrics.json``, ``_predictions.json`` and
-    ``_spans.json``. Returns ``(metrics, predictions)``."""
+    ``_spans.json``; logs one line with the time it took. Returns ``(metrics, predictions)``."""
     interrupts.raise_if_received()
+    started = time.perf_counter()
     limit = int(cfg.eval.get("max_eval_examples", 0) or 0)
     records = records[:limit] if limit else records
     preds, spans = predict_split(cfg, graphdef, params, tokenizer, records)
@@ -102,6 +104,8 @@ def evaluate_split(cfg, workdir: str, graphdef, params, tokenizer, records: list
                            "step": None if step is None else int(step)}
     outputs.write_json(os.path.join(out, f"{tag}_metrics.json"), metrics, indent=2)
     outputs.write_json(os.path.join(out, f"{tag}_spans.json"), spans, indent=1)
+    logging.info("scored %s (%d questions) with the parameters of step %s in %.1f s", tag, len(preds), step,
+                 time.perf_counter() - started)
     return metrics, preds
 
 
@@ -114,9 +118,12 @@ def one_device_abstract(state) -> object:
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=dev), state)
 
 
-def final_evaluation(cfg, workdir, builder, tokenizer, graphdef, abstract_params, fallback=None) -> dict:
+def final_evaluation(cfg, workdir, builder, tokenizer, graphdef, abstract_params, fallback=None,
+                     scored=None) -> dict:
     """Scores dev and test with the best checkpoint (else ``fallback``, ``(params, step)``, when given); prints
-    the tables and example answers."""
+    the tables and example answers. ``scored``: ``(step, metrics, predictions)`` of the dev split from the
+    training loop's last evaluation, used as they are when the best checkpoint is that step (the same parameters
+    give the same answers; a run whose best step is its last one is not scored on dev twice)."""
     try:
         params, p_step = checkpoints.restore_params(workdir, abstract_params, "best")
     except FileNotFoundError:
@@ -129,8 +136,11 @@ def final_evaluation(cfg, workdir, builder, tokenizer, graphdef, abstract_params
             logging.warning("final evaluation: split %r is not in %s (splits %s); not scored", split, builder.name,
                             sorted(builder.info.splits))
             continue
-        metrics, preds = evaluate_split(cfg, workdir, graphdef, params, tokenizer, read_split(builder, split),
-                                        split, p_step)
+        if scored is not None and split == cfg.data.eval_split and scored[0] == p_step:
+            metrics, preds = scored[1], scored[2]
+        else:
+            metrics, preds = evaluate_split(cfg, workdir, graphdef, params, tokenizer, read_split(builder, split),
+                                            split, p_step)
         results[split] = metrics
         lines.append(f"\n== {split} ({len(preds)} questions, step {p_step}) ==\n{evaluation.format_table(metrics)}")
         write_jsonl(workdir, p_step, "final",

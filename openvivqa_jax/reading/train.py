@@ -140,7 +140,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
 
     acc = MeanAccumulator()
     timer = IntervalTimer()
-    step = start
+    step, last_dev = start, None
     with interrupts.StopSignals(workdir) as signals:
         for step in range(start + 1, t.num_train_steps + 1):
             with timer.waiting():
@@ -152,7 +152,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             if dev_records is not None and t.eval_every_steps and (
                     step % t.eval_every_steps == 0 or step == t.num_train_steps):
                 with timer.excluded():
-                    score = _eval_dev(cfg, workdir, writer, graphdef, state.params, tokenizer, dev_records, step)
+                    score, last_dev = _eval_dev(cfg, workdir, writer, graphdef, state.params, tokenizer,
+                                                dev_records, step)
                     checkpoints.save_step(best, step, ocp.args.Composite(state=ocp.args.StandardSave(state)),
                                           {"score": score})
                 best_score = max(best_score, score)
@@ -166,7 +167,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     writer.flush()
     writer.close()
     return evals.final_evaluation(cfg, workdir, builder, tokenizer, graphdef, evals.one_device_abstract(state.params),
-                                  fallback=(state.params, int(jax.device_get(state.step))))
+                                  fallback=(state.params, int(jax.device_get(state.step))), scored=last_dev)
 
 
 def _train_windows(cfg, builder, tokenizer: Tokenizer, train_records):
@@ -245,14 +246,16 @@ def _log_train_means(cfg, workdir: str, writer, step: int, acc: MeanAccumulator,
                  format_duration(left), speed["cpu_minutes"])
 
 
-def _eval_dev(cfg, workdir: str, writer, graphdef, params, tokenizer: Tokenizer, dev_records, step: int) -> float:
+def _eval_dev(cfg, workdir: str, writer, graphdef, params, tokenizer: Tokenizer, dev_records,
+              step: int) -> tuple[float, tuple]:
     """Scores the dev split with ``params`` (``eval/`` files, TensorBoard, ``metrics.jsonl``, one log line);
-    returns its ``train.best_metric`` (0 when missing)."""
-    metrics, _ = evals.evaluate_split(cfg, workdir, graphdef, params, tokenizer, dev_records, cfg.data.eval_split,
+    returns its ``train.best_metric`` (0 when missing) and ``(step, metrics, predictions)``, which the final
+    evaluation reuses when the best checkpoint is this step."""
+    metrics, preds = evals.evaluate_split(cfg, workdir, graphdef, params, tokenizer, dev_records, cfg.data.eval_split,
                                       step)
     overall = {k: v for k, v in metrics["overall"].items() if v is not None}
     writer.write_scalars(step, {f"dev/{k}": v for k, v in overall.items()})
     write_jsonl(workdir, step, "eval", {**{f"dev/{k}": v for k, v in overall.items()},
                                         "cpu_minutes": process_cpu_minutes()})
     logging.info("step %d dev: %s", step, {k: round(v, 4) for k, v in overall.items()})
-    return float(overall.get(cfg.train.best_metric, 0.0))
+    return float(overall.get(cfg.train.best_metric, 0.0)), (step, metrics, preds)

@@ -337,6 +337,14 @@ def test_tiny_reader_trains_through_main_resumes_and_writes_eval_files(tmp_path)
     assert (run / "best").is_dir() and (run / "checkpoints" / "4").is_dir() and list(run.glob("events.out.*"))
     kinds = [json.loads(ln)["kind"] for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert kinds.count("train") == 2 and "eval" in kinds and "final" in kinds
+    # The best checkpoint is the last step, scored on dev by the loop: the final evaluation reuses that score
+    # (one dev evaluation in all) and scores test once.
+    assert len(re.findall(r"scored dev \(\d+ questions\) with the parameters of step 4 ", res.stderr)) == 1, res.stderr
+    assert len(re.findall(r"scored test \(\d+ questions\) with the parameters of step 4 ", res.stderr)) == 1
+    records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    periodic = next(r for r in records if r["kind"] == "eval" and r["step"] == 4)
+    final = next(r for r in records if r["kind"] == "final" and "dev/F1" in r)
+    assert final["dev/F1"] == periodic["dev/F1"] and final["dev/EM"] == periodic["dev/EM"]
     # The same command with more steps resumes from the last checkpoint.
     res = _main(*common, "--config.train.num_train_steps=6")
     assert res.returncode == 0, res.stderr[-3000:]

@@ -200,3 +200,27 @@ def test_scene_draws_only_from_its_generator():
     a = np.asarray(render(sample_scene(np.random.default_rng(5)), np.random.default_rng(6)))
     b = np.asarray(render(sample_scene(np.random.default_rng(5)), np.random.default_rng(6)))
     np.testing.assert_array_equal(a, b)
+
+
+def test_probe_hand_rule_reads_every_colour_existence_answer_from_the_proposals(world, capsys):
+    """The folder config's region proposals carry the colours the questions ask about: the probe's hand rule
+    (a proposal of that colour, big enough) answers each colour-existence question of the world as its generator
+    did, on both splits; its majority baseline is the per-kind, per-language most frequent training answer."""
+    import second_world_probe
+
+    out = second_world_probe.main(["--world", str(world), "--steps", "0"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == out
+    rows = {s: list(csv.DictReader(open(world / f"{s}.csv", encoding="utf-8"))) for s in ("train", "dev")}
+    for split, (correct, total) in out["hand_rule"].items():
+        asked = [r for r in rows[split] if r["kind"] == "exist" and (
+            (r["question"].startswith("is there a") and r["question"].endswith(" shape ?"))
+            or (r["question"].startswith("có hình màu ") and r["question"].endswith(" nào không ?")))]
+        assert total == len(asked) and correct == total
+    assert out["hand_rule"]["train"][1] >= 3
+    for kind, score in out["majority"].items():
+        dev = [r for r in rows["dev"] if r["kind"] == kind]
+        hits = 0
+        for r in dev:
+            answers = Counter(t["answer"] for t in rows["train"] if t["kind"] == kind and t["language"] == r["language"])
+            hits += r["answer"] == min(answers, key=lambda a: (-answers[a], a))  # a tie: the first in sorted order
+        assert score == pytest.approx(100 * hits / len(dev), abs=0.05), kind
