@@ -3,27 +3,32 @@
 Usage::
 
     python benchmarks/second_world.py --out ~/second_world --seed 1 --train_images 4000 --dev_images 300
-    python benchmarks/second_world_probe.py --world ~/second_world [--train_images 800] [--steps 8000]
+    python benchmarks/second_world_probe.py --world ~/second_world [--train_images 800] [--steps 8000] \\
+        [--scorer film|words]
 
 Reads a folder written by ``benchmarks/second_world.py`` and computes, for every picture of its ``train`` and
-``dev`` splits, the region proposals the folder config computes (:func:`openvivqa_jax.data.proposals.padded_proposals`
-with ``configs/folder/mlpag.py``'s image size, region count and segmentation settings). Then:
+``dev`` splits, the region proposals the folder config computes
+(:func:`openvivqa_jax.data.proposals.padded_proposals` with ``configs/folder/mlpag.py``'s image size, region
+count and segmentation settings). Then:
 
 * **hand rule**: colour-existence questions (``is there a red shape ?``, ``có hình màu đỏ nào không ?``) answered
   "yes" exactly when some proposal of at least 0.1% of the picture (``sqrt(area) >= 0.03``) has a mean colour
   within 0.12 of the colour's RGB (every channel, in ``[0, 1]``): if this scores 100%, the proposals carry what
   the question asks;
-* **region scorer**: a model trained alone on the proposals, with no decoder: a FiLM-conditioned MLP scores each
-  region against the question (Perez et al., AAAI 2018; the region counter's scorer,
-  :mod:`openvivqa_jax.models.counting`), ``K`` = 16 score channels pooled by max and by sum over the regions,
-  then an MLP over ``[question bag of words; pooled scores; mean region]`` classifies the answer; Adam 1e-3,
-  batch 64, on the first ``--train_images`` training pictures' questions of every kind but ``verify_text``
+* **region scorer**: a model trained alone on the proposals, with no decoder, that scores each region against the
+  question, pools the scores over the regions by max and by sum, and classifies the answer with an MLP over
+  ``[question bag of words; pooled scores; mean region]``. ``--scorer film``: a FiLM-conditioned MLP (Perez et
+  al., AAAI 2018; the region counter's scorer, :mod:`openvivqa_jax.models.counting`), 16 score channels;
+  ``--scorer words``: each question word its own linear detector over a shared 2-layer region embedding, a
+  region's score the product of the detectors of the words a learned gate keeps (a soft AND), 4 channels. Adam
+  1e-3, batch 64, on the first ``--train_images`` training pictures' questions of every kind but ``verify_text``
   (which needs the OCR tokens). Its dev exact match per kind is printed at each quarter of ``--steps``, beside
   its training loss: a loss near 0 with dev at the majority answer is memorization.
 
 Prints one JSON object: ``hand_rule`` (``{split: [correct, questions]}``), ``majority`` (per kind, the dev exact
 match of the most frequent training answer of the kind in the question's language), ``probe`` (a list of
-``{step, train_loss, dev, kinds}``) and the sizes. CPU: about 2.5 minutes for 8,000 steps of 4,000 pictures' questions on 2 cores.
+``{step, train_loss, dev, kinds}``) and the sizes. CPU: about 2.5 minutes for 8,000 steps of 4,000 pictures'
+questions on 2 cores.
 
 Errors (exit 2, one ``error:`` line): ``--world`` has no ``train.csv`` or ``dev.csv``.
 """
@@ -116,11 +121,56 @@ def _arrays(split: dict, keep: np.ndarray, words: dict, answers: dict, max_words
             "kind": np.array([r["kind"] for r in rows])}
 
 
-def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: int) -> list[dict]:
-    """Trains the region scorer (module doc) and returns its dev exact match at each quarter of ``steps``:
-    ``[{step, train_loss, dev, kinds: {kind: exact match}}]`` (percentages)."""
+def _scorer(scorer: str, f: int, v: int, a: int, seed: int):
+    """``(params, forward)`` of a region scorer (module doc) over ``f`` region features, ``v`` question words and
+    ``a`` answers; ``forward(params, regions (batch, R, f), mask (batch, R), question (batch, words) int) ->
+    (batch, a)`` answer logits."""
     import jax
     import jax.numpy as jnp
+
+    h, k = 128, 16 if scorer == "film" else 4
+    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 8))
+
+    def normal(shape, scale=None):
+        return jax.random.normal(next(keys), shape) * (scale or 1 / np.sqrt(shape[0]))
+
+    params = {"emb": normal((v, h), 0.1), "m1": normal((h + 2 * k + f, 256)), "m2": normal((256, a)),
+              "c2": jnp.zeros((a,))}
+    if scorer == "film":
+        params.update({"add": normal((v, h), 0.1), "mul": normal((v, h), 0.1), "w1": normal((f, h)),
+                       "w2": normal((h, h)), "w3": normal((h, k)), "b3": jnp.full((k,), -2.0)})
+    else:
+        params.update({"r1": normal((f, 64)), "r2": normal((64, 64)), "det": normal((v, k, 64), 0.1),
+                       "det_b": jnp.zeros((v, k)), "gate": jnp.zeros((v, k))})
+
+    def region_scores(p, x, qm, q):
+        """``(batch, R, k)`` scores in [0, 1] of each region against the question."""
+        if scorer == "film":
+            n = jnp.maximum(qm.sum(1), 1.0)
+            add, mul = ((p[name][q] * qm).sum(1) / n for name in ("add", "mul"))
+            hid = jax.nn.relu(x @ p["w1"] + add[:, None])
+            return jax.nn.sigmoid(jax.nn.relu((hid @ p["w2"]) * (1.0 + mul[:, None])) @ p["w3"] + p["b3"])
+        phi = jax.nn.relu(x @ p["r1"]) @ p["r2"]
+        det = jnp.einsum("blkh,brh->blrk", p["det"][q], phi) + p["det_b"][q][:, :, None]
+        gate = jax.nn.sigmoid(p["gate"][q]) * qm
+        return jnp.exp(jnp.einsum("blk,blrk->brk", gate, jax.nn.log_sigmoid(det)))
+
+    def forward(p, x, m, q):
+        qm = (q > 0)[..., None].astype(jnp.float32)
+        bag = (p["emb"][q] * qm).sum(1) / jnp.maximum(qm.sum(1), 1.0)
+        s = region_scores(p, x, qm, q) * m[..., None]
+        mean = (x * m[..., None]).sum(1) / jnp.maximum(m.sum(1), 1.0)[:, None]
+        z = jax.nn.relu(jnp.concatenate([bag, s.max(1), s.sum(1) / 8.0, mean], -1) @ p["m1"])
+        return z @ p["m2"] + p["c2"]
+
+    return params, forward
+
+
+def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: int,
+                scorer: str = "film") -> list[dict]:
+    """Trains a region scorer (module doc) and returns its dev exact match at each quarter of ``steps``:
+    ``[{step, train_loss, dev, kinds: {kind: exact match}}]`` (percentages)."""
+    import jax
     import optax
 
     keep_t = (train["image"] < train_images) & np.array([r["kind"] != "verify_text" for r in train["rows"]])
@@ -140,27 +190,7 @@ def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: 
     mu = np.where(valid, xt, 0).sum((0, 1)) / mt.sum()
     sd = np.sqrt(np.where(valid, (xt - mu) ** 2, 0).sum((0, 1)) / mt.sum()) + 1e-3
     xt, xd = (xt - mu) / sd * mt[..., None], (xd - mu) / sd * md[..., None]
-    h, k, f, v, a = 128, 16, xt.shape[-1], len(words) + 1, len(answers)
-    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 8))
-
-    def normal(shape, scale=None):
-        return jax.random.normal(next(keys), shape) * (scale or 1 / np.sqrt(shape[0]))
-
-    params = {"emb": normal((v, h), 0.1), "add": normal((v, h), 0.1), "mul": normal((v, h), 0.1),
-              "w1": normal((f, h)), "w2": normal((h, h)), "w3": normal((h, k)), "b3": jnp.full((k,), -2.0),
-              "m1": normal((h + 2 * k + f, 256)), "m2": normal((256, a)), "c2": jnp.zeros((a,))}
-
-    def forward(p, x, m, q):
-        qm = (q > 0)[..., None].astype(jnp.float32)
-        n = jnp.maximum(qm.sum(1), 1.0)
-        bag, add, mul = ((p[name][q] * qm).sum(1) / n for name in ("emb", "add", "mul"))
-        hid = jax.nn.relu(x @ p["w1"] + add[:, None])
-        hid = jax.nn.relu((hid @ p["w2"]) * (1.0 + mul[:, None]))
-        s = jax.nn.sigmoid(hid @ p["w3"] + p["b3"]) * m[..., None]
-        mean = (x * m[..., None]).sum(1) / jnp.maximum(m.sum(1), 1.0)[:, None]
-        z = jax.nn.relu(jnp.concatenate([bag, s.max(1), s.sum(1) / 8.0, mean], -1) @ p["m1"])
-        return z @ p["m2"] + p["c2"]
-
+    params, forward = _scorer(scorer, xt.shape[-1], len(words) + 1, len(answers), seed)
     opt = optax.adam(1e-3)
 
     @jax.jit
@@ -205,6 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--world", required=True, help="a folder written by benchmarks/second_world.py")
     p.add_argument("--train_images", type=int, default=800, help="train the scorer on the first N pictures")
     p.add_argument("--steps", type=int, default=8000, help="region scorer steps (0: the hand rule only)")
+    p.add_argument("--scorer", choices=("film", "words"), default="film")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     paths.check_args(a, PATH_FLAGS)
@@ -215,11 +246,14 @@ def main(argv: list[str] | None = None) -> dict:
                                  num_regions=int(vis.num_regions), min_size=int(vis.proposal_min_size),
                                  scale=float(vis.proposal_scale))
     train, dev = load_split(world, "train", setting), load_split(world, "dev", setting)
-    result = {"world": world, "pictures": {"train": int(train["image"].max()) + 1, "dev": int(dev["image"].max()) + 1},
+    pictures = {"train": int(train["image"].max()) + 1, "dev": int(dev["image"].max()) + 1}
+    result = {"world": world, "pictures": pictures,
               "train_images": a.train_images, "hand_rule": {"train": list(hand_rule(train)), "dev": list(hand_rule(dev))},
               "majority": majority(train["rows"], dev["rows"])}
     if a.steps > 0:
-        result["probe"] = train_probe(train, dev, train_images=a.train_images, steps=a.steps, seed=a.seed)
+        result["scorer"] = a.scorer
+        result["probe"] = train_probe(train, dev, train_images=a.train_images, steps=a.steps, seed=a.seed,
+                                      scorer=a.scorer)
     print(json.dumps(result))
     return result
 
