@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> dict:
     train, dev = load_split(world, "train", setting), load_split(world, "dev", setting)
     pictures = {"train": int(train["image"].max()) + 1, "dev": int(dev["image"].max()) + 1}
     result = {"world": world, "pictures": pictures,
-              "train_images": a.train_images, "hand_rule": {"train": list(hand_rule(train)), "dev": list(hand_rule(dev))},
+              "train_images": a.train_images,
+              "hand_rule": {"train": list(hand_rule(train)), "dev": list(hand_rule(dev))},
               "majority": majority(train["rows"], dev["rows"])}
     if a.steps > 0:
         result["scorer"] = a.scorer
