@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/second_world.py --out ~/second_world --seed 1 --train_images 4000 --dev_images 300
     python benchmarks/second_world_probe.py --world ~/second_world [--train_images 800] [--steps 8000] \\
-        [--scorer film|words]
+        [--scorer film|words] [--kinds exist,count] [--language en]
 
 Reads a folder written by ``benchmarks/second_world.py`` and computes, for every picture of its ``train`` and
 ``dev`` splits, the region proposals the folder config computes
@@ -167,15 +167,19 @@ def _scorer(scorer: str, f: int, v: int, a: int, seed: int):
     return params, forward
 
 
-def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: int,
-                scorer: str = "film") -> list[dict]:
-    """Trains a region scorer (module doc) and returns its dev exact match at each quarter of ``steps``:
-    ``[{step, train_loss, dev, kinds: {kind: exact match}}]`` (percentages)."""
+def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: int, scorer: str = "film",
+                kinds: tuple[str, ...] = (), language: str = "") -> list[dict]:
+    """Trains a region scorer (module doc) on the questions of ``kinds`` (all but ``verify_text`` when empty) in
+    ``language`` (both when empty) and returns its dev exact match on the same kinds and language at each quarter
+    of ``steps``: ``[{step, train_loss, dev, kinds: {kind: exact match}}]`` (percentages)."""
     import jax
     import optax
 
-    keep_t = (train["image"] < train_images) & np.array([r["kind"] != "verify_text" for r in train["rows"]])
-    keep_d = np.array([r["kind"] != "verify_text" for r in dev["rows"]])
+    def asked(r):
+        return (r["kind"] in kinds if kinds else r["kind"] != "verify_text") and language in ("", r["language"])
+
+    keep_t = (train["image"] < train_images) & np.array([asked(r) for r in train["rows"]])
+    keep_d = np.array([asked(r) for r in dev["rows"]])
     vocab = sorted({w for s, k in ((train, keep_t), (dev, keep_d)) for r, x in zip(s["rows"], k) if x
                     for w in r["question"].split()})
     words = {w: i + 1 for i, w in enumerate(vocab)}
@@ -237,6 +241,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--train_images", type=int, default=800, help="train the scorer on the first N pictures")
     p.add_argument("--steps", type=int, default=8000, help="region scorer steps (0: the hand rule only)")
     p.add_argument("--scorer", choices=("film", "words"), default="film")
+    p.add_argument("--kinds", default="", help="comma-separated kinds to train and score (default: all but "
+                                                 "verify_text)")
+    p.add_argument("--language", choices=("", "en", "vi"), default="", help="only this language's questions")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     paths.check_args(a, PATH_FLAGS)
@@ -256,7 +263,8 @@ def main(argv: list[str] | None = None) -> dict:
     if a.steps > 0:
         result["scorer"] = a.scorer
         result["probe"] = train_probe(train, dev, train_images=a.train_images, steps=a.steps, seed=a.seed,
-                                      scorer=a.scorer)
+                                      scorer=a.scorer, kinds=tuple(k for k in a.kinds.split(",") if k),
+                                      language=a.language)
     print(json.dumps(result))
     return result
 
