@@ -30,6 +30,15 @@ Components (Figure 10):
   question names meets the region's own in one place (verifying "is the circle red?", comparing two shapes'
   colours or counts, finding what is left of a named shape), which the paper's fusion, where the image attends to
   the question only, leaves to the decoder.
+* Option: ``ocr_self_attention`` (``K`` > 0) runs ``K`` self-attention blocks over the OCR tokens before the
+  fusion layers (in the paper's fusion an OCR token attends to the question only), so a token takes on what
+  the tokens beside it carry, such as being the name the question asks about (the OCR feature group
+  ``question_match``): the other words of a named shop's sign.
+* Option: ``named_text_token`` appends one memory token, the mean of the fused OCR tokens whose pieces occur
+  in the question (:func:`named_text`, the exact match of
+  :func:`openvivqa_jax.models.embeddings.question_match`), masked when none does: a question about a named
+  shop (its sign's colour, its side, what it sells) reads that shop's tokens from one fixed slot instead of
+  first finding them among the OCR slots.
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -44,12 +53,13 @@ from flax import nnx
 from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.counting import counter_weight, region_counter
 from openvivqa_jax.models.decoder import answer_decoder
-from openvivqa_jax.models.embeddings import OcrEmbedding, QuestionEmbedding, question_word_dim, vision_encoder
+from openvivqa_jax.models.embeddings import (OcrEmbedding, QuestionEmbedding, question_match, question_word_dim,
+                                             vision_encoder)
 from openvivqa_jax.models.grounding import count_loss, counting_targets, visual_glimpses
-from openvivqa_jax.models.layers import CrossBlock, EncoderBlock
+from openvivqa_jax.models.layers import CrossBlock, EncoderBlock, dense, layer_norm
 from openvivqa_jax.models.word_region import alignment_scores, picture_fingerprint, word_region_loss
 
-__all__ = ["MLPAG", "fuse_sum"]
+__all__ = ["MLPAG", "fuse_sum", "named_text"]
 
 
 def fuse_sum(x_s, s_mask, x_i, i_mask):
@@ -78,6 +88,24 @@ def fuse_sum(x_s, s_mask, x_i, i_mask):
     return xs + xi, ms | mi
 
 
+def named_text(match, mask, x):
+    """The mean of the OCR tokens the question names.
+
+    Args:
+      match: ``(batch, N)`` float, 1 where the token's pieces occur in the question
+        (:func:`openvivqa_jax.models.embeddings.question_match`); mask: ``(batch, N)`` bool, the real tokens.
+      x: ``(batch, N, d)`` OCR token features.
+
+    Returns:
+      ``(token (batch, 1, d), token_mask (batch, 1) bool)``: the mean of ``x`` over the real tokens that match;
+      zeros and False where none does.
+    """
+    w = ((match > 0) & mask).astype(x.dtype)
+    n = w.sum(1, keepdims=True)
+    tok = jnp.einsum("bn,bnd->bd", w / jnp.maximum(n, 1), x)[:, None]
+    return tok, n > 0
+
+
 class MLPAG(MemoryDecoderGenerator):
     """MLPAG (paper §4.3). See the module docstring.
 
@@ -90,14 +118,16 @@ class MLPAG(MemoryDecoderGenerator):
         paper's model; its block is created after every other one, so the other parameters are the same as
         without it for a seed), word_region_loss (weight, temperature, sharpness; a training-only loss, no
         parameters of its own), joint_layers (self-attention blocks over the question, image and OCR tokens
-        together; 0, the paper's model, by default; made last).
+        together; 0, the paper's model, by default; made last), ocr_self_attention (self-attention blocks over
+        the OCR tokens before the fusion; 0 by default) and named_text_token (one more memory token, the OCR
+        tokens the question names; False by default), both made after every other module.
       vocab_size: ``V``.
       rngs: parameter RNGs.
       dtype: compute dtype.
 
     Raises:
       ValueError: for an unknown ``fusion``, a ``word_region_loss.weight`` > 0 without ``question_over_image``,
-        or a negative ``joint_layers``.
+        or a negative ``joint_layers`` or ``ocr_self_attention``.
     """
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
@@ -144,6 +174,20 @@ class MLPAG(MemoryDecoderGenerator):
         # Made last, so that every other parameter is that of the model without them for a seed.
         self.joint = nnx.List([EncoderBlock(d, cfg.num_heads, cfg.ffn_dim, cfg.dropout, rngs=rngs, dtype=dtype)
                                for _ in range(num_joint)]) if num_joint else None
+        num_ocr_sa = int(cfg.get("ocr_self_attention", 0) or 0)
+        if num_ocr_sa < 0:
+            raise ValueError(f"model.ocr_self_attention must be >= 0 (self-attention blocks over the OCR tokens), "
+                             f"got {num_ocr_sa}")
+        # Made after every other module (the named-text projection first), so that without them the parameters
+        # for a seed are unchanged.
+        self.named_text_token = bool(cfg.get("named_text_token", False))
+        if self.named_text_token:
+            # A projection of its own, so that the decoder tells the named text from the OCR slot it came from.
+            self.named_text_proj = dense(d, d, rngs, dtype)
+            self.named_text_norm = layer_norm(d, rngs, dtype)
+        self.ocr_self_attention = nnx.List([
+            EncoderBlock(d, cfg.num_heads, cfg.ffn_dim, cfg.dropout, rngs=rngs, dtype=dtype)
+            for _ in range(num_ocr_sa)]) if num_ocr_sa else None
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
         """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
@@ -160,6 +204,8 @@ class MLPAG(MemoryDecoderGenerator):
         x_q = self.question(batch["question"], **kw)
         x_s = self.ocr(batch, vis, **kw)
         s_mask = batch["ocr_mask"].astype(bool)
+        for block in self.ocr_self_attention or ():
+            x_s = block(x_s, s_mask, **kw)
         for sa, ca, spa in zip(self.self_attention, self.context_attention, self.spatial_attention):
             x_q = sa(x_q, q_mask, **kw)
             x_s = ca(x_s, x_q, q_mask, **kw)
@@ -187,6 +233,13 @@ class MLPAG(MemoryDecoderGenerator):
             mem_mask = jnp.concatenate([mem_mask, g["mask"]], 1)
         if self.counter is not None:
             memory, mem_mask = self._with_count_token(batch, memory, mem_mask, deterministic)
+        if self.named_text_token:
+            match = question_match(batch["ocr_pieces"], batch["ocr_piece_mask"], batch["question"],
+                                   batch["question_mask"])
+            tok, tok_mask = named_text(match, s_mask, x_s)
+            tok = self.named_text_norm(self.named_text_proj(tok))
+            memory = jnp.concatenate([memory, tok.astype(memory.dtype)], 1)
+            mem_mask = jnp.concatenate([mem_mask, tok_mask], 1)
         return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
 
     def _joint(self, x_q, q_mask, x_i, i_mask, x_s, s_mask, kw):

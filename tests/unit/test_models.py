@@ -644,3 +644,45 @@ def test_mlpag_joint_layers_attend_over_question_image_and_ocr_together():
     assert_cached_decoding_matches(joint, batch, cfg.model.max_answer_len, enc=e1)
     with pytest.raises(ValueError, match="model.joint_layers must be >= 0, got -1"):
         _model("mlpag", joint_layers=-1)
+
+
+def test_mlpag_named_text_token_is_the_mean_of_the_ocr_tokens_the_question_names():
+    """``model.named_text_token``: one more memory row, the projected mean of the fused OCR tokens whose pieces
+    occur side by side in the question (masked when none does); ``model.ocr_self_attention``: blocks over the
+    OCR tokens before the fusion, so a token's features change with its neighbours. Both are only added
+    parameters, and cached decoding equals the full forward pass."""
+    cfg, plain = _model("mlpag", num_ocr=8)
+    _, named = _model("mlpag", num_ocr=8, named_text_token=True)
+    _, both = _model("mlpag", num_ocr=8, named_text_token=True, ocr_self_attention=1)
+    assert set(_assert_only_added(plain, named, {"named_text_proj", "named_text_norm"}))
+    assert len(_assert_only_added(named, both, {"ocr_self_attention"})["ocr_self_attention"]) == 1
+    batch = random_batch(cfg, V, batch=2, seed=5)
+    n = cfg.model.num_ocr
+    batch["ocr_mask"][:] = True
+    batch["ocr_piece_mask"][:] = False
+    batch["ocr_pieces"][:] = 0
+    batch["question_mask"][:] = True
+    q = batch["question"]
+    # Example 0: tokens 1 and 3 are question pieces 2..3 and 5; token 4 is pieces 2 and 5, not side by side.
+    for tok, pieces in ((1, q[0, 2:4]), (3, q[0, 5:6]), (4, np.array([q[0, 2], q[0, 5]]))):
+        batch["ocr_pieces"][0, tok, :len(pieces)] = pieces
+        batch["ocr_piece_mask"][0, tok, :len(pieces)] = True
+    others = [int(v) for v in range(V) if v not in set(q[0].tolist()) | set(q[1].tolist())]
+    batch["ocr_pieces"][1, :, 0] = others[:n]  # example 1: no token in its question
+    batch["ocr_piece_mask"][:, :, 0] = True
+    batch["ocr_pieces"][0, [0, 2] + list(range(5, n)), 0] = others[:n - 3]
+    e0, e1 = plain.encode(batch), named.encode(batch)
+    np.testing.assert_allclose(np.asarray(e1["memory"][:, :-1]), np.asarray(e0["memory"]), atol=1e-6)
+    assert np.asarray(e1["memory_mask"])[:, -1].tolist() == [True, False]
+    x = np.asarray(e1["ocr_feats"])[0, [1, 3]].mean(0)
+    want = np_layer_norm(np_linear(x, named.named_text_proj), named.named_text_norm)
+    np.testing.assert_allclose(np.asarray(e1["memory"])[0, -1], want, atol=1e-5)
+    # The OCR self-attention: token 0's fused features change when only token 6's pieces change.
+    other = dict(batch, ocr_pieces=batch["ocr_pieces"].copy(), ocr_phoc=batch["ocr_phoc"].copy())
+    other["ocr_phoc"][0, 6] = 1.0 - other["ocr_phoc"][0, 6]
+    moved = lambda m: np.abs(np.asarray(m.encode(other)["ocr_feats"])[0, 0]  # noqa: E731
+                             - np.asarray(m.encode(batch)["ocr_feats"])[0, 0]).max()
+    assert moved(both) > 1e-4 and moved(named) < 1e-6
+    assert_cached_decoding_matches(both, batch, cfg.model.max_answer_len, enc=both.encode(batch))
+    with pytest.raises(ValueError, match="model.ocr_self_attention must be >= 0"):
+        _model("mlpag", ocr_self_attention=-1)
