@@ -24,6 +24,10 @@ each measured in docs/results.md ("The main job", "Seeing without a detector"):
 * the region counter (``model.counter``, ``openvivqa_jax/models/counting.py``): the count of the regions a
   counting question names, from a small question-conditioned MLP trained on a stream of 64 of the training
   split's counting questions beside each batch, given to the decoder as one memory token;
+* the shop the question names (``model.named_text_token``, ``model.ocr_self_attention``, the OCR feature group
+  ``question_match``, ``openvivqa_jax/models/mlpag.py``): the OCR tokens whose words occur in the question are
+  marked, pooled into one more memory token, and seen by their sign's other words through one self-attention
+  block over the OCR tokens, so that a shop's side, what it sells and its sign are read from the named shop;
 * model-ready records (``data.model_ready``): each picture is segmented once, by every core.
 
 Override any field from the command line, e.g. ``--config.train.num_train_steps=500``.
@@ -45,7 +49,9 @@ def get_config() -> ml_collections.ConfigDict:
     m = c.model
     m.vision.kind = "proposals"
     m.vision.num_regions = 64  # a 128x96 scene has about 95 segments; the 64 largest keep 98% of its objects
-    m.ocr_features = ("phoc", "appearance", "box_grid", "order")
+    m.ocr_features = ("phoc", "appearance", "box_grid", "order", "question_match")
+    m.named_text_token = True
+    m.ocr_self_attention = 1
     m.question_over_image = True
     m.question_in_memory = True
     m.word_region_loss.weight = 1.0
