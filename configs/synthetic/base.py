@@ -112,11 +112,8 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # multimodal transformer; models/mlpag.py), so that a region meets the question's words and the other regions
     # in one place (verifying, comparing, relations). 0: none, the paper's model.
     c.model.joint_layers = 0
-    # MLPAG: self-attention blocks over the OCR tokens before the fusion (0: none, the paper's model), and one more
-    # memory token, the mean of the OCR tokens whose words the question names (models/mlpag.py named_text), so a
-    # question about a named shop reads its sign from one slot.
-    c.model.ocr_self_attention = 0
-    c.model.named_text_token = False
+    # MLPAG: OCR self-attention blocks before the fusion; one memory token of the OCR tokens the question names.
+    c.model.ocr_self_attention, c.model.named_text_token = 0, False
     # MLPAG: question-guided glimpses over the image appended to the decoder's memory (models/grounding.py):
     # num glimpse tokens (0: none, the paper's model), the width of their score MLP, the largest count bin, and
     # the weight of a training-only loss that fits the first glimpse's soft count to the count a counting
