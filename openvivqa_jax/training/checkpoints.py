@@ -192,20 +192,29 @@ def _quiet_closed_loop_callbacks() -> None:
     the reads of the other arrays; each completion then raises ``RuntimeError('Event loop is closed')`` in a
     callback, which Python reports through ``sys.unraisablehook`` (thousands of traceback lines for a real
     model). Those errors say nothing more than the warning line does, so they are dropped; any other unraisable
-    error still goes to the previous hook. Installed once per process.
+    error still goes to the previous hook. A callback run from TensorStore's own threads reports its error
+    through ``sys.excepthook`` instead (a bare traceback, after a failed save as the process exits), so that hook
+    drops the same error. Installed once per process.
     """
     previous = sys.unraisablehook
     if getattr(previous, "_drops_closed_loop", False):
         return
+    previous_excepthook = sys.excepthook
+
+    def closed_loop(e) -> bool:
+        return isinstance(e, RuntimeError) and str(e) == "Event loop is closed"
 
     def hook(unraisable):
-        e = unraisable.exc_value
-        if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
-            return
-        previous(unraisable)
+        if not closed_loop(unraisable.exc_value):
+            previous(unraisable)
+
+    def excepthook(kind, value, tb):
+        if not closed_loop(value):
+            previous_excepthook(kind, value, tb)
 
     hook._drops_closed_loop = True
     sys.unraisablehook = hook
+    sys.excepthook = excepthook
 
 
 class _UnretrievedReadErrors(std_logging.Filter):
