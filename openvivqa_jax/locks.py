@@ -20,8 +20,9 @@ commands want the same dataset, so waiting serves the user better than refusing.
 The locks are ``flock`` locks (through the ``filelock`` package) on a file that stays in place: the operating
 system releases one when its process ends in any way, SIGKILL included, so a killed run never leaves a folder
 locked. Who holds a lock (pid, host, command, mode, start time) is written to a side file beside it
-(``<lock>.json``), which the refusing process reads; a side file left by a killed run is overwritten by the
-next holder and never decides anything.
+(``<lock>.json``), which the refusing process reads (waiting up to :data:`HOLDER_SAY_S` for a holder that
+has taken the lock but not yet written it); a side file left by a killed run is overwritten by the next holder
+and never decides anything.
 
 With several JAX processes (a multi-host run, ``launch/``) each process locks its own file,
 ``.openvivqa-run.lock`` for process 0 and ``.openvivqa-run.<i>.lock`` for process i: the processes of one run
@@ -38,19 +39,25 @@ import os
 import shlex
 import socket
 import sys
+import time
 from collections.abc import Iterator
 
 from openvivqa_jax import jsonio, outputs
 from openvivqa_jax.errors import UsageError
 
 __all__ = ["WorkdirInUseError", "hold_workdir", "hold_build", "workdir_lock_path", "build_lock_path",
-           "holder_text", "RUN_LOCK", "BUILD_POLL_S"]
+           "holder_text", "RUN_LOCK", "BUILD_POLL_S", "HOLDER_SAY_S"]
 
 #: The run folder's lock file (process 0's; process i > 0 locks ``.openvivqa-run.<i>.lock``).
 RUN_LOCK = ".openvivqa-run.lock"
 
 #: Seconds between two tries of a build lock held by another process.
 BUILD_POLL_S = 0.5
+
+#: Seconds a refused or waiting process gives a holder that has just taken its lock to write its side file:
+#: the lock and the side file cannot be written in one step, so a process arriving between the two would
+#: otherwise name nobody.
+HOLDER_SAY_S = 5.0
 
 
 class WorkdirInUseError(UsageError):
@@ -88,6 +95,25 @@ def holder_text(lock_path: str) -> str:
     return what + (f": {command[:300]}" if command else "")
 
 
+def _await_holder_text(lock_path: str, lock=None) -> str | None:
+    """:func:`holder_text` once the holder's side file is there, waiting up to :data:`HOLDER_SAY_S` for it.
+    With ``lock`` (a ``filelock.FileLock`` on ``lock_path``), tries to take it while waiting and returns None
+    when it got it (the holder ended meanwhile)."""
+    from filelock import Timeout
+
+    deadline = time.monotonic() + HOLDER_SAY_S
+    while not os.path.exists(lock_path + ".json") and time.monotonic() < deadline:
+        if lock is None:
+            time.sleep(0.05)
+            continue
+        try:
+            lock.acquire(timeout=0.05, poll_interval=0.05)
+            return None
+        except Timeout:
+            pass
+    return holder_text(lock_path)
+
+
 def _acquire(lock_path: str, mode: str, wait_note=None):
     """Takes ``lock_path`` (created with its folder when missing) and writes its side file; returns the held
     ``filelock.FileLock``, or None when another process holds it and ``wait_note`` is None. With
@@ -101,8 +127,10 @@ def _acquire(lock_path: str, mode: str, wait_note=None):
     except Timeout:
         if wait_note is None:
             return None
-        wait_note(holder_text(lock_path))
-        lock.acquire(timeout=-1, poll_interval=BUILD_POLL_S)
+        holder = _await_holder_text(lock_path, lock)
+        if holder is not None:  # still held: say for whom, then wait
+            wait_note(holder)
+            lock.acquire(timeout=-1, poll_interval=BUILD_POLL_S)
     with contextlib.suppress(outputs.OutputWriteError):  # who holds it is a courtesy: a full disk must not stop
         outputs.write_json(lock_path + ".json", _holder_record(mode), indent=1)
     return lock
@@ -136,7 +164,8 @@ def hold_workdir(workdir: str | None, mode: str, flag: str = "--workdir",
     path = workdir_lock_path(workdir, process_index)
     lock = _acquire(path, mode)
     if lock is None:
-        raise WorkdirInUseError(f"{flag} {workdir} is in use by another run: {holder_text(path)}; wait for it to "
+        holder = _await_holder_text(path)
+        raise WorkdirInUseError(f"{flag} {workdir} is in use by another run: {holder}; wait for it to "
                                 f"end, or choose another {flag}")
     try:
         yield
