@@ -13,8 +13,9 @@ Variants (``--config configs/viquad/reader.py:<variant>``):
   1.0 dev/test, train from the 2.0 folds' 11,626 answerable questions; ``../shared/data/real/viquad``), each
   reader sized for 30 minutes on 2 CPU cores (``*_cpu``) or at the paper's sizes for a GPU:
 
-  - ``drqa_cpu``, ``qanet_cpu``, ``transformer_cpu``: syllable tokens with a character CNN and the exact-match
-    features, a constant learning rate;
+  - ``drqa_cpu``, ``qanet_cpu``, ``transformer_cpu``: syllable tokens and the exact-match features (the
+    character CNN only at the papers' sizes), a constant learning rate; the transformer with T5's
+    relative-position bias;
   - ``drqa``, ``qanet``: the papers' sizes (DrQA: 3 BiLSTM layers of 128, Adamax; QANet: d 128, 7 model-encoder
     blocks; 300-d words, 40 epochs of batch 32 as ViQuAD §5.3);
   - ``viquad``: the transformer at the BERT baseline's input sizes (§5.3: sequence 384, question 64, answers up
@@ -75,6 +76,10 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     c.model.dtype = "float32"
     c.model.remat = False
     c.model.match_features = False  # the exact-match features (openvivqa_jax/reading/features.py)
+    # The transformer's positions: 0, a learned embedding per position; else T5's relative-position bias with
+    # this many buckets, offsets from relative_max_distance on sharing the last (openvivqa_jax/models/attention.py).
+    c.model.relative_buckets = 0
+    c.model.relative_max_distance = 128
     c.model.char_channels = 0  # the character CNN's width (0: none; needs tokenizer.model_type='words')
     c.model.char_dim = 32
     c.model.char_kernel = 5
@@ -144,8 +149,14 @@ def _words(c: ml_collections.ConfigDict, variant: str) -> None:
         m.d_model, m.num_heads, m.num_layers = 64, 1, 1
         m.embed_convs, m.embed_kernel, m.model_convs, m.model_kernel = 2, 7, 2, 5
         t.b1, t.b2, t.eps = 0.8, 0.999, 1e-7
+        # Dev F1 still rose 3 points per 500 steps at 1,500 (docs/viquad.md); 2,500 steps are about 20 minutes
+        # on two idle cores.
+        t.num_train_steps = 2500
     else:  # transformer
         m.d_model, m.num_heads, m.ffn_dim, m.num_layers = 128, 4, 256, 3
+        # T5's relative-position bias in place of learned positions: dev F1 17.4 against 12.7 at step 500, 30.9
+        # at 1,500 (docs/viquad.md).
+        m.relative_buckets = 32
     if size == "synthetic":
         c.data = common.tfds_data("viquad", "synthetic", eval_split="dev")
         m.max_seq_len, m.max_question_len, m.char_channels = 160, 24, 32

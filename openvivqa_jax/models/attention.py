@@ -14,7 +14,8 @@ from flax import nnx
 
 from openvivqa_jax.models.dropout import Dropout
 
-__all__ = ["NEG_INF", "ATTENTION_IMPLS", "set_attention_impl", "MultiHeadAttention", "dense"]
+__all__ = ["NEG_INF", "ATTENTION_IMPLS", "set_attention_impl", "MultiHeadAttention", "dense",
+           "relative_position_bucket", "RelativePositionBias"]
 
 #: Large negative logit used for masked positions (finite so that fully masked rows stay NaN-free).
 NEG_INF = -1e9
@@ -110,6 +111,7 @@ class MultiHeadAttention(nnx.Module):
     def attend(
         self, q_in: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None,
         *, deterministic: bool = True, rngs: nnx.Rngs | None = None, return_weights: bool = False,
+        bias: jax.Array | None = None,
     ) -> jax.Array:
         """Attention of ``q_in`` ``(batch, q_len, d)`` over projected ``k``/``v``.
 
@@ -117,6 +119,8 @@ class MultiHeadAttention(nnx.Module):
           q_in: queries before projection.
           k, v: ``(batch, kv_len, H, head_dim)``.
           mask: bool, broadcastable to ``(batch, H, q_len, kv_len)``; ``None`` attends everywhere.
+          bias: float logits added after the scaling, broadcastable to ``(batch, H, q_len, kv_len)`` (a
+            relative-position bias, T5's; Raffel et al. 2020, §2.1); ``None``: none.
           return_weights: also return the attention probabilities (before dropout), for inspection
             (predict's heat map); the default path is unchanged.
 
@@ -129,32 +133,41 @@ class MultiHeadAttention(nnx.Module):
             # the softmax output, which dot_product_attention does not expose): the unfused computation.
             logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
             logits = logits * (1.0 / float(self.head_dim) ** 0.5)
+            if bias is not None:
+                logits = logits + bias.astype(jnp.float32)
             if mask is not None:
                 logits = jnp.where(mask, logits, NEG_INF)
             weights = jax.nn.softmax(logits, axis=-1)
             probs = self.dropout(weights.astype(v.dtype), deterministic=deterministic, rngs=rngs)
             ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
         else:
-            ctx = self._fused(q, k, v, mask)
+            ctx = self._fused(q, k, v, mask, bias)
         out = self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
         return (out, weights) if return_weights else out
 
-    def _fused(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None) -> jax.Array:
-        """``softmax(q k^T / sqrt(head_dim), masked) v`` through :func:`jax.nn.dot_product_attention` with
-        :attr:`implementation`. ``q`` ``(batch, q_len, H, head_dim)``, ``k``/``v`` ``(batch, kv_len, H,
-        head_dim)``, ``mask`` bool broadcastable to ``(batch, H, q_len, kv_len)`` or ``None``; returns
+    def _fused(self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None,
+               bias: jax.Array | None = None) -> jax.Array:
+        """``softmax(q k^T / sqrt(head_dim) + bias, masked) v`` through :func:`jax.nn.dot_product_attention`
+        with :attr:`implementation`. ``q`` ``(batch, q_len, H, head_dim)``, ``k``/``v`` ``(batch, kv_len, H,
+        head_dim)``, ``mask`` bool and ``bias`` float broadcastable to ``(batch, H, q_len, kv_len)`` or ``None``;
+        returns
         ``(batch, q_len, H, head_dim)``. Masked logits get ``dot_product_attention``'s large negative
         value, so a fully masked row is a uniform average, as with :data:`NEG_INF`."""
         if mask is not None:
             mask = jnp.asarray(mask, bool)
             mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
-        return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0 / float(self.head_dim) ** 0.5,
+        if bias is not None:
+            bias = bias.astype(q.dtype)
+            bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
+        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=1.0 / float(self.head_dim) ** 0.5,
                                             implementation=self.implementation)
 
-    def __call__(self, q_in, kv_in, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
-        """Attention of ``q_in`` ``(batch, q_len, d)`` over ``kv_in`` ``(batch, kv_len, d)``."""
+    def __call__(self, q_in, kv_in, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+                 bias: jax.Array | None = None):
+        """Attention of ``q_in`` ``(batch, q_len, d)`` over ``kv_in`` ``(batch, kv_len, d)`` (``bias``: as
+        :meth:`attend`'s)."""
         k, v = self.project_kv(kv_in)
-        return self.attend(q_in, k, v, mask, deterministic=deterministic, rngs=rngs)
+        return self.attend(q_in, k, v, mask, deterministic=deterministic, rngs=rngs, bias=bias)
 
     def project_kv_heads(self, kv: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Keys and values of ``kv`` ``(batch, kv_len, d)`` head-major: ``(batch, H, head_dim, kv_len)`` each.
@@ -232,3 +245,52 @@ class MultiHeadAttention(nnx.Module):
             if group > 1:
                 ctx = ctx.reshape((rows, -1) + ctx.shape[2:])
         return self.out(ctx.reshape(ctx.shape[:-2] + (-1,)))
+
+
+def relative_position_bucket(relative_position: jax.Array, num_buckets: int = 32,
+                             max_distance: int = 128) -> jax.Array:
+    """T5's bidirectional bucket of each key-minus-query offset (Raffel et al. 2020, §2.1; the rule of the
+    Mesh TensorFlow T5 code): half the buckets for keys before the query, half for keys after; in each half
+    the first ``num_buckets // 4`` offsets have a bucket each, the rest share log-spaced buckets up to
+    ``max_distance``, and farther offsets share the last.
+
+    Args:
+      relative_position: int ``(...)``, key position minus query position.
+      num_buckets: buckets in all (even).
+      max_distance: the offset from which every farther one shares one bucket.
+
+    Returns:
+      int32 ``(...)`` buckets in ``[0, num_buckets)``.
+    """
+    half = num_buckets // 2
+    n = -relative_position.astype(jnp.int32)
+    ret = (n < 0).astype(jnp.int32) * half
+    n = jnp.abs(n)
+    max_exact = half // 2
+    large = max_exact + (jnp.log(jnp.maximum(n, 1).astype(jnp.float32) / max_exact)
+                         / jnp.log(max_distance / max_exact) * (half - max_exact)).astype(jnp.int32)
+    large = jnp.minimum(large, half - 1)
+    return ret + jnp.where(n < max_exact, n, large)
+
+
+class RelativePositionBias(nnx.Module):
+    """A learned scalar per head and bucket of key-minus-query offset (:func:`relative_position_bucket`),
+    added to the attention logits of every layer (T5: one table shared by the layers of an encoder), so that
+    attention can prefer near tokens at any absolute position without position embeddings.
+
+    Args:
+      num_heads: ``H``; num_buckets, max_distance: as :func:`relative_position_bucket`.
+    """
+
+    def __init__(self, num_heads: int, num_buckets: int = 32, max_distance: int = 128, *, rngs: nnx.Rngs):
+        if num_buckets < 4 or num_buckets % 2:
+            raise ValueError(f"relative-position buckets must be an even number >= 4, got {num_buckets}")
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.embedding = nnx.Embed(num_buckets, num_heads, param_dtype=jnp.float32, rngs=rngs)
+
+    def __call__(self, length: int) -> jax.Array:
+        """The bias of a sequence of ``length`` tokens: float32 ``(1, H, length, length)``, entry ``[0, h, i,
+        j]`` the table's value for head ``h`` and the bucket of ``j - i``."""
+        pos = jnp.arange(length)
+        buckets = relative_position_bucket(pos[None, :] - pos[:, None], self.num_buckets, self.max_distance)
+        return jnp.transpose(self.embedding(buckets), (2, 0, 1))[None]

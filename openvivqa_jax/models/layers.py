@@ -26,7 +26,9 @@ from openvivqa_jax.models.attention import (  # noqa: F401
     ATTENTION_IMPLS,
     NEG_INF,
     MultiHeadAttention,
+    RelativePositionBias,
     dense,
+    relative_position_bucket,
     set_attention_impl,
 )
 from openvivqa_jax.models.cnn import SmallCNN, box_overlap_weights, grid_boxes, masked_mean  # noqa: F401
@@ -39,6 +41,8 @@ __all__ = [
     "dropout_bit_width",
     "set_attention_impl",
     "MultiHeadAttention",
+    "RelativePositionBias",
+    "relative_position_bucket",
     "FeedForward",
     "EncoderBlock",
     "CrossBlock",
@@ -142,11 +146,13 @@ class EncoderBlock(nnx.Module):
         self.ffn = FeedForward(d_model, ffn_dim, dropout, rngs=rngs, dtype=dtype)
         self.dropout = Dropout(dropout)
 
-    def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None, attn_mask=None):
-        """``attn_mask`` (optional) overrides the key mask with a full ``(batch, 1|H, len, len)`` mask."""
+    def __call__(self, x, mask, *, deterministic: bool = True, rngs: nnx.Rngs | None = None, attn_mask=None,
+                 attn_bias=None):
+        """``attn_mask`` (optional) overrides the key mask with a full ``(batch, 1|H, len, len)`` mask;
+        ``attn_bias`` (optional) float ``(batch|1, H, len, len)`` is added to the attention logits."""
         m = mask[:, None, None, :] if attn_mask is None else attn_mask
         xn = self.norm_q(x)
-        h = self.attn(xn, xn, m, deterministic=deterministic, rngs=rngs)
+        h = self.attn(xn, xn, m, deterministic=deterministic, rngs=rngs, bias=attn_bias)
         x = x + self.dropout(h, deterministic=deterministic, rngs=rngs)
         h = self.ffn(self.norm_ffn(x), deterministic=deterministic, rngs=rngs)
         return x + self.dropout(h, deterministic=deterministic, rngs=rngs)

@@ -14,7 +14,8 @@ num_chars)``:
 
 - ``transformer`` (:class:`TransformerEncoder`): token + position + segment embeddings, pre-LN
   :class:`EncoderBlock` s, trained from scratch; with ``model.match_features`` the exact-match features and with
-  ``model.char_channels`` the character CNN are added to the token embedding;
+  ``model.char_channels`` the character CNN are added to the token embedding; with ``model.relative_buckets``
+  T5's relative-position bias takes the place of the position embedding;
 - ``drqa`` (:mod:`.drqa`) and ``qanet`` (:mod:`.qanet`): the paper's two baselines (ViQuAD §5.2);
 - ``pretrained`` (:mod:`.pretrained`): mBERT / XLM-R / PhoBERT from a Hugging Face folder.
 
@@ -31,7 +32,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from openvivqa_jax.models.layers import NEG_INF, Dropout, EncoderBlock, call_block, dense, layer_norm
+from openvivqa_jax.models.layers import (NEG_INF, Dropout, EncoderBlock, RelativePositionBias, call_block, dense,
+                                         layer_norm)
 from openvivqa_jax.reading.embed import CharCNN
 from openvivqa_jax.reading.features import NUM_TOKEN_FEATURES
 
@@ -42,8 +44,15 @@ class TransformerEncoder(nnx.Module):
     """Token, position and segment embeddings summed, then ``num_layers`` pre-LN self-attention blocks and a
     final LayerNorm (the BERT encoder layout with pre-LN blocks, trained from scratch).
 
+    With ``relative_buckets`` > 0 the learned absolute position embedding is replaced by T5's relative-position
+    bias (:class:`~openvivqa_jax.models.layers.RelativePositionBias`, one table shared by the blocks): from
+    scratch, an absolute embedding must learn "near the question's words" once per pair of positions, a
+    relative bias once per offset bucket.
+
     Args:
       vocab_size: pieces ``V``; max_len: positions; d_model, num_heads, ffn_dim, num_layers, dropout: sizes;
+      relative_buckets, relative_max_distance: the relative-position bias's buckets (0: absolute positions)
+        and the offset from which they share one bucket;
       match_features: add a projection of the exact-match features (:mod:`.features`) to the embedding;
       num_chars, char_dim, char_channels, char_kernel: add a projection of the character CNN
       (:class:`.embed.CharCNN`; ``num_chars`` 0: none).
@@ -52,10 +61,12 @@ class TransformerEncoder(nnx.Module):
     def __init__(self, vocab_size: int, max_len: int, d_model: int, num_heads: int, ffn_dim: int,
                  num_layers: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32, remat: bool = False,
                  match_features: bool = False, num_chars: int = 0, char_dim: int = 32, char_channels: int = 0,
-                 char_kernel: int = 5):
+                 char_kernel: int = 5, relative_buckets: int = 0, relative_max_distance: int = 128):
         emb = dict(dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.embedding = nnx.Embed(vocab_size, d_model, **emb)
-        self.pos_embedding = nnx.Embed(max_len, d_model, **emb)
+        self.relative = RelativePositionBias(num_heads, relative_buckets, relative_max_distance, rngs=rngs) \
+            if relative_buckets else None
+        self.pos_embedding = None if relative_buckets else nnx.Embed(max_len, d_model, **emb)
         self.segment_embedding = nnx.Embed(2, d_model, **emb)
         self.feature_proj = dense(NUM_TOKEN_FEATURES, d_model, rngs, dtype) if match_features else None
         use_chars = num_chars > 0 and char_channels > 0
@@ -75,15 +86,20 @@ class TransformerEncoder(nnx.Module):
         """``input_ids``/``segment_ids`` ``(batch, len)`` int, ``input_mask`` ``(batch, len)`` bool (and
         ``token_features`` ``(batch, len, F)``, ``char_ids`` ``(batch, len, W)`` when used) ->
         ``(batch, len, d_model)``."""
-        pos = jnp.arange(input_ids.shape[1])[None, :]
-        x = self.embedding(input_ids) + self.pos_embedding(pos) + self.segment_embedding(segment_ids)
+        x = self.embedding(input_ids) + self.segment_embedding(segment_ids)
+        bias = None
+        if self.relative is not None:
+            bias = self.relative(input_ids.shape[1])
+        else:
+            x = x + self.pos_embedding(jnp.arange(input_ids.shape[1])[None, :])
         if self.feature_proj is not None:
             x = x + self.feature_proj(token_features.astype(x.dtype))
         if self.chars is not None:
             x = x + self.char_proj(self.chars(char_ids))
         x = self.dropout(x, deterministic=deterministic, rngs=rngs)
         for block in self.blocks:
-            x = call_block(block, x, input_mask, remat=self.remat, deterministic=deterministic, rngs=rngs)
+            x = call_block(block, x, input_mask, remat=self.remat, deterministic=deterministic, rngs=rngs,
+                           attn_bias=bias)
         return self.norm(x)
 
 
@@ -135,7 +151,9 @@ def _chars(m) -> dict:
 def _transformer(m, vocab_size: int, rngs: nnx.Rngs, dtype: Any, num_chars: int = 0) -> TransformerEncoder:
     return TransformerEncoder(vocab_size, m.max_seq_len, m.d_model, m.num_heads, m.ffn_dim, m.num_layers,
                               m.dropout, rngs=rngs, dtype=dtype, remat=bool(m.get("remat", False)),
-                              match_features=bool(m.get("match_features", False)), num_chars=num_chars, **_chars(m))
+                              match_features=bool(m.get("match_features", False)), num_chars=num_chars,
+                              relative_buckets=int(m.get("relative_buckets", 0)),
+                              relative_max_distance=int(m.get("relative_max_distance", 128)), **_chars(m))
 
 
 def _drqa(m, vocab_size: int, rngs: nnx.Rngs, dtype: Any, num_chars: int = 0):

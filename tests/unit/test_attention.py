@@ -24,9 +24,11 @@ V = 40
 ALL = sorted(MODEL_REGISTRY)
 
 
-def _ref_attend(self, q_in, k, v, mask, *, deterministic=True, rngs=None, return_weights=False):
+def _ref_attend(self, q_in, k, v, mask, *, deterministic=True, rngs=None, return_weights=False, bias=None):
     q = self._split(self.query(q_in))
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(self.head_dim)
+    if bias is not None:
+        logits = logits + bias
     if mask is not None:
         logits = jnp.where(mask, logits, -1e9)
     w = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
@@ -112,3 +114,56 @@ def test_attention_impl_config_is_checked():
     impls = {m.implementation for _, m in nnx.iter_graph(model)
              if isinstance(m, layers.MultiHeadAttention)}
     assert impls == {"xla"}
+
+
+def _numpy_attention(attn, x, mask, bias):
+    """softmax(q k^T / sqrt(head_dim) + bias, masked) v, then the output projection, in numpy."""
+    w = {n: np.asarray(getattr(attn, n).kernel) for n in ("query", "key", "value", "out")}
+    b = {n: np.asarray(getattr(attn, n).bias) for n in ("query", "key", "value", "out")}
+    xs = np.asarray(x)
+    h, hd = attn.num_heads, attn.head_dim
+    q, k, v = ((xs @ w[n] + b[n]).reshape(xs.shape[0], xs.shape[1], h, hd) for n in ("query", "key", "value"))
+    logits = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(hd) + np.asarray(bias)
+    logits = np.where(np.asarray(mask), logits, -1e9)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ctx = np.einsum("bhqk,bkhd->bqhd", p, v).reshape(xs.shape[0], xs.shape[1], h * hd)
+    return ctx @ w["out"] + b["out"]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_an_attention_bias_is_added_to_the_scaled_logits(fused):
+    """A float bias (the relative-position one) enters before the softmax, on the fused path
+    (``dot_product_attention``) and on the explicit one (weights returned) alike."""
+    rng = np.random.default_rng(3)
+    attn = layers.MultiHeadAttention(8, 2, 0.0, rngs=nnx.Rngs(0))
+    x = jnp.asarray(rng.standard_normal((2, 5, 8)), jnp.float32)
+    mask = jnp.asarray(rng.random((2, 1, 1, 5)) > 0.3).at[:, :, :, 0].set(True)
+    bias = jnp.asarray(3 * rng.standard_normal((1, 2, 5, 5)), jnp.float32)
+    k, v = attn.project_kv(x)
+    got = attn.attend(x, k, v, mask, bias=bias, return_weights=not fused)
+    got = got if fused else got[0]
+    np.testing.assert_allclose(np.asarray(got), _numpy_attention(attn, x, mask, bias), atol=1e-5, rtol=1e-5)
+    plain = attn.attend(x, k, v, mask)
+    assert not np.allclose(np.asarray(plain), np.asarray(got), atol=1e-3)  # the bias did something
+
+
+def test_relative_position_buckets_by_the_t5_rule():
+    """32 buckets, max distance 128 (T5's defaults): 16 for keys before the query, 16 after; offsets 0-7
+    exact; larger ones at 8 + floor(8 * ln(n / 8) / ln(16)): n = 20 -> 8 + floor(2.64) = 10, 50 -> 8 +
+    floor(5.29) = 13, 100 -> 8 + floor(7.29) = 15, and 128 on in the last bucket (15)."""
+    offsets = jnp.asarray([0, -1, -7, -8, -20, -50, -100, -128, -1000, 1, 7, 8, 20, 50, 100, 1000])
+    want = [0, 1, 7, 8, 10, 13, 15, 15, 15, 17, 23, 24, 26, 29, 31, 31]
+    assert layers.relative_position_bucket(offsets).tolist() == want
+
+
+def test_relative_position_bias_depends_on_the_offset_only():
+    rel = layers.RelativePositionBias(3, 8, 16, rngs=nnx.Rngs(0))
+    bias = np.asarray(rel(40))
+    table = np.asarray(rel.embedding.embedding)
+    assert bias.shape == (1, 3, 40, 40)
+    buckets = np.asarray(layers.relative_position_bucket(jnp.arange(40)[None, :] - jnp.arange(40)[:, None], 8, 16))
+    np.testing.assert_array_equal(bias[0], np.transpose(table[buckets], (2, 0, 1)))
+    np.testing.assert_array_equal(bias[0, :, 5, 9], bias[0, :, 20, 24])  # same offset, same bias
+    with pytest.raises(ValueError, match="even number"):
+        layers.RelativePositionBias(3, 7, rngs=nnx.Rngs(0))

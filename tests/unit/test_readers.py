@@ -174,16 +174,18 @@ def batch(tmp_path_factory):
     return tok, {k: jnp.asarray(v) for k, v in w.batch(np.arange(len(w))).items()}
 
 
-@pytest.mark.parametrize("encoder, out_dim", [("drqa", 20), ("qanet", 48),
-                                              ("transformer", 16)])
-def test_encoder_shapes_masks_and_loss(batch, encoder, out_dim):
+@pytest.mark.parametrize("encoder, out_dim, extra", [("drqa", 20, {}), ("qanet", 48, {}), ("transformer", 16, {}),
+                                                     ("transformer", 16, {"relative_buckets": 8})])
+def test_encoder_shapes_masks_and_loss(batch, encoder, out_dim, extra):
     """Each encoder gives ``(B, L, out_dim)`` to the shared head; logits are NEG_INF off the passage; the loss
     and its gradient are finite; dropout changes the training output only."""
     from openvivqa_jax.models.layers import NEG_INF
     from openvivqa_jax.reading.model import build_reader, span_loss
 
     tok, b = batch
-    reader = build_reader(_model_cfg(encoder), tok.vocab_size, num_chars=tok.num_chars)
+    reader = build_reader(_model_cfg(encoder, **extra), tok.vocab_size, num_chars=tok.num_chars)
+    if extra:  # the relative bias replaces the position embedding, and its table gets a gradient below
+        assert reader.encoder.pos_embedding is None and reader.encoder.relative.embedding.embedding.shape == (8, 2)
     assert reader.span_head.kernel.shape == (out_dim, 2)
     s, e = reader(b)
     pm = np.asarray(b["passage_mask"])
@@ -197,6 +199,8 @@ def test_encoder_shapes_masks_and_loss(batch, encoder, out_dim):
 
     value, grads = jax.value_and_grad(loss)(p, False)
     assert np.isfinite(float(value)) and all(np.all(np.isfinite(x)) for x in jax.tree.leaves(grads))
+    if extra:
+        assert np.abs(np.asarray(grads["encoder"]["relative"]["embedding"]["embedding"].value)).sum() > 0
     assert float(loss(p, True)) == pytest.approx(float(span_loss(s, e, b["start_positions"],
                                                                  b["end_positions"])[0]), rel=1e-6)
 
