@@ -112,8 +112,8 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # multimodal transformer; models/mlpag.py), so that a region meets the question's words and the other regions
     # in one place (verifying, comparing, relations). 0: none, the paper's model.
     c.model.joint_layers = 0
-    # MLPAG: OCR self-attention blocks before the fusion; one memory token of the OCR tokens the question names.
-    c.model.ocr_self_attention, c.model.named_text_token = 0, False
+    # MLPAG: OCR self-attention blocks before the fusion; memory tokens of the named OCR tokens and of their sign.
+    c.model.ocr_self_attention, c.model.named_text_token, c.model.named_region_token = 0, False, False
     # MLPAG: question-guided glimpses over the image appended to the decoder's memory (models/grounding.py):
     # num glimpse tokens (0: none, the paper's model), the width of their score MLP, the largest count bin, and
     # the weight of a training-only loss that fits the first glimpse's soft count to the count a counting

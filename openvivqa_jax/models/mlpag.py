@@ -39,6 +39,12 @@ Components (Figure 10):
   :func:`openvivqa_jax.models.embeddings.question_match`), masked when none does: a question about a named
   shop (its sign's colour, its side, what it sells) reads that shop's tokens from one fixed slot instead of
   first finding them among the OCR slots.
+* Option: ``named_region_token`` appends one more memory token: the raw features (region features or grid
+  cells) of the smallest region whose box holds the box around the named OCR tokens and is larger than it
+  (:func:`named_region`): the sign the named text is painted on, so that the sign's colour reaches the decoder
+  from the named shop. Area-overlap pooling, as the OCR tokens' ``appearance`` group has it, gives every region
+  that covers the text the same weight, the facade's too; the region best matching the text's box is mostly
+  the text's own strokes, whose colour blends the letters' with the sign's.
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -59,7 +65,7 @@ from openvivqa_jax.models.grounding import count_loss, counting_targets, visual_
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock, dense, layer_norm
 from openvivqa_jax.models.word_region import alignment_scores, picture_fingerprint, word_region_loss
 
-__all__ = ["MLPAG", "fuse_sum", "named_text"]
+__all__ = ["MLPAG", "fuse_sum", "named_text", "named_region"]
 
 
 def fuse_sum(x_s, s_mask, x_i, i_mask):
@@ -106,6 +112,53 @@ def named_text(match, mask, x):
     return tok, n > 0
 
 
+#: A region is the surface the named text is painted on when its box holds at least this share of the text's box
+#: ...
+CONTAIN_MIN = 0.8
+#: ... and the text's box is at most this share of the region's (the text's own strokes, whose box is the
+#: text's, are not its surface).
+TEXT_SHARE_MAX = 0.7
+
+
+def _area(x):
+    return jnp.clip(x[..., 2] - x[..., 0], 0) * jnp.clip(x[..., 3] - x[..., 1], 0)
+
+
+def named_region(match, mask, ocr_boxes, raw, boxes, region_mask):
+    """The image region under the text the question names (module doc, ``named_region_token``): the smallest
+    real region whose box holds the box around the named OCR tokens (at least :data:`CONTAIN_MIN` of it) and is
+    larger than it (the text's box at most :data:`TEXT_SHARE_MAX` of the region's): the sign the text is painted
+    on, not the text's own strokes, whose segment has the text's box, nor the facade around the sign.
+
+    Args:
+      match: ``(batch, N)`` float, 1 where the OCR token's pieces occur in the question; mask: ``(batch, N)``
+        bool, the real OCR tokens; ocr_boxes: ``(batch, N, 4)`` xyxy in [0, 1].
+      raw: ``(batch, S, C)`` the vision encoder's raw features; boxes: ``(batch, S, 4)`` their boxes;
+        region_mask: ``(batch, S)`` bool, the real regions.
+
+    Returns:
+      ``(features (batch, 1, C), token_mask (batch, 1) bool)``: that region's raw features; zeros and False
+      where no token is named or no region qualifies.
+    """
+    named = (match > 0) & mask
+    big = jnp.float32(1e9)
+    lo = jnp.where(named[..., None], ocr_boxes[..., :2].astype(jnp.float32), big).min(1)
+    hi = jnp.where(named[..., None], ocr_boxes[..., 2:].astype(jnp.float32), -big).max(1)
+    box = jnp.concatenate([lo, hi], -1)[:, None]  # (batch, 1, 4)
+    boxes = boxes.astype(jnp.float32)
+    ix = jnp.clip(jnp.minimum(box[..., 2], boxes[..., 2]) - jnp.maximum(box[..., 0], boxes[..., 0]), 0)
+    iy = jnp.clip(jnp.minimum(box[..., 3], boxes[..., 3]) - jnp.maximum(box[..., 1], boxes[..., 1]), 0)
+    text_area = _area(box)  # (batch, 1); 0 where nothing is named (the box is inverted)
+    region_area = _area(boxes)  # (batch, S)
+    holds = ix * iy >= CONTAIN_MIN * text_area
+    share = text_area / jnp.maximum(region_area, 1e-12)
+    ok = region_mask & holds & (share <= TEXT_SHARE_MAX) & (text_area > 0) & named.any(1, keepdims=True)
+    pick = jnp.argmax(jnp.where(ok, share, -1.0), axis=1)  # the smallest qualifying region
+    found = ok.any(1, keepdims=True)
+    feats = jnp.take_along_axis(raw, pick[:, None, None], axis=1)
+    return jnp.where(found[..., None], feats, 0).astype(raw.dtype), found
+
+
 class MLPAG(MemoryDecoderGenerator):
     """MLPAG (paper §4.3). See the module docstring.
 
@@ -120,7 +173,9 @@ class MLPAG(MemoryDecoderGenerator):
         parameters of its own), joint_layers (self-attention blocks over the question, image and OCR tokens
         together; 0, the paper's model, by default; made last), ocr_self_attention (self-attention blocks over
         the OCR tokens before the fusion; 0 by default) and named_text_token (one more memory token, the OCR
-        tokens the question names; False by default), both made after every other module.
+        tokens the question names; False by default), both made after every other module, and
+        named_region_token (one more memory token, the image under the named text; False by default), made
+        after those.
       vocab_size: ``V``.
       rngs: parameter RNGs.
       dtype: compute dtype.
@@ -188,6 +243,10 @@ class MLPAG(MemoryDecoderGenerator):
         self.ocr_self_attention = nnx.List([
             EncoderBlock(d, cfg.num_heads, cfg.ffn_dim, cfg.dropout, rngs=rngs, dtype=dtype)
             for _ in range(num_ocr_sa)]) if num_ocr_sa else None
+        self.named_region_token = bool(cfg.get("named_region_token", False))
+        if self.named_region_token:  # made last, as the options above
+            self.named_region_proj = dense(self.vision.raw_dim, d, rngs, dtype)
+            self.named_region_norm = layer_norm(d, rngs, dtype)
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
         """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
@@ -233,14 +292,26 @@ class MLPAG(MemoryDecoderGenerator):
             mem_mask = jnp.concatenate([mem_mask, g["mask"]], 1)
         if self.counter is not None:
             memory, mem_mask = self._with_count_token(batch, memory, mem_mask, deterministic)
+        if self.named_text_token or self.named_region_token:
+            memory, mem_mask = self._with_named_tokens(batch, vis, x_s, s_mask, memory, mem_mask)
+        return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
+
+    def _with_named_tokens(self, batch, vis, x_s, s_mask, memory, mem_mask):
+        """Appends the named-text token (``named_text_token``), then the named-region token
+        (``named_region_token``), each ``(batch, 1, d)`` with its mask, to the memory (module doc)."""
+        match = question_match(batch["ocr_pieces"], batch["ocr_piece_mask"], batch["question"],
+                               batch["question_mask"])
+        toks = []
         if self.named_text_token:
-            match = question_match(batch["ocr_pieces"], batch["ocr_piece_mask"], batch["question"],
-                                   batch["question_mask"])
             tok, tok_mask = named_text(match, s_mask, x_s)
-            tok = self.named_text_norm(self.named_text_proj(tok))
+            toks.append((self.named_text_norm(self.named_text_proj(tok)), tok_mask))
+        if self.named_region_token:
+            feats, tok_mask = named_region(match, s_mask, batch["ocr_boxes"], vis["raw"], vis["boxes"], vis["mask"])
+            toks.append((self.named_region_norm(self.named_region_proj(feats)), tok_mask))
+        for tok, tok_mask in toks:
             memory = jnp.concatenate([memory, tok.astype(memory.dtype)], 1)
             mem_mask = jnp.concatenate([mem_mask, tok_mask], 1)
-        return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
+        return memory, mem_mask
 
     def _joint(self, x_q, q_mask, x_i, i_mask, x_s, s_mask, kw):
         """The ``joint_layers`` blocks (module doc) over ``[x_q (batch, l, d); x_i (batch, S, d); x_s (batch, N,

@@ -686,3 +686,56 @@ def test_mlpag_named_text_token_is_the_mean_of_the_ocr_tokens_the_question_names
     assert_cached_decoding_matches(both, batch, cfg.model.max_answer_len, enc=both.encode(batch))
     with pytest.raises(ValueError, match="model.ocr_self_attention must be >= 0"):
         _model("mlpag", ocr_self_attention=-1)
+
+
+def test_named_region_is_the_smallest_region_holding_the_named_text():
+    """Two named OCR tokens span the box (0.1, 0.1)-(0.5, 0.2), area 0.04. Regions: the sign around them
+    (area 0.1: the text is 40% of it), the whole picture (4%), one letter inside (it holds a quarter of the
+    text), a far region, the text's own strokes (the very box: 100%, not a surface), a padding region holding
+    the text at 50%: the sign is picked. Without the sign, the picture. An unnamed example gets zeros, False."""
+    from openvivqa_jax.models.mlpag import named_region
+
+    ocr_boxes = np.zeros((3, 3, 4), np.float32)
+    ocr_boxes[:, 0] = [0.1, 0.1, 0.3, 0.2]
+    ocr_boxes[:, 1] = [0.7, 0.7, 0.8, 0.8]  # not named
+    ocr_boxes[:, 2] = [0.35, 0.1, 0.5, 0.2]
+    match = np.array([[1, 1, 1], [1, 0, 1], [0, 0, 0]], np.float32)
+    mask = np.array([[True, False, True]] + [[True, True, True]] * 2)  # example 0: token 1 is padding
+    boxes = np.array([[0.05, 0.05, 0.55, 0.25], [0, 0, 1, 1], [0.1, 0.1, 0.2, 0.2], [0.6, 0.6, 0.9, 0.9],
+                      [0.1, 0.1, 0.5, 0.2], [0.08, 0.05, 0.52, 0.23]], np.float32)
+    boxes = np.broadcast_to(boxes, (3, 6, 4))
+    raw = np.broadcast_to(np.eye(6, dtype=np.float32), (3, 6, 6))
+    region_mask = np.array([[True, True, True, True, True, False], [False, True, True, True, True, False],
+                            [True] * 6])
+    feats, tok_mask = named_region(jnp.asarray(match), jnp.asarray(mask), jnp.asarray(ocr_boxes), jnp.asarray(raw),
+                                   jnp.asarray(boxes), jnp.asarray(region_mask))
+    assert feats.shape == (3, 1, 6) and np.asarray(tok_mask).tolist() == [[True], [True], [False]]
+    np.testing.assert_array_equal(np.asarray(feats)[:, 0], [np.eye(6)[0], np.eye(6)[1], np.zeros(6)])
+
+
+def test_mlpag_named_region_token_is_the_projected_image_under_the_named_text():
+    """``model.named_region_token``: one more memory row after the named-text token, the projection of
+    :func:`named_region` over the vision encoder's raw features; only added parameters; cached decoding equals
+    the full forward pass."""
+    from openvivqa_jax.models.embeddings import question_match
+    from openvivqa_jax.models.mlpag import named_region
+
+    cfg, named = _model("mlpag", num_ocr=8, named_text_token=True)
+    _, both = _model("mlpag", num_ocr=8, named_text_token=True, named_region_token=True)
+    assert set(_assert_only_added(named, both, {"named_region_proj", "named_region_norm"}))
+    batch = random_batch(cfg, V, batch=2, seed=5)
+    batch["ocr_pieces"][0, 2, :2] = batch["question"][0, 1:3]  # token 2 of example 0 is named
+    batch["ocr_piece_mask"][0, 2, :2] = True
+    batch["ocr_piece_mask"][0, 2, 2:] = False
+    batch["ocr_mask"][0, 2] = True
+    e0, e1 = named.encode(batch), both.encode(batch)
+    np.testing.assert_allclose(np.asarray(e1["memory"][:, :-1]), np.asarray(e0["memory"]), atol=1e-6)
+    match = question_match(batch["ocr_pieces"], batch["ocr_piece_mask"], batch["question"], batch["question_mask"])
+    assert bool(match[0, 2])
+    vis = both.vision(batch)
+    feats, tok_mask = named_region(match, jnp.asarray(batch["ocr_mask"], bool), jnp.asarray(batch["ocr_boxes"]),
+                                   vis["raw"], vis["boxes"], vis["mask"])
+    want = np_layer_norm(np_linear(np.asarray(feats)[0, 0], both.named_region_proj), both.named_region_norm)
+    np.testing.assert_allclose(np.asarray(e1["memory"])[0, -1], want, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(e1["memory_mask"])[:, -1], np.asarray(tok_mask)[:, 0])
+    assert_cached_decoding_matches(both, batch, cfg.model.max_answer_len, enc=e1)
