@@ -150,8 +150,7 @@ class MultiHeadAttention(nnx.Module):
         """``softmax(q k^T / sqrt(head_dim) + bias, masked) v`` through :func:`jax.nn.dot_product_attention`
         with :attr:`implementation`. ``q`` ``(batch, q_len, H, head_dim)``, ``k``/``v`` ``(batch, kv_len, H,
         head_dim)``, ``mask`` bool and ``bias`` float broadcastable to ``(batch, H, q_len, kv_len)`` or ``None``;
-        returns
-        ``(batch, q_len, H, head_dim)``. Masked logits get ``dot_product_attention``'s large negative
+        returns ``(batch, q_len, H, head_dim)``. Masked logits get ``dot_product_attention``'s large negative
         value, so a fully masked row is a uniform average, as with :data:`NEG_INF`."""
         if mask is not None:
             mask = jnp.asarray(mask, bool)

@@ -112,11 +112,10 @@ def named_text(match, mask, x):
     return tok, n > 0
 
 
-#: A region is the surface the named text is painted on when its box holds at least this share of the text's box
-#: ...
+#: :func:`named_region`: the least share of the named text's box that a region's box must hold.
 CONTAIN_MIN = 0.8
-#: ... and the text's box is at most this share of the region's (the text's own strokes, whose box is the
-#: text's, are not its surface).
+#: :func:`named_region`: the largest share of a region's box that the named text's box may be (the text's own
+#: strokes, whose box is the text's, are not the surface it is painted on).
 TEXT_SHARE_MAX = 0.7
 
 
