@@ -90,9 +90,7 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # fastText vectors (the user's file: Facebook .bin with subword n-grams, or .vec text; nothing is downloaded):
     # the question embedding above, and the OCR tokens' 'ocr_fasttext' features when ocr_extra_features names
     # them ({"ocr_fasttext": 300}). freeze keeps the question vectors as loaded instead of fine-tuning them.
-    c.model.fasttext = ml_collections.ConfigDict()
-    c.model.fasttext.path = placeholder(str)
-    c.model.fasttext.freeze = False
+    c.model.fasttext = ml_collections.ConfigDict({"path": placeholder(str), "freeze": False})
     # M4C's question encoder: 'learned' (a transformer trained from scratch) or 'bert': the first num_layers layers
     # of the Hugging Face BERT / RoBERTa (PhoBERT) checkpoint in the folder path (config.json, model.safetensors,
     # tokenizer files; docs/pretrained.md), fine-tuned unless freeze.
@@ -112,8 +110,9 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # multimodal transformer; models/mlpag.py), so that a region meets the question's words and the other regions
     # in one place (verifying, comparing, relations). 0: none, the paper's model.
     c.model.joint_layers = 0
-    # MLPAG: OCR self-attention blocks before the fusion; memory tokens of the named OCR tokens and of their sign.
-    c.model.ocr_self_attention, c.model.named_text_token, c.model.named_region_token = 0, False, False
+    # MLPAG: OCR self-attention blocks before the fusion; memory tokens of the named OCR tokens and of their sign;
+    # the question's mean token added to every input of the answer decoder.
+    c.model.update(ocr_self_attention=0, named_text_token=False, named_region_token=False, question_to_decoder=False)
     # MLPAG: question-guided glimpses over the image appended to the decoder's memory (models/grounding.py):
     # num glimpse tokens (0: none, the paper's model), the width of their score MLP, the largest count bin, and
     # the weight of a training-only loss that fits the first glimpse's soft count to the count a counting

@@ -113,15 +113,18 @@ class MemoryDecoderGenerator(GeneratorModel):
     def decode_train(self, enc, decoder_in, *, deterministic=True, rngs=None):
         """Teacher-forced logits ``(batch, ans_len, V + N)`` float32 (eq. 7 / eq. 8)."""
         return self.decoder(decoder_in, enc["memory"], enc["memory_mask"], enc["ocr_feats"], enc["ocr_mask"],
-                            deterministic=deterministic, rngs=rngs)
+                            deterministic=deterministic, rngs=rngs, input_bias=enc.get("decoder_bias"))
 
     def prepare_decode(self, enc):
         """Per-example decoding constants, computed once: cross-attention K/V of the memory (head-major),
         and with the pointer network the OCR tokens' projections (``AnswerDecoder.precompute_ocr``: the
         copied tokens' input features and the pointer keys) instead of the OCR features themselves."""
         ocr = self.decoder.precompute_ocr(enc["ocr_feats"])
+        if enc.get("decoder_bias") is not None:
+            ocr["decoder_bias"] = enc["decoder_bias"]
         return {"cross_kv": self.decoder.precompute_heads(enc["memory"]), "memory_mask": enc["memory_mask"],
-                "ocr_feats": None if ocr else enc["ocr_feats"], "ocr_mask": enc["ocr_mask"], **ocr}
+                "ocr_feats": None if ocr.get("ocr_proj") is not None else enc["ocr_feats"],
+                "ocr_mask": enc["ocr_mask"], **ocr}
 
     def init_cache(self, batch_size: int, max_len: int):
         """Decoder self-attention KV cache for ``max_len`` steps."""
@@ -130,7 +133,8 @@ class MemoryDecoderGenerator(GeneratorModel):
     def decode_step(self, dec, ids_t, t, cache):
         """One cached step: ``(logits (batch, V + N), cache)``."""
         return self.decoder.step(ids_t, t, cache, dec["cross_kv"], dec["memory_mask"], dec["ocr_feats"],
-                                 dec["ocr_mask"], ocr_proj=dec.get("ocr_proj"), ocr_keys=dec.get("ocr_keys"))
+                                 dec["ocr_mask"], ocr_proj=dec.get("ocr_proj"), ocr_keys=dec.get("ocr_keys"),
+                                 input_bias=dec.get("decoder_bias"))
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int] | None:
         """``(0, num_vision)``: FST's memory is ``x_f`` over the grid (then optionally the question) and
@@ -157,7 +161,7 @@ class MemoryDecoderGenerator(GeneratorModel):
         ids = answer_ids
         dec_in = jnp.concatenate([jnp.full(ids[:, :1].shape, bos_id, ids.dtype), ids[:, :-1]], 1)
         _, weights = self.decoder(dec_in, enc["memory"], enc["memory_mask"], enc["ocr_feats"], enc["ocr_mask"],
-                                  return_attention=True)
+                                  return_attention=True, input_bias=enc.get("decoder_bias"))
         return {"weights": jnp.mean(jnp.stack(weights, 1), axis=(1, 2)), "boxes": vis["boxes"], "mask": vis["mask"]}
 
 

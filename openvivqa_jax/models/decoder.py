@@ -83,7 +83,7 @@ class AnswerDecoder(nnx.Module):
         return {"ocr_proj": self.ocr_in(ocr_feats), "ocr_keys": self.ptr_key(ocr_feats)}
 
     def embed_inputs(self, ids: jax.Array, positions: jax.Array, ocr_feats: jax.Array | None, *,
-                     ocr_proj: jax.Array | None = None) -> jax.Array:
+                     ocr_proj: jax.Array | None = None, input_bias: jax.Array | None = None) -> jax.Array:
         """Input embeddings of extended ids.
 
         Args:
@@ -91,21 +91,25 @@ class AnswerDecoder(nnx.Module):
           positions: ``(len,)`` int32 positions.
           ocr_feats: ``(batch, N, d)`` OCR features (unused when ``ocr_proj`` is given).
           ocr_proj: ``(batch, N, d)`` ``ocr_in(ocr_feats)`` from :meth:`precompute_ocr`, or None to compute it.
+          input_bias: ``(batch, d)`` added to every step's input before the input LayerNorm (the model's
+            question summary, MLPAG's ``question_to_decoder``), or None.
 
         Returns:
           ``(batch, len, d)``.
         """
         V = self.vocab_size
         is_ocr = ids >= V
-        tok = self.embedding(jnp.where(is_ocr, 0, ids))
-        if not self.use_pointer:
-            return self.in_norm(tok + self.pos_embedding(positions)[None])
-        slot = jnp.clip(ids - V, 0, self.num_ocr - 1)
-        if ocr_proj is None:
-            ocr_proj = self.ocr_in(ocr_feats)
-        copied = jnp.take_along_axis(ocr_proj, slot[..., None], axis=1)
-        x = jnp.where(is_ocr[..., None], copied, tok)
-        return self.in_norm(x + self.pos_embedding(positions)[None])
+        x = self.embedding(jnp.where(is_ocr, 0, ids))
+        if self.use_pointer:
+            slot = jnp.clip(ids - V, 0, self.num_ocr - 1)
+            if ocr_proj is None:
+                ocr_proj = self.ocr_in(ocr_feats)
+            copied = jnp.take_along_axis(ocr_proj, slot[..., None], axis=1)
+            x = jnp.where(is_ocr[..., None], copied, x)
+        x = x + self.pos_embedding(positions)[None]
+        if input_bias is not None:
+            x = x + input_bias[:, None, :].astype(x.dtype)
+        return self.in_norm(x)
 
     def output_logits(self, h: jax.Array, ocr_feats: jax.Array | None, ocr_mask: jax.Array, *,
                       ocr_keys: jax.Array | None = None) -> jax.Array:
@@ -140,13 +144,14 @@ class AnswerDecoder(nnx.Module):
         return [layer.cross_attn.project_kv_heads(memory) for layer in self.layers]
 
     def __call__(self, ids, memory, memory_mask, ocr_feats, ocr_mask, *, deterministic=True, rngs=None,
-                 return_attention: bool = False):
+                 return_attention: bool = False, input_bias: jax.Array | None = None):
         """Teacher-forced logits.
 
         Args:
           ids: ``(batch, ans_len)`` decoder inputs (BOS first).
           memory: ``(batch, mem_len, d)`` fused features; ``memory_mask``: ``(batch, mem_len)``.
           ocr_feats: ``(batch, N, d)``; ``ocr_mask``: ``(batch, N)``.
+          input_bias: ``(batch, d)`` added to every input (:meth:`embed_inputs`), or None.
           return_attention: also return each layer's cross-attention probabilities over the memory
             (for predict's heat map; the default path is unchanged).
 
@@ -155,7 +160,7 @@ class AnswerDecoder(nnx.Module):
           layer) of ``(batch, H, ans_len, mem_len)`` float32 probabilities.
         """
         L = ids.shape[1]
-        x = self.embed_inputs(ids, jnp.arange(L), ocr_feats)
+        x = self.embed_inputs(ids, jnp.arange(L), ocr_feats, input_bias=input_bias)
         x = self.dropout(x, deterministic=deterministic, rngs=rngs)
         self_mask = causal_mask(L)
         cross_mask = memory_mask[:, None, None, :]
@@ -178,7 +183,8 @@ class AnswerDecoder(nnx.Module):
             out.append({"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)})
         return out
 
-    def step(self, ids_t, t, cache, cross_kv, memory_mask, ocr_feats, ocr_mask, *, ocr_proj=None, ocr_keys=None):
+    def step(self, ids_t, t, cache, cross_kv, memory_mask, ocr_feats, ocr_mask, *, ocr_proj=None, ocr_keys=None,
+             input_bias=None):
         """One cached decoding step.
 
         Args:
@@ -189,6 +195,7 @@ class AnswerDecoder(nnx.Module):
           memory_mask: ``(batch, mem_len)``; ``ocr_feats``, ``ocr_mask`` as in :meth:`__call__`.
           ocr_proj, ocr_keys: ``(batch, N, d)`` each from :meth:`precompute_ocr` (then ``ocr_feats`` is not
             read and may be None), or None to project ``ocr_feats`` at this step.
+          input_bias: ``(batch, d)`` added to the step's input (:meth:`embed_inputs`), or None.
 
         Returns:
           ``(logits (batch, V + N) float32, new_cache)``.
@@ -213,7 +220,8 @@ class AnswerDecoder(nnx.Module):
             raise ValueError(f"AnswerDecoder.step: step t={t_value} is outside [0, {limit}) (max_len {self.max_len}, "
                              f"cache length {cache[0]['k'].shape[-1] if cache else 'n/a'}); decoding has at most "
                              "max_len steps")
-        x = self.embed_inputs(ids_t[:, None], jnp.reshape(t, (1,)), ocr_feats, ocr_proj=ocr_proj)
+        x = self.embed_inputs(ids_t[:, None], jnp.reshape(t, (1,)), ocr_feats, ocr_proj=ocr_proj,
+                              input_bias=input_bias)
         cross_mask = memory_mask[:, None, None, :]
         new_cache = []
         for layer, kv, c in zip(self.layers, cross_kv, cache):

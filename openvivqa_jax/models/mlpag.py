@@ -45,6 +45,10 @@ Components (Figure 10):
   from the named shop. Area-overlap pooling, as the OCR tokens' ``appearance`` group has it, gives every region
   that covers the text the same weight, the facade's too; the region best matching the text's box is mostly
   the text's own strokes, whose colour blends the letters' with the sign's.
+* Option: ``question_to_decoder`` adds the question, as one projected mean of its fused tokens
+  (:func:`question_summary`), to every input of the answer decoder, so what is asked reaches each step
+  directly: after copying a shop's name, the next word ("bán" for what it sells, "nằm" for its side) depends on
+  the question's last words only.
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -65,7 +69,7 @@ from openvivqa_jax.models.grounding import count_loss, counting_targets, visual_
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock, dense, layer_norm
 from openvivqa_jax.models.word_region import alignment_scores, picture_fingerprint, word_region_loss
 
-__all__ = ["MLPAG", "fuse_sum", "named_text", "named_region"]
+__all__ = ["MLPAG", "fuse_sum", "named_text", "named_region", "question_summary"]
 
 
 def fuse_sum(x_s, s_mask, x_i, i_mask):
@@ -117,6 +121,28 @@ CONTAIN_MIN = 0.8
 #: :func:`named_region`: the largest share of a region's box that the named text's box may be (the text's own
 #: strokes, whose box is the text's, are not the surface it is painted on).
 TEXT_SHARE_MAX = 0.7
+
+
+def question_summary(x_q, q_mask, proj):
+    """The question as one vector for the answer decoder's inputs (``model.question_to_decoder``).
+
+    The masked mean of the fused question tokens (after the fusion layers' self-attention, before the question
+    attends over the image), through ``proj``. The answer decoder adds it to every step's input
+    (:meth:`openvivqa_jax.models.decoder.AnswerDecoder.embed_inputs`), so the word that says what is asked
+    ("bán" / "nằm ở") is in every step's own input, not only in one memory slot among the regions and OCR
+    tokens that cross-attention must find.
+
+    Args:
+      x_q: ``(batch, q_len, d)`` question tokens.
+      q_mask: ``(batch, q_len)`` bool, True for real tokens.
+      proj: a ``d -> d`` layer.
+
+    Returns:
+      ``(batch, d)``; a question with no real token gives ``proj`` of zeros.
+    """
+    w = q_mask.astype(x_q.dtype)[..., None]
+    mean = jnp.sum(x_q * w, axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1.0)
+    return proj(mean)
 
 
 def _area(x):
@@ -174,7 +200,8 @@ class MLPAG(MemoryDecoderGenerator):
         the OCR tokens before the fusion; 0 by default) and named_text_token (one more memory token, the OCR
         tokens the question names; False by default), both made after every other module, and
         named_region_token (one more memory token, the image under the named text; False by default), made
-        after those.
+        after those, and question_to_decoder (the question's mean token, projected, added to every answer
+        decoder input; False by default), made last.
       vocab_size: ``V``.
       rngs: parameter RNGs.
       dtype: compute dtype.
@@ -246,6 +273,9 @@ class MLPAG(MemoryDecoderGenerator):
         if self.named_region_token:  # made last, as the options above
             self.named_region_proj = dense(self.vision.raw_dim, d, rngs, dtype)
             self.named_region_norm = layer_norm(d, rngs, dtype)
+        self.question_to_decoder = bool(cfg.get("question_to_decoder", False))
+        if self.question_to_decoder:  # made last, as the options above
+            self.question_summary = dense(d, d, rngs, dtype)
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
         """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
@@ -268,6 +298,7 @@ class MLPAG(MemoryDecoderGenerator):
             x_q = sa(x_q, q_mask, **kw)
             x_s = ca(x_s, x_q, q_mask, **kw)
             x_i = spa(x_i, x_q, q_mask, **kw)
+        decoder_bias = question_summary(x_q, q_mask, self.question_summary) if self.question_to_decoder else None
         if self.question_over_image:
             if self.word_region_weight and not deterministic:
                 self._sow_word_region_loss(x_q, q_mask, vis)
@@ -293,7 +324,10 @@ class MLPAG(MemoryDecoderGenerator):
             memory, mem_mask = self._with_count_token(batch, memory, mem_mask, deterministic)
         if self.named_text_token or self.named_region_token:
             memory, mem_mask = self._with_named_tokens(batch, vis, x_s, s_mask, memory, mem_mask)
-        return {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
+        out = {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
+        if decoder_bias is not None:
+            out["decoder_bias"] = decoder_bias
+        return out
 
     def _with_named_tokens(self, batch, vis, x_s, s_mask, memory, mem_mask):
         """Appends the named-text token (``named_text_token``), then the named-region token

@@ -739,3 +739,53 @@ def test_mlpag_named_region_token_is_the_projected_image_under_the_named_text():
     np.testing.assert_allclose(np.asarray(e1["memory"])[0, -1], want, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(e1["memory_mask"])[:, -1], np.asarray(tok_mask)[:, 0])
     assert_cached_decoding_matches(both, batch, cfg.model.max_answer_len, enc=e1)
+
+
+def test_mlpag_question_to_decoder_adds_the_question_mean_to_every_decoder_input():
+    """``model.question_to_decoder``: the masked mean of the question tokens after the fusion layers, through one
+    added projection, is added to every answer-decoder input before its LayerNorm; the memory is unchanged, the
+    only new parameters are the projection's, cached and beam decoding read it too."""
+    cfg, plain = _model("mlpag", num_ocr=8)
+    _, with_q = _model("mlpag", num_ocr=8, question_to_decoder=True)
+    assert set(_assert_only_added(plain, with_q, {"question_summary"}))
+    batch = random_batch(cfg, V, batch=3, seed=7)
+    batch["question_mask"][1, 3:] = False  # a shorter question: its padding must not enter the mean
+    e0, e1 = plain.encode(batch), with_q.encode(batch)
+    np.testing.assert_allclose(np.asarray(e1["memory"]), np.asarray(e0["memory"]), atol=1e-6)
+    assert "decoder_bias" not in e0
+    # The question tokens after the fusion layers, recomputed by hand from the model's own blocks.
+    x_q = with_q.question(batch["question"])
+    q_mask = jnp.asarray(batch["question_mask"], bool)
+    for sa in with_q.self_attention:
+        x_q = sa(x_q, q_mask)
+    x_q, m = np.asarray(x_q), np.asarray(batch["question_mask"], bool)
+    want = np.stack([np_linear(x_q[b][m[b]].mean(0), with_q.question_summary) for b in range(3)])
+    np.testing.assert_allclose(np.asarray(e1["decoder_bias"]), want, atol=1e-5)
+    # The decoder's first input (BOS at step 0) is LayerNorm(token + position + summary).
+    dec = with_q.decoder
+    bos = batch["decoder_in"][:, :1]
+    tok = np.asarray(dec.embedding(jnp.asarray(bos)))[:, 0] + np.asarray(dec.pos_embedding(jnp.arange(1)))[0]
+    got = np.asarray(dec.embed_inputs(jnp.asarray(bos), jnp.arange(1), e1["ocr_feats"],
+                                      input_bias=e1["decoder_bias"]))[:, 0]
+    np.testing.assert_allclose(got, np_layer_norm(tok + want, dec.in_norm), atol=1e-5)
+    # It changes the answer's logits; padding a question's masked tokens does not.
+    assert not np.allclose(np.asarray(with_q(batch)), np.asarray(plain(batch)), atol=1e-3)
+    changed = {k: np.array(v) for k, v in batch.items()}
+    changed["question"][1, 3:] = (changed["question"][1, 3:] + 1) % V
+    np.testing.assert_allclose(np.asarray(with_q(changed))[1], np.asarray(with_q(batch))[1], atol=1e-5)
+    assert_cached_decoding_matches(with_q, batch, cfg.model.max_answer_len, enc=e1)
+
+
+def test_mlpag_question_to_decoder_beam_of_one_is_greedy():
+    """With the question summary in the decoder's inputs, the jitted beam search (which tiles the per-example
+    decoding constants over the beams) with one beam gives the greedy decode's answer, and greedy's first step
+    is the argmax of the teacher-forced logits at BOS."""
+    cfg, model = _model("mlpag", num_ocr=8, question_to_decoder=True)
+    graphdef, params = nnx.split(model, nnx.Param)
+    T = cfg.model.max_answer_len
+    batch = random_batch(cfg, V, batch=2, seed=3)
+    beam, _ = decoding.make_decode_fn(graphdef, max_len=T, beam_size=1)(params, batch)
+    greedy, _ = decoding.make_decode_fn(graphdef, max_len=T, method="greedy")(params, batch)
+    np.testing.assert_array_equal(np.asarray(beam), np.asarray(greedy))
+    first = np.argmax(np.asarray(model(batch))[:, 0], -1)
+    np.testing.assert_array_equal(np.asarray(greedy)[:, 0], first)
