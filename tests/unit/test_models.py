@@ -776,6 +776,7 @@ def test_mlpag_question_to_decoder_adds_the_question_mean_to_every_decoder_input
     assert_cached_decoding_matches(with_q, batch, cfg.model.max_answer_len, enc=e1)
 
 
+@pytest.mark.slow
 def test_mlpag_question_to_decoder_beam_of_one_is_greedy():
     """With the question summary in the decoder's inputs, the jitted beam search (which tiles the per-example
     decoding constants over the beams) with one beam gives the greedy decode's answer, and greedy's first step
