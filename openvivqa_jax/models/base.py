@@ -118,13 +118,14 @@ class MemoryDecoderGenerator(GeneratorModel):
     def prepare_decode(self, enc):
         """Per-example decoding constants, computed once: cross-attention K/V of the memory (head-major),
         and with the pointer network the OCR tokens' projections (``AnswerDecoder.precompute_ocr``: the
-        copied tokens' input features and the pointer keys) instead of the OCR features themselves."""
+        copied tokens' input features and the pointer keys) instead of the OCR features themselves, and the
+        encoder's ``decoder_bias`` ``(batch, d)`` when it gives one."""
         ocr = self.decoder.precompute_ocr(enc["ocr_feats"])
-        if enc.get("decoder_bias") is not None:
-            ocr["decoder_bias"] = enc["decoder_bias"]
-        return {"cross_kv": self.decoder.precompute_heads(enc["memory"]), "memory_mask": enc["memory_mask"],
-                "ocr_feats": None if ocr.get("ocr_proj") is not None else enc["ocr_feats"],
-                "ocr_mask": enc["ocr_mask"], **ocr}
+        dec = {"cross_kv": self.decoder.precompute_heads(enc["memory"]), "memory_mask": enc["memory_mask"],
+               "ocr_feats": None if ocr else enc["ocr_feats"], "ocr_mask": enc["ocr_mask"], **ocr}
+        if enc.get("decoder_bias") is not None:  # MLPAG's question_to_decoder: added to every step's input
+            dec["decoder_bias"] = enc["decoder_bias"]
+        return dec
 
     def init_cache(self, batch_size: int, max_len: int):
         """Decoder self-attention KV cache for ``max_len`` steps."""

@@ -744,7 +744,7 @@ def test_mlpag_named_region_token_is_the_projected_image_under_the_named_text():
 def test_mlpag_question_to_decoder_adds_the_question_mean_to_every_decoder_input():
     """``model.question_to_decoder``: the masked mean of the question tokens after the fusion layers, through one
     added projection, is added to every answer-decoder input before its LayerNorm; the memory is unchanged, the
-    only new parameters are the projection's, cached and beam decoding read it too."""
+    only new parameters are the projection's, and cached decoding reads it too."""
     cfg, plain = _model("mlpag", num_ocr=8)
     _, with_q = _model("mlpag", num_ocr=8, question_to_decoder=True)
     assert set(_assert_only_added(plain, with_q, {"question_summary"}))
