@@ -7,11 +7,12 @@ parameter counter and the tests all import them through :func:`config_module`.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 from types import ModuleType
 
-__all__ = ["config_module", "load_config"]
+__all__ = ["config_module", "load_config", "split_config_spec", "apply_overrides"]
 
 
 def config_module(path: str, relative_to: str | None = None) -> ModuleType:
@@ -43,3 +44,55 @@ def config_module(path: str, relative_to: str | None = None) -> ModuleType:
 def load_config(path: str, *args, relative_to: str | None = None):
     """``get_config(*args)`` of the config file at ``path`` (see :func:`config_module`)."""
     return config_module(path, relative_to).get_config(*args)
+
+
+def split_config_spec(spec: str) -> tuple[str, tuple[str, ...]]:
+    """``"configs/x.py:variant"`` -> ``("configs/x.py", ("variant",))``, as ``--config`` of the main entry point
+    names a variant; a spec without one (or whose ``:`` is part of an existing path) -> ``(spec, ())``."""
+    head, sep, tail = spec.rpartition(":")
+    if sep and head.endswith(".py") and tail and "/" not in tail and not os.path.isfile(spec):
+        return head, (tail,)
+    return spec, ()
+
+
+def _parse_value(old, raw: str):
+    if isinstance(old, bool):
+        low = raw.strip().lower()
+        if low not in ("true", "false", "1", "0"):
+            raise ValueError(f"{raw!r} is not a boolean (true/false)")
+        return low in ("true", "1")
+    if isinstance(old, (int, float)):
+        return type(old)(raw)
+    if isinstance(old, str) or old is None:
+        return raw
+    return ast.literal_eval(raw)
+
+
+def apply_overrides(cfg, overrides: list[str]):
+    """Applies ``--config.a.b=value`` arguments to ``cfg`` in place, each value parsed as the field's current type
+    (booleans ``true``/``false``, numbers, strings as given, tuples and lists as Python literals), as the main
+    entry point's ``--config.*`` flags; returns ``cfg``.
+
+    Raises:
+      openvivqa_jax.errors.ConfigError: an argument that is not ``--config.<field>=<value>``, a field the config
+        does not have, or a value that does not parse as the field's type (names the argument).
+    """
+    from openvivqa_jax.errors import ConfigError
+
+    for arg in overrides:
+        key, eq, raw = arg.partition("=")
+        if not (key.startswith("--config.") and eq):
+            raise ConfigError(f"{arg}: expected --config.<field>=<value>")
+        *parents, leaf = key[len("--config."):].split(".")
+        node = cfg
+        try:
+            for name in parents:
+                node = node[name]
+            old = node[leaf]
+        except (KeyError, TypeError, AttributeError):
+            raise ConfigError(f"{key}: the config has no field {key[len('--config.'):]!r}") from None
+        try:
+            node[leaf] = _parse_value(old, raw)
+        except (TypeError, ValueError, SyntaxError) as e:
+            raise ConfigError(f"{key}: bad value {raw!r}: {e}") from None
+    return cfg

@@ -20,7 +20,7 @@ from openvivqa_jax.reading.vocab import WordTokenizer, train_word_tokenizer
 from openvivqa_jax.text.normalize import normalize_text
 from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
 
-__all__ = ["read_split", "load_tokenizer", "tokenizer_file", "reader_windows", "setup"]
+__all__ = ["read_split", "word_text", "load_tokenizer", "tokenizer_file", "reader_windows", "setup"]
 
 
 def _text(v) -> str:
@@ -56,8 +56,10 @@ def tokenizer_file(cfg) -> str | None:
     return "words.json" if cfg.tokenizer.model_type == "words" else "spm.model"
 
 
-def _word_text(passage: str) -> str:
-    # Each word normalized on its own, as the reader's passage tokens are (features.tokenize_passage).
+def word_text(passage: str) -> str:
+    """``passage`` as the word tokenizer reads it: its words (:func:`.features.split_words`) each normalized on
+    its own (:func:`~openvivqa_jax.text.normalize.normalize_text`), as :func:`.features.tokenize_passage` keys
+    them, joined by single spaces."""
     return " ".join(normalize_text(passage[s:e]) for s, e in feats.split_words(passage))
 
 
@@ -75,7 +77,7 @@ def load_tokenizer(cfg, workdir: str, train_records: list[dict] | None):
         return WordTokenizer.load(path) if words else Tokenizer(path)
     passages = dict.fromkeys(r["passage"] for r in train_records)
     if words:
-        sentences = [_word_text(p) for p in passages] + [r["question"] for r in train_records]
+        sentences = [word_text(p) for p in passages] + [r["question"] for r in train_records]
         return train_word_tokenizer(sentences, path, min_count=int(cfg.tokenizer.get("min_count", 1)),
                                     max_words=int(cfg.tokenizer.vocab_size))
     sentences = [normalize_text(p) for p in passages] + [r["question"] for r in train_records]

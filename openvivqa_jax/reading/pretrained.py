@@ -168,34 +168,46 @@ class CheckpointReaderTokenizer:
         return self._base._tok.id_to_token(int(i)) or ""
 
 
-#: The parameter path of the DrQA / QANet word embedding (what ``model.fasttext.freeze`` keeps as loaded).
-WORD_EMBEDDING = r"(.*/)?encoder/embed/embedding/embedding(/.*)?"
+#: The parameter path of a reader's word embedding (what ``model.fasttext.freeze`` keeps as loaded): DrQA's and
+#: QANet's ``encoder/embed/embedding``, the transformer's ``encoder/embedding`` (not its position or segment ones).
+WORD_EMBEDDING = r"(.*/)?encoder/(embed/)?embedding/embedding(/.*)?"
+
+
+def _word_table(encoder):
+    """The ``(V, width)`` word-embedding parameter of a reader's encoder, or None (a pretrained checkpoint)."""
+    embed = getattr(encoder, "embed", None)
+    if embed is not None:
+        return embed.embedding.embedding
+    table = getattr(encoder, "embedding", None)
+    return table.embedding if isinstance(table, nnx.Embed) else None
 
 
 def initialize_word_vectors(model, model_cfg, tokenizer) -> str | None:
-    """Starts the word embedding of a DrQA / QANet reader from the user's fastText file ``model.fasttext.path``
-    (``.bin`` or ``.vec``, read by :func:`openvivqa_jax.text.word_vectors.piece_vectors`: row ``i`` is the vector
-    of syllable ``i``; ViQuAD §5.3 uses such vectors). Syllables without a vector keep their random start, scaled
-    to the vectors' spread. Returns the line logged, or None when no file is set.
+    """Starts the word embedding of a DrQA, QANet or transformer reader from the fastText file
+    ``model.fasttext.path`` (``.bin`` or ``.vec``, the user's or one trained on the train split by
+    :mod:`openvivqa_jax.text.fasttext_train`; read by :func:`openvivqa_jax.text.word_vectors.piece_vectors`: row
+    ``i`` is the vector of syllable ``i``; ViQuAD §5.3 uses such vectors). Syllables without a vector keep their
+    random start, scaled to the vectors' spread. The vectors' width must be the embedding's: ``model.word_dim``
+    (DrQA, QANet) or ``model.d_model`` (the transformer). Returns the line logged, or None when no file is set.
 
     Raises:
-      ValueError: the file is set but the reader has no word embedding (the transformer, a checkpoint).
-      openvivqa_jax.text.word_vectors.WordVectorsError: a missing or bad file, or one whose width is not
-        ``model.word_dim``.
+      ValueError: the file is set but the reader has no word embedding (a pretrained checkpoint).
+      openvivqa_jax.text.word_vectors.WordVectorsError: a missing or bad file, or one whose width is not the
+        embedding's.
     """
     from openvivqa_jax.models.pretrained import fasttext_path
 
     path = fasttext_path(model_cfg)
     if not path:
         return None
-    embed = getattr(model.encoder, "embed", None)
-    if embed is None:
+    table = _word_table(model.encoder)
+    if table is None:
         raise ValueError(f"model.fasttext.path is set but the {model_cfg.encoder!r} reader has no word embedding "
-                         "to start from it (the drqa and qanet readers have)")
+                         "to start from it (the drqa, qanet and transformer readers have)")
     from openvivqa_jax.text.word_vectors import piece_vectors
 
-    table = embed.embedding.embedding
-    vectors, found = piece_vectors(path, tokenizer, dim=int(table.shape[1]))
+    field = "model.word_dim" if getattr(model.encoder, "embed", None) is not None else "model.d_model"
+    vectors, found = piece_vectors(path, tokenizer, dim=int(table.shape[1]), width_field=field)
     old = np.asarray(table[...])
     if found.any():
         old = old * (float(vectors[found].std()) / max(float(old.std()), 1e-12))

@@ -200,7 +200,8 @@ def piece_words(tokenizer) -> list[str]:
     return words
 
 
-def piece_vectors(path: str, tokenizer, dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def piece_vectors(path: str, tokenizer, dim: int | None = None,
+                  width_field: str = "model.word_dim") -> tuple[np.ndarray, np.ndarray]:
     """The initial piece embedding table from fastText (module doc: row ``i`` is the vector of piece ``i``'s
     text).
 
@@ -208,6 +209,7 @@ def piece_vectors(path: str, tokenizer, dim: int | None = None) -> tuple[np.ndar
       path: the ``.bin`` / ``.vec`` file.
       tokenizer: the run's SentencePiece tokenizer (``V`` pieces).
       dim: the embedding width the model expects (``model.word_dim``), or None for any.
+      width_field: the config field that sets that width, named in the error.
 
     Returns:
       ``(vectors (V, dim) float32, found (V,) bool)``.
@@ -218,7 +220,7 @@ def piece_vectors(path: str, tokenizer, dim: int | None = None) -> tuple[np.ndar
     wv = open_word_vectors(os.path.expanduser(path))
     if dim is not None and wv.dim != dim:
         raise WordVectorsError(f"{wv.path} has {wv.dim}-d vectors but the model's word embedding is {dim}-d; "
-                               f"set model.word_dim={wv.dim}")
+                               f"set {width_field}={wv.dim}")
     words = piece_words(tokenizer)
     vectors, found = wv.lookup(words)
     n_text = sum(1 for w in words if w)

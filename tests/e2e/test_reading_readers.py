@@ -148,3 +148,44 @@ def test_tiny_reader_trains_resumes_exactly_and_speaks_once(tmp_path, reader):
     lines = re.findall(r"step (\d+)/6 loss", whole.stderr)
     assert lines == ["2", "4", "6"] and "logging_writer" not in whole.stderr
     assert re.search(rf"this run \({reader}, step \d\)", whole.stdout) and "DrQA + FastText" in whole.stdout
+
+
+@pytest.mark.slow
+def test_vectors_trained_on_the_train_passages_start_a_reader(tmp_path):
+    """``fasttext_train`` reads a reading config (``path:variant`` and ``--config.*`` as the main entry point
+    takes them), writes vectors of the reader's width from the train passages and questions only, and a reader
+    started from them logs how many of its syllables they cover; a field the config lacks is one error line."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, subprocess_env
+    from gensim.models.fasttext import load_facebook_vectors
+
+    tiny = json.dumps({"name": "synthetic_tiny", "synthetic": True,
+                       "synthetic_sizes": {"train": 12, "dev": 3, "test": 3}})
+    data = [f"--config.data.data_dir={tmp_path / 'tfds'}", f"--config.data.builder_config={tiny}",
+            "--config.model.word_dim=8"]
+    out = tmp_path / "v.bin"
+
+    def vectors(*extra):
+        return subprocess.run([sys.executable, "-m", "openvivqa_jax.text.fasttext_train", "--config",
+                               "configs/viquad/reader.py:drqa_synthetic", *data, "--out", str(out), "--epochs", "2",
+                               "--bucket", "1000", *extra], cwd=ROOT, env=subprocess_env(), capture_output=True,
+                              text=True, timeout=600)
+
+    bad = vectors("--config.model.word_dimm=8")
+    assert bad.returncode != 0 and "the config has no field 'model.word_dimm'" in bad.stderr and not out.exists()
+    made = vectors()
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert re.search(r"wrote .*v\.bin: \d+ words from \d+ sentences of \d+ train records, dim 8", made.stdout)
+    assert load_facebook_vectors(str(out)).vector_size == 8
+    run = run_main_cli("--config", "configs/viquad/reader.py:drqa_synthetic", *data, "--workdir", tmp_path / "run",
+                       f"--config.model.fasttext.path={out}", "--config.model.char_channels=4",
+                       "--config.model.char_dim=4", "--config.model.hidden=4", "--config.model.num_layers=1",
+                       "--config.model.max_seq_len=96", "--config.train.batch_size=4",
+                       "--config.train.num_train_steps=2", "--config.train.eval_every_steps=2",
+                       "--config.eval.batch_size=8")
+    assert run.returncode == 0, run.stderr[-3000:]
+    words = json.loads((tmp_path / "run" / "words.json").read_text())["words"]
+    got = re.search(r"word embedding: (\d+) of (\d+) syllables from fastText", run.stderr)
+    assert got and int(got.group(2)) == len(words) and int(got.group(1)) == len(words) - 4  # all but the specials
