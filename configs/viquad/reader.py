@@ -80,6 +80,8 @@ def get_config(variant: str = "synthetic") -> ml_collections.ConfigDict:
     # this many buckets, offsets from relative_max_distance on sharing the last (openvivqa_jax/models/attention.py).
     c.model.relative_buckets = 0
     c.model.relative_max_distance = 128
+    # The transformer: DrQA's aligned question embedding added to each passage token's input.
+    c.model.aligned_question = False
     c.model.char_channels = 0  # the character CNN's width (0: none; needs tokenizer.model_type='words')
     c.model.char_dim = 32
     c.model.char_kernel = 5

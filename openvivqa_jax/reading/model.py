@@ -15,7 +15,8 @@ num_chars)``:
 - ``transformer`` (:class:`TransformerEncoder`): token + position + segment embeddings, pre-LN
   :class:`EncoderBlock` s, trained from scratch; with ``model.match_features`` the exact-match features and with
   ``model.char_channels`` the character CNN are added to the token embedding; with ``model.relative_buckets``
-  T5's relative-position bias takes the place of the position embedding;
+  T5's relative-position bias takes the place of the position embedding; with ``model.aligned_question``
+  DrQA's aligned question embedding is added to each passage token's input;
 - ``drqa`` (:mod:`.drqa`) and ``qanet`` (:mod:`.qanet`): the paper's two baselines (ViQuAD §5.2);
 - ``pretrained`` (:mod:`.pretrained`): mBERT / XLM-R / PhoBERT from a Hugging Face folder.
 
@@ -34,10 +35,32 @@ from flax import nnx
 
 from openvivqa_jax.models.layers import (NEG_INF, Dropout, EncoderBlock, RelativePositionBias, call_block, dense,
                                          layer_norm)
+from openvivqa_jax.reading.drqa import aligned_question_embedding
 from openvivqa_jax.reading.embed import CharCNN
 from openvivqa_jax.reading.features import NUM_TOKEN_FEATURES
 
-__all__ = ["TransformerEncoder", "SpanReader", "ENCODERS", "build_reader", "span_loss"]
+__all__ = ["TransformerEncoder", "SpanReader", "ENCODERS", "build_reader", "span_loss", "question_alignment"]
+
+
+def question_alignment(emb: jax.Array, passage_mask: jax.Array, proj: Callable[[jax.Array], jax.Array]
+                       ) -> jax.Array:
+    """DrQA's aligned question embedding (Chen et al. 2017, eq. 2) over the joint ``[BOS] q [EOS] p [EOS]``
+    sequence: ``f_align(p_i) = sum_j softmax_j(relu(W E(p_i)) . relu(W E(q_j))) E(q_j)`` over the question
+    tokens ``q_j`` (the positions between BOS and the first EOS), at every passage position; zero elsewhere.
+
+    Args:
+      emb: ``(batch, len, E)`` the word embeddings ``E(.)``; passage_mask: ``(batch, len)`` bool;
+      proj: ``W``, mapping ``(..., E)`` to ``(..., A)``.
+
+    Returns:
+      ``(batch, len, E)``.
+    """
+    pos = jnp.arange(emb.shape[1])[None, :]
+    start = jnp.argmax(passage_mask, axis=1)[:, None]  # the passage's first position
+    q_mask = (pos >= 1) & (pos < start - 1)
+    h = jax.nn.relu(proj(emb))
+    aligned = aligned_question_embedding(h, h, emb, q_mask)
+    return jnp.where(passage_mask[..., None], aligned, jnp.zeros_like(aligned))
 
 
 class TransformerEncoder(nnx.Module):
@@ -55,13 +78,17 @@ class TransformerEncoder(nnx.Module):
         and the offset from which they share one bucket;
       match_features: add a projection of the exact-match features (:mod:`.features`) to the embedding;
       num_chars, char_dim, char_channels, char_kernel: add a projection of the character CNN
-      (:class:`.embed.CharCNN`; ``num_chars`` 0: none).
+      (:class:`.embed.CharCNN`; ``num_chars`` 0: none);
+      aligned_question: add a projection of DrQA's aligned question embedding (:func:`question_alignment`) to
+        each passage token's input: which question word each passage word resembles, before any attention
+        block has learned to look for it (the batch then carries ``passage_mask``).
     """
 
     def __init__(self, vocab_size: int, max_len: int, d_model: int, num_heads: int, ffn_dim: int,
                  num_layers: int, dropout: float, *, rngs: nnx.Rngs, dtype: Any = jnp.float32, remat: bool = False,
                  match_features: bool = False, num_chars: int = 0, char_dim: int = 32, char_channels: int = 0,
-                 char_kernel: int = 5, relative_buckets: int = 0, relative_max_distance: int = 128):
+                 char_kernel: int = 5, relative_buckets: int = 0, relative_max_distance: int = 128,
+                 aligned_question: bool = False):
         emb = dict(dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         self.embedding = nnx.Embed(vocab_size, d_model, **emb)
         self.relative = RelativePositionBias(num_heads, relative_buckets, relative_max_distance, rngs=rngs) \
@@ -73,7 +100,10 @@ class TransformerEncoder(nnx.Module):
         self.chars = CharCNN(num_chars, char_dim, char_channels, char_kernel, rngs=rngs, dtype=dtype) \
             if use_chars else None
         self.char_proj = dense(char_channels, d_model, rngs, dtype) if use_chars else None
-        self.extra_inputs = tuple(k for k, on in (("token_features", match_features), ("char_ids", use_chars)) if on)
+        self.align = dense(d_model, d_model, rngs, dtype) if aligned_question else None
+        self.align_proj = dense(d_model, d_model, rngs, dtype) if aligned_question else None
+        self.extra_inputs = tuple(k for k, on in (("token_features", match_features), ("char_ids", use_chars),
+                                                  ("passage_mask", aligned_question)) if on)
         self.dropout = Dropout(dropout)
         self.blocks = nnx.List([EncoderBlock(d_model, num_heads, ffn_dim, dropout, rngs=rngs, dtype=dtype)
                                 for _ in range(num_layers)])
@@ -82,11 +112,15 @@ class TransformerEncoder(nnx.Module):
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array, *,
                  token_features: jax.Array | None = None, char_ids: jax.Array | None = None,
-                 deterministic: bool = True, rngs: nnx.Rngs | None = None) -> jax.Array:
+                 passage_mask: jax.Array | None = None, deterministic: bool = True,
+                 rngs: nnx.Rngs | None = None) -> jax.Array:
         """``input_ids``/``segment_ids`` ``(batch, len)`` int, ``input_mask`` ``(batch, len)`` bool (and
-        ``token_features`` ``(batch, len, F)``, ``char_ids`` ``(batch, len, W)`` when used) ->
-        ``(batch, len, d_model)``."""
-        x = self.embedding(input_ids) + self.segment_embedding(segment_ids)
+        ``token_features`` ``(batch, len, F)``, ``char_ids`` ``(batch, len, W)``, ``passage_mask`` ``(batch, len)``
+        bool when used) -> ``(batch, len, d_model)``."""
+        words = self.embedding(input_ids)
+        x = words + self.segment_embedding(segment_ids)
+        if self.align is not None:
+            x = x + self.align_proj(question_alignment(words, passage_mask, self.align))
         bias = None
         if self.relative is not None:
             bias = self.relative(input_ids.shape[1])
@@ -153,7 +187,8 @@ def _transformer(m, vocab_size: int, rngs: nnx.Rngs, dtype: Any, num_chars: int 
                               m.dropout, rngs=rngs, dtype=dtype, remat=bool(m.get("remat", False)),
                               match_features=bool(m.get("match_features", False)), num_chars=num_chars,
                               relative_buckets=int(m.get("relative_buckets", 0)),
-                              relative_max_distance=int(m.get("relative_max_distance", 128)), **_chars(m))
+                              relative_max_distance=int(m.get("relative_max_distance", 128)),
+                              aligned_question=bool(m.get("aligned_question", False)), **_chars(m))
 
 
 def _drqa(m, vocab_size: int, rngs: nnx.Rngs, dtype: Any, num_chars: int = 0):

@@ -175,7 +175,8 @@ def batch(tmp_path_factory):
 
 
 @pytest.mark.parametrize("encoder, out_dim, extra", [("drqa", 20, {}), ("qanet", 48, {}), ("transformer", 16, {}),
-                                                     ("transformer", 16, {"relative_buckets": 8})])
+                                                     ("transformer", 16, {"relative_buckets": 8}),
+                                                     ("transformer", 16, {"aligned_question": True})])
 def test_encoder_shapes_masks_and_loss(batch, encoder, out_dim, extra):
     """Each encoder gives ``(B, L, out_dim)`` to the shared head; logits are NEG_INF off the passage; the loss
     and its gradient are finite; dropout changes the training output only."""
@@ -184,7 +185,7 @@ def test_encoder_shapes_masks_and_loss(batch, encoder, out_dim, extra):
 
     tok, b = batch
     reader = build_reader(_model_cfg(encoder, **extra), tok.vocab_size, num_chars=tok.num_chars)
-    if extra:  # the relative bias replaces the position embedding, and its table gets a gradient below
+    if "relative_buckets" in extra:  # the relative bias replaces the position embedding; its gradient below
         assert reader.encoder.pos_embedding is None and reader.encoder.relative.embedding.embedding.shape == (8, 2)
     assert reader.span_head.kernel.shape == (out_dim, 2)
     s, e = reader(b)
@@ -199,10 +200,33 @@ def test_encoder_shapes_masks_and_loss(batch, encoder, out_dim, extra):
 
     value, grads = jax.value_and_grad(loss)(p, False)
     assert np.isfinite(float(value)) and all(np.all(np.isfinite(x)) for x in jax.tree.leaves(grads))
-    if extra:
+    if "relative_buckets" in extra:
         assert np.abs(np.asarray(grads["encoder"]["relative"]["embedding"]["embedding"].value)).sum() > 0
+    if "aligned_question" in extra:
+        assert np.abs(np.asarray(grads["encoder"]["align"]["kernel"].value)).sum() > 0
     assert float(loss(p, True)) == pytest.approx(float(span_loss(s, e, b["start_positions"],
                                                                  b["end_positions"])[0]), rel=1e-6)
+
+
+def test_question_alignment_is_drqa_eq2_over_the_question_tokens():
+    """At each passage position, the softmax over the question tokens (between BOS and the first EOS) of the
+    ReLU-projected dot products weights their embeddings (numpy, from the formula); zero off the passage."""
+    from openvivqa_jax.reading.model import question_alignment
+
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(2, 9, 4)).astype(np.float32)
+    w = rng.normal(size=(4, 3)).astype(np.float32)
+    pm = np.zeros((2, 9), bool)
+    pm[0, 4:8] = True  # [BOS] q q [EOS] p p p p [EOS]
+    pm[1, 3:6] = True  # [BOS] q [EOS] p p p [EOS] pad pad
+    got = np.asarray(question_alignment(jnp.asarray(emb), jnp.asarray(pm), lambda x: x @ w))
+    want = np.zeros_like(emb)
+    for b, q in ((0, [1, 2]), (1, [1])):
+        h = np.maximum(emb[b] @ w, 0)
+        for i in np.flatnonzero(pm[b]):
+            a = np.exp(h[i] @ h[q].T)
+            want[b, i] = (a / a.sum()) @ emb[b, q]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_drqa_passage_encoding_ignores_padding_and_question_position(batch):
