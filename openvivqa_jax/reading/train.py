@@ -44,7 +44,7 @@ from openvivqa_jax import outputs
 from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.reading import evals
 from openvivqa_jax.reading.batching import WindowStream
-from openvivqa_jax.reading.data import read_split, reader_windows, setup
+from openvivqa_jax.reading.data import read_split, reader_windows, setup, vectors_trained_here
 from openvivqa_jax.reading.model import build_reader, span_loss
 from openvivqa_jax.text.tokenizer import Tokenizer
 from openvivqa_jax.training import checkpoints, interrupts, tensorboard_writer
@@ -107,6 +107,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     os.makedirs(workdir, exist_ok=True)
     warn_schedule(cfg)
     builder, tokenizer, train_records = setup(cfg, workdir)
+    train_records = vectors_trained_here(cfg, workdir, builder, train_records)
     windows = _train_windows(cfg, builder, tokenizer, train_records)
     dev_records = read_split(builder, cfg.data.eval_split) if cfg.data.eval_split in builder.info.splits else None
 

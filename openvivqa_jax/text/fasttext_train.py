@@ -75,7 +75,11 @@ def default_dim(cfg) -> int:
 
 def train_fasttext(sentences: list[list[str]], out_path: str, *, dim: int = 300, min_n: int = 3, max_n: int = 6,
                    bucket: int = 200_000, epochs: int = 10, min_count: int = 1, seed: int = 0, workers: int = 1):
-    """Trains skip-gram fastText on ``sentences`` and writes the ``.bin`` ``out_path``.
+    """Trains skip-gram fastText on ``sentences`` and writes ``out_path``: Facebook's ``.bin`` (the words and
+    their character n-grams), or, for a ``.vec`` path, the text format of the trained words' vectors only (what
+    a reader whose vocabulary is those words needs, a tenth of the size). Written to a temporary file and renamed,
+    so a failed write leaves an existing file as it was. With one worker the vectors are the same for the same
+    corpus and seed.
 
     Args:
       sentences: lists of words. dim: vector width (cc.vi.300: 300). min_n, max_n: character n-gram lengths
@@ -92,8 +96,18 @@ def train_fasttext(sentences: list[list[str]], out_path: str, *, dim: int = 300,
                      seed=seed, workers=workers, epochs=epochs)
     model.build_vocab(corpus_iterable=sentences)
     model.train(corpus_iterable=sentences, total_examples=len(sentences), epochs=epochs)
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    save_facebook_model(model, out_path)
+    out_path = os.path.abspath(out_path)
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    tmp = f"{out_path}.tmp{os.getpid()}"
+    try:
+        if out_path.endswith(".vec"):
+            model.wv.save_word2vec_format(tmp)
+        else:
+            save_facebook_model(model, tmp)
+        os.replace(tmp, out_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return model
 
 

@@ -189,3 +189,20 @@ def test_vectors_trained_on_the_train_passages_start_a_reader(tmp_path):
     words = json.loads((tmp_path / "run" / "words.json").read_text())["words"]
     got = re.search(r"word embedding: (\d+) of (\d+) syllables from fastText", run.stderr)
     assert got and int(got.group(2)) == len(words) and int(got.group(1)) == len(words) - 4  # all but the specials
+
+    # In one command: train_here trains them in the workdir first, and a resumed run reuses them.
+    here = ["--config", "configs/viquad/reader.py:drqa_synthetic", *data, "--workdir", tmp_path / "here",
+            "--config.model.fasttext.train_here=True", "--config.model.fasttext.epochs=2",
+            "--config.model.char_channels=0", "--config.model.hidden=4", "--config.model.num_layers=1",
+            "--config.model.max_seq_len=96", "--config.train.batch_size=4", "--config.train.eval_every_steps=2",
+            "--config.eval.batch_size=8"]
+    first = run_main_cli(*here, "--config.train.num_train_steps=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    vec = tmp_path / "here" / "fasttext_train.vec"
+    n_words, dim = map(int, vec.read_text(encoding="utf-8").splitlines()[0].split())
+    assert dim == 8 and re.search(rf"fastText vectors trained here \(skip-gram, dim 8, 2 epochs, seed 0\) on the "
+                                  rf"train split's \d+ passages and \d+ questions: {n_words} words", first.stderr)
+    assert re.search(rf"word embedding: {n_words} of \d+ syllables from fastText {re.escape(str(vec))}", first.stderr)
+    again = run_main_cli(*here, "--config.train.num_train_steps=4")
+    assert again.returncode == 0 and "fastText vectors trained here earlier" in again.stderr, again.stderr[-3000:]
+    assert "Resumed from step 2 " in again.stderr
