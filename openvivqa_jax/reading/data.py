@@ -2,8 +2,6 @@
 dataset, the run's tokenizer, the question/passage windows, and the checked config's dataset and tokenizer together
 (:func:`setup`).
 
-With ``model.fasttext.train_here`` the word vectors are trained here too (:func:`vectors_trained_here`).
-
 The tokenizer (:func:`load_tokenizer`) is chosen by the config: ``tokenizer.model_type`` ``bpe`` / ``unigram``
 (SentencePiece pieces, ``<workdir>/spm.model``) or ``words`` (syllables, ``<workdir>/words.json``,
 :mod:`.vocab`), each trained on the train split when the workdir has none; ``model.encoder = "pretrained"``
@@ -13,9 +11,6 @@ reads the checkpoint's own (:mod:`.pretrained`).
 from __future__ import annotations
 
 import os
-import time
-
-from absl import logging
 
 from openvivqa_jax.data.datasets import load_builder
 from openvivqa_jax.data.records import DatasetError, load_source
@@ -25,11 +20,7 @@ from openvivqa_jax.reading.vocab import WordTokenizer, train_word_tokenizer
 from openvivqa_jax.text.normalize import normalize_text
 from openvivqa_jax.text.tokenizer import Tokenizer, train_sentencepiece
 
-__all__ = ["read_split", "word_text", "load_tokenizer", "tokenizer_file", "reader_windows", "setup",
-           "vectors_trained_here", "TRAINED_VECTORS"]
-
-#: The workdir file of the vectors :func:`vectors_trained_here` trains.
-TRAINED_VECTORS = "fasttext_train.vec"
+__all__ = ["read_split", "word_text", "load_tokenizer", "tokenizer_file", "reader_windows", "setup"]
 
 
 def _text(v) -> str:
@@ -112,35 +103,3 @@ def setup(cfg, workdir: str):
     tokenizer = load_tokenizer(cfg, workdir, train_records)
     return builder, tokenizer, train_records
 
-
-def vectors_trained_here(cfg, workdir: str, builder, train_records: list[dict] | None) -> list[dict] | None:
-    """With ``model.fasttext.train_here`` and no ``model.fasttext.path``: skip-gram fastText vectors of the word
-    embedding's width trained on the train split's passages and questions
-    (:func:`openvivqa_jax.text.fasttext_train.reading_sentences`; dev and test are never read), with the run's
-    seed, written once to ``<workdir>/fasttext_train.vec`` (reused when present, so a resumed run does not train
-    them again) and set as ``model.fasttext.path`` for the reader to start from. Logs what it trained.
-
-    Returns:
-      ``train_records``, read here when None and needed.
-    """
-    ft = cfg.model.get("fasttext")
-    if ft is None or ft.get("path") or not ft.get("train_here"):
-        return train_records
-    from openvivqa_jax.text.fasttext_train import default_dim, reading_sentences, train_fasttext
-
-    path = os.path.join(workdir, TRAINED_VECTORS)
-    if not os.path.exists(path):
-        if train_records is None:
-            train_records = read_split(builder, cfg.data.train_split)
-        sentences = reading_sentences(train_records)
-        t0 = time.time()
-        model = train_fasttext(sentences, path, dim=default_dim(cfg), epochs=int(ft.get("epochs", 10)),
-                               seed=int(cfg.seed))
-        logging.info("fastText vectors trained here (skip-gram, dim %d, %d epochs, seed %d) on the %s split's %d "
-                     "passages and %d questions: %d words in %.0f s, %s", default_dim(cfg), int(ft.get("epochs", 10)),
-                     int(cfg.seed), cfg.data.train_split, len(sentences) - len(train_records), len(train_records),
-                     len(model.wv.key_to_index), time.time() - t0, path)
-    else:
-        logging.info("fastText vectors trained here earlier: %s", path)
-    ft.path = path
-    return train_records
