@@ -132,7 +132,7 @@ def _words(c: ml_collections.ConfigDict, variant: str) -> None:
     # The user's fastText vectors for the word embedding (.bin / .vec; word_dim must be their width, 300 for
     # cc.vi.300), kept as loaded with freeze=True; unset: learned from scratch, or with train_here=True from
     # vectors trained first on the train split's passages and questions (<workdir>/fasttext_train.vec, `epochs`
-    # passes; openvivqa_jax/reading/data.py vectors_trained_here).
+    # passes; openvivqa_jax/reading/vectors.py).
     m.fasttext = ml_collections.ConfigDict({"path": "", "freeze": False, "train_here": False, "epochs": 10})
     # On 2 CPU cores the syllables go without the character CNN (2.9% of dev passage tokens are unknown; the
     # exact-match features still see them), which costs as much as the rest of DrQA.

@@ -102,4 +102,3 @@ def setup(cfg, workdir: str):
         train_records = read_split(builder, cfg.data.train_split)
     tokenizer = load_tokenizer(cfg, workdir, train_records)
     return builder, tokenizer, train_records
-

@@ -45,8 +45,8 @@ from openvivqa_jax.data.records import DatasetError
 from openvivqa_jax.reading import evals
 from openvivqa_jax.reading.batching import WindowStream
 from openvivqa_jax.reading.data import read_split, reader_windows, setup
-from openvivqa_jax.reading.vectors import vectors_trained_here
 from openvivqa_jax.reading.model import build_reader, span_loss
+from openvivqa_jax.reading.vectors import vectors_trained_here
 from openvivqa_jax.text.tokenizer import Tokenizer
 from openvivqa_jax.training import checkpoints, interrupts, tensorboard_writer
 from openvivqa_jax.training.run_log import (IntervalTimer, MeanAccumulator, format_duration, process_cpu_minutes,

@@ -2,7 +2,8 @@
 
 Where no published vectors are at hand, skip-gram fastText (:mod:`openvivqa_jax.text.fasttext_train`) on the
 train split's own passages and questions gives the word embedding a start that knows which syllables occur in
-the same contexts; on the public ViQuAD files it lifted DrQA's test F1 by about 5 points (docs/viquad.md).
+the same contexts, learned from every passage word rather than only from the answer spans' gradients
+(docs/viquad.md measures it).
 """
 
 from __future__ import annotations

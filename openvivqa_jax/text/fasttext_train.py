@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="config file, path[:variant] (its data.* and train split are "
                    "read); --config.<field>=<value> arguments override its fields as for the main entry point")
-    p.add_argument("--out", required=True, help="the .bin to write")
+    p.add_argument("--out", required=True, help="the .bin to write (a .vec path: the words' vectors only, as text)")
     p.add_argument("--dim", type=int, default=0, help="vector width (0: the config's, see default_dim)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--bucket", type=int, default=200_000)
