@@ -8,6 +8,7 @@ parameter counter and the tests all import them through :func:`config_module`.
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib.util
 import os
 from types import ModuleType
@@ -75,7 +76,8 @@ def apply_overrides(cfg, overrides: list[str]):
 
     Raises:
       openvivqa_jax.errors.ConfigError: an argument that is not ``--config.<field>=<value>``, a field the config
-        does not have, or a value that does not parse as the field's type (names the argument).
+        does not have (with the nearest field of its level), or a value that does not parse as the field's type
+        (names the argument).
     """
     from openvivqa_jax.errors import ConfigError
 
@@ -90,7 +92,9 @@ def apply_overrides(cfg, overrides: list[str]):
                 node = node[name]
             old = node[leaf]
         except (KeyError, TypeError, AttributeError):
-            raise ConfigError(f"{key}: the config has no field {key[len('--config.'):]!r}") from None
+            close = difflib.get_close_matches(leaf, list(node.keys()), n=1) if hasattr(node, "keys") else []
+            hint = f'; did you mean "{close[0]}" instead of "{leaf}"?' if close else ""
+            raise ConfigError(f"{key}: the config has no field {key[len('--config.'):]!r}{hint}") from None
         try:
             node[leaf] = _parse_value(old, raw)
         except (TypeError, ValueError, SyntaxError) as e:

@@ -25,12 +25,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
 from openvivqa_jax import paths
 from openvivqa_jax.cli import run_main
 from openvivqa_jax.config_files import apply_overrides, load_config, split_config_spec
+from openvivqa_jax.errors import ConfigError
 
 __all__ = ["train_sentences", "reading_sentences", "default_dim", "train_fasttext", "main", "PATH_FLAGS"]
 
@@ -92,6 +94,8 @@ def train_fasttext(sentences: list[list[str]], out_path: str, *, dim: int = 300,
     from gensim.models import FastText  # heavy, optional: only to train vectors
     from gensim.models.fasttext import save_facebook_model
 
+    # gensim logs every epoch's progress at INFO through the root logger; the caller logs one summary line.
+    logging.getLogger("gensim").setLevel(max(logging.WARNING, logging.getLogger("gensim").level))
     model = FastText(vector_size=dim, sg=1, min_count=min_count, min_n=min_n, max_n=max_n, bucket=bucket,
                      seed=seed, workers=workers, epochs=epochs)
     model.build_vocab(corpus_iterable=sentences)
@@ -127,7 +131,8 @@ def main(argv=None) -> int:
         p.error(f"unrecognized arguments: {' '.join(bad)}")
     args.config, args.variant = split_config_spec(args.config)
     args.overrides = rest
-    return run_main(lambda: _train(args), sigterm=False)
+    # A config that does not load or a field that does not exist is a usage error, as for the main entry point.
+    return run_main(lambda: _train(args), sigterm=False, exit_codes={ConfigError: 2})
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -135,7 +140,12 @@ def _train(args: argparse.Namespace) -> int:
     paths.check_args(args, PATH_FLAGS)
     from openvivqa_jax.data.datasets import DataSplits  # heavy (JAX, grain, TFDS): once the paths are checked
 
-    cfg = apply_overrides(load_config(args.config, *args.variant), args.overrides)
+    try:
+        cfg = load_config(args.config, *args.variant)
+    except Exception as e:  # the config file itself raised (a syntax error, an unknown variant)
+        spec = ":".join((args.config, *args.variant))
+        raise ConfigError(f"config file {spec} did not load: {type(e).__name__}: {e}") from None
+    cfg = apply_overrides(cfg, args.overrides)
     if cfg.get("task") == "reading":
         from openvivqa_jax.data.datasets import load_builder
         from openvivqa_jax.reading.data import read_split

@@ -220,7 +220,8 @@ def piece_vectors(path: str, tokenizer, dim: int | None = None,
     wv = open_word_vectors(os.path.expanduser(path))
     if dim is not None and wv.dim != dim:
         raise WordVectorsError(f"{wv.path} has {wv.dim}-d vectors but the model's word embedding is {dim}-d; "
-                               f"set {width_field}={wv.dim}")
+                               f"set {width_field}={wv.dim}, or use vectors of width {dim} (python -m "
+                               f"openvivqa_jax.text.fasttext_train --dim {dim})")
     words = piece_words(tokenizer)
     vectors, found = wv.lookup(words)
     n_text = sum(1 for w in words if w)

@@ -158,7 +158,7 @@ def test_vectors_trained_on_the_train_passages_start_a_reader(tmp_path):
     import subprocess
     import sys
 
-    from conftest import ROOT, subprocess_env
+    from conftest import ROOT, message_lines, subprocess_env
     from gensim.models.fasttext import load_facebook_vectors
 
     tiny = json.dumps({"name": "synthetic_tiny", "synthetic": True,
@@ -174,10 +174,20 @@ def test_vectors_trained_on_the_train_passages_start_a_reader(tmp_path):
                               text=True, timeout=600)
 
     bad = vectors("--config.model.word_dimm=8")
-    assert bad.returncode != 0 and "the config has no field 'model.word_dimm'" in bad.stderr and not out.exists()
+    assert bad.returncode == 2 and not out.exists()
+    assert message_lines(bad.stderr) == ["error: ConfigError: --config.model.word_dimm: the config has no field "
+                                         "'model.word_dimm'; did you mean \"word_dim\" instead of \"word_dimm\"?"]
+    variant = subprocess.run([sys.executable, "-m", "openvivqa_jax.text.fasttext_train", "--config",
+                              "configs/viquad/reader.py:drqa_cpuu", "--out", str(out)], cwd=ROOT,
+                             env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    lines = message_lines(variant.stderr)
+    assert variant.returncode == 2 and len(lines) == 1 and "Traceback" not in variant.stderr
+    assert lines[0].startswith("error: ConfigError: config file configs/viquad/reader.py:drqa_cpuu did not load: "
+                               "ValueError: unknown variant 'drqa_cpuu'")
     made = vectors()
     assert made.returncode == 0, made.stderr[-3000:]
     assert re.search(r"wrote .*v\.bin: \d+ words from \d+ sentences of \d+ train records, dim 8", made.stdout)
+    assert "EPOCH" not in made.stderr  # gensim's per-epoch progress stays out of the log
     assert load_facebook_vectors(str(out)).vector_size == 8
     run = run_main_cli("--config", "configs/viquad/reader.py:drqa_synthetic", *data, "--workdir", tmp_path / "run",
                        f"--config.model.fasttext.path={out}", "--config.model.char_channels=4",

@@ -50,8 +50,11 @@ def test_config_spec_names_a_variant_and_overrides_parse_as_each_fields_type(tmp
     apply_overrides(c, ["--config.data.manual_dir=~/v", "--config.train.steps=7", "--config.train.lr=2e-3",
                         "--config.flag=true", "--config.data.sizes=(3, 4)"])
     assert (c.data.manual_dir, c.train.steps, c.train.lr, c.flag, c.data.sizes) == ("~/v", 7, 2e-3, True, (3, 4))
-    with pytest.raises(ConfigError, match=r"--config.train.step: the config has no field 'train.step'"):
+    with pytest.raises(ConfigError, match=r"--config.train.step: the config has no field 'train.step'; did you "
+                                          r'mean "steps" instead of "step"\?'):
         apply_overrides(c, ["--config.train.step=3"])
+    with pytest.raises(ConfigError, match=r"the config has no field 'nothing.at.all'$"):
+        apply_overrides(c, ["--config.nothing.at.all=3"])
     with pytest.raises(ConfigError, match=r"--config.train.steps: bad value 'many'"):
         apply_overrides(c, ["--config.train.steps=many"])
     with pytest.raises(ConfigError, match="expected --config.<field>=<value>"):
@@ -107,5 +110,6 @@ def test_vectors_of_another_width_name_the_field_to_change(tmp_path):
                                        dropout=0.0, max_seq_len=8, max_question_len=4, dtype="float32",
                                        fasttext={"path": str(tmp_path / "v.vec"), "freeze": False}))
     with pytest.raises(WordVectorsError, match=r"4-d vectors but the model's word embedding is 8-d; set "
-                                               r"model.d_model=4"):
+                                               r"model.d_model=4, or use vectors of width 8 \(python -m "
+                                               r"openvivqa_jax.text.fasttext_train --dim 8\)"):
         initialize_word_vectors(build_reader(m, tok.vocab_size), m, tok)
