@@ -40,18 +40,16 @@ def vectors_trained_here(cfg, workdir: str, builder, train_records: list[dict] |
                         "%s and no vectors are trained", ft.path)
         return train_records
     path = os.path.join(workdir, TRAINED_VECTORS)
-    if not os.path.exists(path):
+    if os.path.exists(path):
+        logging.info("fastText vectors trained here earlier: %s", path)
+    else:
         if train_records is None:
             train_records = read_split(builder, cfg.data.train_split)
-        sentences = reading_sentences(train_records)
-        t0 = time.time()
-        model = train_fasttext(sentences, path, dim=default_dim(cfg), epochs=int(ft.get("epochs", 10)),
-                               seed=int(cfg.seed))
+        dim, epochs, t0 = default_dim(cfg), int(ft.get("epochs", 10)), time.time()
+        model = train_fasttext(reading_sentences(train_records), path, dim=dim, epochs=epochs, seed=int(cfg.seed))
         logging.info("fastText vectors trained here (skip-gram, dim %d, %d epochs, seed %d) on the %s split's %d "
-                     "passages and %d questions: %d words in %.0f s, %s", default_dim(cfg), int(ft.get("epochs", 10)),
-                     int(cfg.seed), cfg.data.train_split, len(sentences) - len(train_records), len(train_records),
+                     "passages and %d questions: %d words in %.0f s, %s", dim, epochs, int(cfg.seed),
+                     cfg.data.train_split, len({r["passage"] for r in train_records}), len(train_records),
                      len(model.wv.key_to_index), time.time() - t0, path)
-    else:
-        logging.info("fastText vectors trained here earlier: %s", path)
     ft.path = path
     return train_records
