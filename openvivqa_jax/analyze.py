@@ -53,9 +53,9 @@ from openvivqa_jax.analysis.figures import write_figures
 from openvivqa_jax.analysis.records import (AnalysisInputError, EmptySplitError, QA, order_splits,
                                             read_reference_file, read_tfds)
 from openvivqa_jax.cli import run_main
-from openvivqa_jax.config_files import load_config
+from openvivqa_jax.config_files import load_config_spec
 from openvivqa_jax.data.ocr import load_ocr_file
-from openvivqa_jax.errors import UserError
+from openvivqa_jax.errors import ConfigError, UserError
 
 __all__ = ["build_parser", "analyze", "format_summary", "run", "PATH_FLAGS"]
 
@@ -96,10 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _data_config(args: argparse.Namespace):
     if args.config:
-        path, _, arg = args.config.partition(":")
         try:
-            cfg = load_config(path, *([arg] if arg else []))
-        except FileNotFoundError as e:
+            cfg = load_config_spec(args.config)
+        except (FileNotFoundError, ConfigError) as e:
             raise AnalysisInputError(str(e)) from None
         data = ml_collections.ConfigDict(cfg.data.to_dict())
     else:

@@ -13,7 +13,7 @@ import importlib.util
 import os
 from types import ModuleType
 
-__all__ = ["config_module", "load_config", "split_config_spec", "apply_overrides"]
+__all__ = ["config_module", "load_config", "load_config_spec", "split_config_spec", "apply_overrides"]
 
 
 def config_module(path: str, relative_to: str | None = None) -> ModuleType:
@@ -54,6 +54,26 @@ def split_config_spec(spec: str) -> tuple[str, tuple[str, ...]]:
     if sep and head.endswith(".py") and tail and "/" not in tail and not os.path.isfile(spec):
         return head, (tail,)
     return spec, ()
+
+
+def load_config_spec(spec: str):
+    """The config ``--config`` names (``path[:variant]``, :func:`split_config_spec`) for the commands besides the
+    main entry point.
+
+    Raises:
+      FileNotFoundError: no such file.
+      openvivqa_jax.errors.ConfigError: the file or its ``get_config`` raised (a syntax error, an unknown
+        variant): one line naming the spec and the error.
+    """
+    from openvivqa_jax.errors import ConfigError
+
+    path, variant = split_config_spec(spec)
+    try:
+        return load_config(path, *variant)
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"config file {spec} did not load: {type(e).__name__}: {e}") from None
 
 
 def _parse_value(old, raw: str):

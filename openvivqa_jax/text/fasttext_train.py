@@ -31,7 +31,7 @@ import sys
 
 from openvivqa_jax import paths
 from openvivqa_jax.cli import run_main
-from openvivqa_jax.config_files import apply_overrides, load_config, split_config_spec
+from openvivqa_jax.config_files import apply_overrides, load_config_spec, split_config_spec
 from openvivqa_jax.errors import ConfigError
 
 __all__ = ["train_sentences", "reading_sentences", "default_dim", "train_fasttext", "main", "PATH_FLAGS"]
@@ -140,12 +140,7 @@ def _train(args: argparse.Namespace) -> int:
     paths.check_args(args, PATH_FLAGS)
     from openvivqa_jax.data.datasets import DataSplits  # heavy (JAX, grain, TFDS): once the paths are checked
 
-    try:
-        cfg = load_config(args.config, *args.variant)
-    except Exception as e:  # the config file itself raised (a syntax error, an unknown variant)
-        spec = ":".join((args.config, *args.variant))
-        raise ConfigError(f"config file {spec} did not load: {type(e).__name__}: {e}") from None
-    cfg = apply_overrides(cfg, args.overrides)
+    cfg = apply_overrides(load_config_spec(":".join((args.config, *args.variant))), args.overrides)
     if cfg.get("task") == "reading":
         from openvivqa_jax.data.datasets import load_builder
         from openvivqa_jax.reading.data import read_split

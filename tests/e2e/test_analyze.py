@@ -365,6 +365,10 @@ def test_data_config_from_an_experiment_config():
     args = analyze.build_parser().parse_args(["--builder", "vivqa", "--out", "o"])
     data = analyze._data_config(args)
     assert (data.builder, data.builder_config, data.data_dir) == ("vivqa", None, None)
+    # A config whose get_config raises (an unknown variant) is the command's input error, one line.
+    args = analyze.build_parser().parse_args(["--config", "configs/viquad/reader.py:drqa_cpuu", "--out", "o"])
+    with pytest.raises(analyze.AnalysisInputError, match=r"did not load: ValueError: unknown variant 'drqa_cpuu'"):
+        analyze._data_config(args)
 
 
 def test_textvqa_layout_and_named_split(tmp_path):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from openvivqa_jax.config_files import apply_overrides, split_config_spec
+from openvivqa_jax.config_files import apply_overrides, load_config_spec, split_config_spec
 from openvivqa_jax.errors import ConfigError
 from openvivqa_jax.text.fasttext_train import default_dim, reading_sentences, train_fasttext
 
@@ -113,3 +113,14 @@ def test_vectors_of_another_width_name_the_field_to_change(tmp_path):
                                                r"model.d_model=4, or use vectors of width 8 \(python -m "
                                                r"openvivqa_jax.text.fasttext_train --dim 8\)"):
         initialize_word_vectors(build_reader(m, tok.vocab_size), m, tok)
+
+
+def test_a_config_that_raises_is_one_config_error_naming_the_spec():
+    """An unknown variant (the config's own ValueError) and a config file that raises on import are one line;
+    a missing file stays FileNotFoundError (the commands' path check names the flag)."""
+    with pytest.raises(ConfigError, match=r"^config file configs/viquad/reader.py:drqa_cpuu did not load: "
+                                          r"ValueError: unknown variant 'drqa_cpuu'"):
+        load_config_spec("configs/viquad/reader.py:drqa_cpuu")
+    assert load_config_spec("configs/viquad/reader.py:drqa_cpu").model.encoder == "drqa"
+    with pytest.raises(FileNotFoundError):
+        load_config_spec("configs/viquad/nope.py")
