@@ -137,6 +137,9 @@ def save_step(manager: ocp.CheckpointManager, step: int, args, metrics: dict | N
     handlers = list(std_logging.getLogger().handlers)
     for h in handlers:
         h.addFilter(held)
+    # Before the save, not after its failure: TensorStore's threads report the closed loop while
+    # wait_until_finished is still unwinding, sooner than the raise reaches this function on a busy machine.
+    _quiet_closed_loop_callbacks()
     try:
         manager.save(step, args=args, metrics=metrics)
         manager.wait_until_finished()
@@ -145,7 +148,6 @@ def save_step(manager: ocp.CheckpointManager, step: int, args, metrics: dict | N
         if reason is None:
             raise
         held.failed = True  # stays on the handlers: orbax's threads may still report after the raise
-        _quiet_closed_loop_callbacks()
         for r in held.held:
             logging.debug("orbax, while step %d failed to save: %s", step, r.getMessage())
         raise _write_error(manager, step, reason) from e
@@ -186,15 +188,16 @@ def _first_line(e: BaseException, limit: int = 200) -> str:
 
 
 def _quiet_closed_loop_callbacks() -> None:
-    """Drops the "Event loop is closed" errors that a failed orbax restore leaves behind.
+    """Drops the "Event loop is closed" errors that a failed orbax save or restore leaves behind.
 
-    When one array of a step cannot be read, orbax closes its asyncio loop while TensorStore still completes
-    the reads of the other arrays; each completion then raises ``RuntimeError('Event loop is closed')`` in a
-    callback, which Python reports through ``sys.unraisablehook`` (thousands of traceback lines for a real
-    model). Those errors say nothing more than the warning line does, so they are dropped; any other unraisable
-    error still goes to the previous hook. A callback run from TensorStore's own threads reports its error
-    through ``sys.excepthook`` instead (a bare traceback, after a failed save as the process exits), so that hook
-    drops the same error. Installed once per process.
+    When one array of a step cannot be read or written, orbax closes its asyncio loop while TensorStore still
+    completes the reads or writes of the other arrays; each completion then raises
+    ``RuntimeError('Event loop is closed')`` in a callback, which Python reports through ``sys.unraisablehook``
+    (thousands of traceback lines for a real model). Those errors say nothing more than the step's one warning
+    or error line does, so they are dropped; any other unraisable error still goes to the previous hook. A
+    callback run from TensorStore's own threads reports its error through ``sys.excepthook`` instead (a bare
+    traceback, printed while the failed save is still unwinding), so that hook drops the same error. Installed
+    once per process, before the first save or restore: the reports start before the failure reaches the caller.
     """
     previous = sys.unraisablehook
     if getattr(previous, "_drops_closed_loop", False):
