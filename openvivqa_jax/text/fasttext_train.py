@@ -129,7 +129,9 @@ def main(argv=None) -> int:
     bad = [a for a in rest if not a.startswith("--config.")]
     if bad:
         p.error(f"unrecognized arguments: {' '.join(bad)}")
-    args.config, args.variant = split_config_spec(args.config)
+    # The path alone for the path check; the whole spec for the loader.
+    args.spec = args.config
+    args.config = split_config_spec(args.config)[0]
     args.overrides = rest
     # A config that does not load or a field that does not exist is a usage error, as for the main entry point.
     return run_main(lambda: _train(args), sigterm=False, exit_codes={ConfigError: 2})
@@ -140,7 +142,7 @@ def _train(args: argparse.Namespace) -> int:
     paths.check_args(args, PATH_FLAGS)
     from openvivqa_jax.data.datasets import DataSplits  # heavy (JAX, grain, TFDS): once the paths are checked
 
-    cfg = apply_overrides(load_config_spec(":".join((args.config, *args.variant))), args.overrides)
+    cfg = apply_overrides(load_config_spec(args.spec), args.overrides)
     if cfg.get("task") == "reading":
         from openvivqa_jax.data.datasets import load_builder
         from openvivqa_jax.reading.data import read_split

@@ -115,9 +115,13 @@ def test_vectors_of_another_width_name_the_field_to_change(tmp_path):
         initialize_word_vectors(build_reader(m, tok.vocab_size), m, tok)
 
 
-def test_a_config_that_raises_is_one_config_error_naming_the_spec():
+def test_a_config_that_raises_is_one_config_error_naming_the_spec(tmp_path):
     """An unknown variant (the config's own ValueError) and a config file that raises on import are one line;
     a missing file stays FileNotFoundError (the commands' path check names the flag)."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("import ml_collections\nraise KeyError('no such field')\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^config file {broken} did not load: KeyError: 'no such field'$"):
+        load_config_spec(str(broken))
     with pytest.raises(ConfigError, match=r"^config file configs/viquad/reader.py:drqa_cpuu did not load: "
                                           r"ValueError: unknown variant 'drqa_cpuu'"):
         load_config_spec("configs/viquad/reader.py:drqa_cpuu")
