@@ -19,7 +19,7 @@ each measured in docs/results.md ("The main job", "Seeing without a detector"):
   tokens);
 * the 12,000-picture set (``large_clean_regions``: the same validation and test pictures as
   ``default_clean``; its oracle region features are not read here) with the object questions oversampled
-  (``data.train_kind_weights``: colour 37% and side 30% of the examples; the plateau before each is counted
+  (``data.train_kind_weights``: colour 42% and side 23% of the examples; the plateau before each is counted
   in examples of its kind) but not the count questions (the counter below has its own stream), 4,000 steps;
 * the region counter (``model.counter``, ``openvivqa_jax/models/counting.py``): the count of the regions a
   counting question names, from a small question-conditioned MLP trained on a stream of 64 of the training
@@ -28,6 +28,15 @@ each measured in docs/results.md ("The main job", "Seeing without a detector"):
   ``question_match``, ``openvivqa_jax/models/mlpag.py``): the OCR tokens whose words occur in the question are
   marked, pooled into one more memory token, and seen by their sign's other words through one self-attention
   block over the OCR tokens, so that a shop's side, what it sells and its sign are read from the named shop;
+* the region under the named shop's text (``model.named_region_token``: the smallest proposal that holds the
+  named text's box, the surface it is painted on, as one more memory token), from which a named shop's
+  signboard colour is read;
+* the question in the answer decoder's inputs (``model.question_to_decoder``: the question's mean fused token,
+  projected, added to every decoder input), so that after a copied shop name the next word (``bán`` for what it
+  sells, ``nằm`` for where it is) follows the question instead of the more frequent continuation;
+* the signboard-colour and sells questions oversampled too (``sign_colour=4,sells=2``) and the object colours
+  more (``colour=9``): each of these kinds is learned only past a number of its own examples, and 4,000 steps
+  hold one epoch of the weighted stream;
 * model-ready records (``data.model_ready``): each picture is segmented once, by every core.
 
 Override any field from the command line, e.g. ``--config.train.num_train_steps=500``.
@@ -44,7 +53,7 @@ def get_config() -> ml_collections.ConfigDict:
     """Returns the main job's config (see the module docstring)."""
     c = base.get_config()
     c.data.builder_config = "large_clean_regions"
-    c.data.train_kind_weights = "colour=6,count=1,position=3,shop_count=2"
+    c.data.train_kind_weights = "colour=9,count=1,position=3,shop_count=2,sign_colour=4,sells=2"
     c.data.model_ready = True
     m = c.model
     m.vision.kind = "proposals"
@@ -52,6 +61,8 @@ def get_config() -> ml_collections.ConfigDict:
     m.ocr_features = ("phoc", "appearance", "box_grid", "order", "question_match")
     m.named_text_token = True
     m.ocr_self_attention = 1
+    m.named_region_token = True
+    m.question_to_decoder = True
     m.question_over_image = True
     m.question_in_memory = True
     m.word_region_loss.weight = 1.0
