@@ -31,6 +31,9 @@ each measured in docs/results.md ("The main job", "Seeing without a detector"):
 * the region under the named shop's text (``model.named_region_token``: the smallest proposal that holds the
   named text's box, the surface it is painted on, as one more memory token), from which a named shop's
   signboard colour is read;
+* the named shop's tokens as the longest stretch of the question the picture writes out
+  (``model.named_match = "longest_run"``): many pictures write one word of a two-word name on another sign too
+  ("uyên" beside "uyên linh"), and pooling both signs made the named region the wall around them;
 * the question in the answer decoder's inputs (``model.question_to_decoder``: the question's mean fused token,
   projected, added to every decoder input), so that after a copied shop name the next word (``bán`` for what it
   sells, ``nằm`` for where it is) follows the question instead of the more frequent continuation;
@@ -62,6 +65,7 @@ def get_config() -> ml_collections.ConfigDict:
     m.named_text_token = True
     m.ocr_self_attention = 1
     m.named_region_token = True
+    m.named_match = "longest_run"
     m.question_to_decoder = True
     m.question_over_image = True
     m.question_in_memory = True

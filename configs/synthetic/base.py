@@ -113,6 +113,10 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # MLPAG: OCR self-attention blocks before the fusion; memory tokens of the named OCR tokens and of their sign;
     # the question's mean token added to every input of the answer decoder.
     c.model.update(ocr_self_attention=0, named_text_token=False, named_region_token=False, question_to_decoder=False)
+    # MLPAG, with the named tokens: which OCR tokens the question names: "any" (every token whose pieces occur in
+    # the question) or "longest_run" (only those of the longest stretch of the question written out word after
+    # word, so that a shop is not pooled with another sign that shares one of its words; models/embeddings.py).
+    c.model.named_match = "any"
     # MLPAG: question-guided glimpses over the image appended to the decoder's memory (models/grounding.py):
     # num glimpse tokens (0: none, the paper's model), the width of their score MLP, the largest count bin, and
     # the weight of a training-only loss that fits the first glimpse's soft count to the count a counting

@@ -24,6 +24,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.named_text_token = False
     c.model.ocr_self_attention = 0
     c.model.named_region_token = False
+    c.model.named_match = "any"
     c.model.question_to_decoder = False
     c.data.train_kind_weights = "colour=4,count=3,position=2,shop_count=2"
     c.model.counter.weight = 0.0

@@ -30,7 +30,7 @@ from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, gr
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
 __all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput",
-           "question_word_dim", "question_match", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS", "OCR_BOX_GRID",
+           "question_word_dim", "question_match", "longest_run_match", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS", "OCR_BOX_GRID",
            "reading_order_code"]
 
 #: ``model.question_embedding`` values: ``"learned"`` (piece embeddings trained from a random start) or
@@ -272,6 +272,22 @@ class OcrEmbedding(nnx.Module):
         x = self.feat_norm(sum(parts)) + self.box_norm(self.box_proj(batch["ocr_boxes"].astype(jnp.float32)))
         return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
+def _match_offsets(ocr_pieces: jax.Array, ocr_piece_mask: jax.Array, question: jax.Array,
+                   question_mask: jax.Array) -> jax.Array:
+    """``(batch, N, l)`` bool: True where OCR token ``n`` has pieces and they all match the question's pieces at
+    offset ``t`` (piece ``p`` at ``t + p``, inside the question's real pieces)."""
+    b, l = question.shape
+    p = ocr_pieces.shape[-1]
+    q = jnp.pad(question, ((0, 0), (0, p)))
+    qm = jnp.pad(question_mask.astype(bool), ((0, 0), (0, p)))
+    windows = jnp.stack([q[:, k:k + l] for k in range(p)], -1)  # (batch, l, P): piece k of the window at t
+    valid = jnp.stack([qm[:, k:k + l] for k in range(p)], -1)
+    pm = ocr_piece_mask.astype(bool)
+    same = (ocr_pieces[:, :, None, :] == windows[:, None]) & valid[:, None]  # (batch, N, l, P)
+    whole = jnp.all(same | ~pm[:, :, None, :], axis=-1)  # every piece of the token matches at offset t
+    return whole & jnp.any(pm, axis=-1)[..., None]
+
+
 def question_match(ocr_pieces: jax.Array, ocr_piece_mask: jax.Array, question: jax.Array,
                    question_mask: jax.Array) -> jax.Array:
     """Whether each OCR token's pieces occur in the question, in order and side by side (the exact-match feature
@@ -286,16 +302,60 @@ def question_match(ocr_pieces: jax.Array, ocr_piece_mask: jax.Array, question: j
       ``(batch, N)`` float32: 1 where the token has pieces and they all match the question's pieces at some
       offset ``t`` (piece ``p`` at ``t + p``, inside the question), else 0.
     """
-    b, l = question.shape
-    p = ocr_pieces.shape[-1]
-    q = jnp.pad(question, ((0, 0), (0, p)))
-    qm = jnp.pad(question_mask.astype(bool), ((0, 0), (0, p)))
-    windows = jnp.stack([q[:, k:k + l] for k in range(p)], -1)  # (batch, l, P): piece k of the window at t
-    valid = jnp.stack([qm[:, k:k + l] for k in range(p)], -1)
-    pm = ocr_piece_mask.astype(bool)
-    same = (ocr_pieces[:, :, None, :] == windows[:, None]) & valid[:, None]  # (batch, N, l, P)
-    whole = jnp.all(same | ~pm[:, :, None, :], axis=-1)  # every piece of the token matches at offset t
-    return (jnp.any(whole, axis=-1) & jnp.any(pm, axis=-1)).astype(jnp.float32)
+    at = _match_offsets(ocr_pieces, ocr_piece_mask, question, question_mask)
+    return jnp.any(at, axis=-1).astype(jnp.float32)
+
+
+def longest_run_match(ocr_pieces: jax.Array, ocr_piece_mask: jax.Array, ocr_mask: jax.Array, question: jax.Array,
+                      question_mask: jax.Array) -> jax.Array:
+    """The OCR tokens of the longest stretch of the question that the picture writes out, word after word.
+
+    A question names a shop by its whole name ("cửa hàng uyên linh"), and the same picture often writes one of
+    its words on another sign (a shop called "uyên"): :func:`question_match` marks both signs, and the box or
+    mean over the marked tokens is then of two signs. Here a run is a sequence of OCR tokens consecutive in the
+    OCR list (reading order) whose pieces occur in the question consecutively too (token ``n + 1`` matches where
+    token ``n``'s match ends); a token's score is the number of question pieces covered by the longest run
+    through it, and the tokens whose score is the picture's largest are kept. Two runs of the same length (the
+    same name on two signs, or two one-word matches) are both kept, as :func:`question_match` would keep them.
+
+    Args:
+      ocr_pieces: ``(batch, N, P)`` int piece ids of each OCR token; ocr_piece_mask: ``(batch, N, P)`` bool
+        (a token's pieces first); ocr_mask: ``(batch, N)`` bool, the real tokens.
+      question: ``(batch, l)`` int piece ids; question_mask: ``(batch, l)`` bool.
+
+    Returns:
+      ``(batch, N)`` float32: 1 for the tokens of the longest runs, 0 elsewhere (all 0 where no token matches).
+    """
+    at = _match_offsets(ocr_pieces, ocr_piece_mask, question, question_mask) & ocr_mask.astype(bool)[..., None]
+    n_pieces = jnp.sum(ocr_piece_mask.astype(jnp.int32), axis=-1)  # (batch, N)
+    b, _, l = at.shape
+    t = jnp.arange(l)[None]
+
+    def shifted(prev, shift):
+        """``prev[:, t - shift]`` per batch row, 0 outside ``[0, l)``."""
+        src = t - shift[:, None]
+        inside = (src >= 0) & (src < l)
+        return jnp.where(inside, jnp.take_along_axis(prev, jnp.clip(src, 0, l - 1), axis=1), 0)
+
+    def ends(carry, xs):  # pieces covered by the run ending with token n matched at t
+        prev, prev_len = carry
+        at_n, len_n = xs
+        cur = jnp.where(at_n, len_n[:, None] + shifted(prev, prev_len), 0)
+        return (cur, len_n), cur
+
+    def starts(nxt, xs):  # pieces covered by the run starting with token n matched at t
+        at_n, len_n = xs
+        cur = jnp.where(at_n, len_n[:, None] + shifted(nxt, -len_n), 0)
+        return cur, cur
+
+    xs = (jnp.swapaxes(at, 0, 1), n_pieces.T)
+    zeros = jnp.zeros((b, l), jnp.int32)
+    _, end = jax.lax.scan(ends, (zeros, jnp.zeros((b,), jnp.int32)), xs)
+    _, start = jax.lax.scan(starts, zeros, xs, reverse=True)
+    run = jnp.swapaxes(jnp.where(xs[0], end + start - xs[1][..., None], 0), 0, 1)  # (batch, N, l)
+    score = run.max(-1)
+    best = score.max(-1, keepdims=True)
+    return ((score == best) & (score > 0)).astype(jnp.float32)
 
 
 def vision_encoder(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisionEncoder:

@@ -38,7 +38,11 @@ Components (Figure 10):
   in the question (:func:`named_text`, the exact match of
   :func:`openvivqa_jax.models.embeddings.question_match`), masked when none does: a question about a named
   shop (its sign's colour, its side, what it sells) reads that shop's tokens from one fixed slot instead of
-  first finding them among the OCR slots.
+  first finding them among the OCR slots. Which tokens are named is ``named_match``: ``"any"``, every token
+  that occurs in the question; ``"longest_run"``, only the tokens of the longest stretch of the question the
+  picture writes out word after word (:func:`openvivqa_jax.models.embeddings.longest_run_match`), so that a
+  shop named "uyên linh" is not pooled with another sign that says "uyên". The named-region token below
+  uses the same tokens.
 * Option: ``named_region_token`` appends one more memory token: the raw features (region features or grid
   cells) of the smallest region whose box holds the box around the named OCR tokens and is larger than it
   (:func:`named_region`): the sign the named text is painted on, so that the sign's colour reaches the decoder
@@ -63,13 +67,16 @@ from flax import nnx
 from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.counting import counter_weight, region_counter
 from openvivqa_jax.models.decoder import answer_decoder
-from openvivqa_jax.models.embeddings import (OcrEmbedding, QuestionEmbedding, question_match, question_word_dim,
-                                             vision_encoder)
+from openvivqa_jax.models.embeddings import (OcrEmbedding, QuestionEmbedding, longest_run_match, question_match,
+                                             question_word_dim, vision_encoder)
 from openvivqa_jax.models.grounding import count_loss, counting_targets, visual_glimpses
 from openvivqa_jax.models.layers import CrossBlock, EncoderBlock, dense, layer_norm
 from openvivqa_jax.models.word_region import alignment_scores, picture_fingerprint, word_region_loss
 
-__all__ = ["MLPAG", "fuse_sum", "named_text", "named_region", "question_summary"]
+__all__ = ["MLPAG", "NAMED_MATCH_RULES", "fuse_sum", "named_text", "named_region", "question_summary"]
+
+#: ``model.named_match`` values (module doc): which OCR tokens the named-text and named-region tokens are made of.
+NAMED_MATCH_RULES = ("any", "longest_run")
 
 
 def fuse_sum(x_s, s_mask, x_i, i_mask):
@@ -201,14 +208,15 @@ class MLPAG(MemoryDecoderGenerator):
         tokens the question names; False by default), both made after every other module, and
         named_region_token (one more memory token, the image under the named text; False by default), made
         after those, and question_to_decoder (the question's mean token, projected, added to every answer
-        decoder input; False by default), made last.
+        decoder input; False by default), made last; named_match (``"any"``, the default, or
+        ``"longest_run"``: which OCR tokens the two named tokens are made from, module doc; no parameters).
       vocab_size: ``V``.
       rngs: parameter RNGs.
       dtype: compute dtype.
 
     Raises:
       ValueError: for an unknown ``fusion``, a ``word_region_loss.weight`` > 0 without ``question_over_image``,
-        or a negative ``joint_layers`` or ``ocr_self_attention``.
+        a negative ``joint_layers`` or ``ocr_self_attention``, or an unknown ``named_match``.
     """
 
     def __init__(self, cfg, vocab_size: int, *, rngs: nnx.Rngs, dtype: Any = jnp.float32):
@@ -270,6 +278,10 @@ class MLPAG(MemoryDecoderGenerator):
             EncoderBlock(d, cfg.num_heads, cfg.ffn_dim, cfg.dropout, rngs=rngs, dtype=dtype)
             for _ in range(num_ocr_sa)]) if num_ocr_sa else None
         self.named_region_token = bool(cfg.get("named_region_token", False))
+        self.named_match = str(cfg.get("named_match", "any") or "any")
+        if self.named_match not in NAMED_MATCH_RULES:
+            raise ValueError(f"model.named_match must be one of {NAMED_MATCH_RULES} (which OCR tokens the question "
+                             f"names), got {self.named_match!r}")
         if self.named_region_token:  # made last, as the options above
             self.named_region_proj = dense(self.vision.raw_dim, d, rngs, dtype)
             self.named_region_norm = layer_norm(d, rngs, dtype)
@@ -332,8 +344,12 @@ class MLPAG(MemoryDecoderGenerator):
     def _with_named_tokens(self, batch, vis, x_s, s_mask, memory, mem_mask):
         """Appends the named-text token (``named_text_token``), then the named-region token
         (``named_region_token``), each ``(batch, 1, d)`` with its mask, to the memory (module doc)."""
-        match = question_match(batch["ocr_pieces"], batch["ocr_piece_mask"], batch["question"],
-                               batch["question_mask"])
+        if self.named_match == "longest_run":
+            match = longest_run_match(batch["ocr_pieces"], batch["ocr_piece_mask"], s_mask, batch["question"],
+                                      batch["question_mask"])
+        else:
+            match = question_match(batch["ocr_pieces"], batch["ocr_piece_mask"], batch["question"],
+                                   batch["question_mask"])
         toks = []
         if self.named_text_token:
             tok, tok_mask = named_text(match, s_mask, x_s)

@@ -105,7 +105,7 @@ def _flat(cfg, prefix=""):
 def test_main_job_is_the_base_with_proposals_and_the_grounded_training():
     """configs/default.py changes the zoo's base (configs/synthetic/base.py) in exactly the vision input
     (proposals), the OCR tokens' box position embedding, reading order and match with the question, the named
-    shop's text and region tokens, the self-attention over the OCR tokens and the question in the decoder, the
+    shop's text and region tokens (made from the longest named stretch), the self-attention over the OCR tokens and the question in the decoder, the
     grounded config's training (pictures, grounding options, word–region loss over the first 14 question tokens,
     steps) with its own kind weights (colour, side, signboard colour and sells oversampled, count not) and the
     region counter, and reads the grounded region config's data. The proposals config is it without box_grid,
@@ -120,7 +120,7 @@ def test_main_job_is_the_base_with_proposals_and_the_grounded_training():
         "data.model_ready": True, "model.vision.kind": "proposals",
         "model.ocr_features": ("phoc", "appearance", "box_grid", "order", "question_match"),
         "model.named_text_token": True, "model.ocr_self_attention": 1, "model.named_region_token": True,
-        "model.question_to_decoder": True, "model.question_over_image": True,
+        "model.named_match": "longest_run", "model.question_to_decoder": True, "model.question_over_image": True,
         "model.question_in_memory": True, "model.word_region_loss.weight": 1.0,
         "model.word_region_loss.max_words": 14, "model.counter.weight": 1.0, "train.num_train_steps": 4000,
         "train.eval_every_steps": 1000}
@@ -128,7 +128,7 @@ def test_main_job_is_the_base_with_proposals_and_the_grounded_training():
     assert {k: prop[k] for k in prop if prop[k] != main[k]} == {
         "model.ocr_features": ("phoc", "appearance"), "data.train_kind_weights": grounded.data.train_kind_weights,
         "model.counter.weight": 0.0, "model.named_text_token": False, "model.ocr_self_attention": 0,
-        "model.named_region_token": False, "model.question_to_decoder": False}
+        "model.named_region_token": False, "model.named_match": "any", "model.question_to_decoder": False}
 
 
 def test_pixel_grounded_config_is_the_base_with_the_grounded_training():

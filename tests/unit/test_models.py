@@ -688,6 +688,35 @@ def test_mlpag_named_text_token_is_the_mean_of_the_ocr_tokens_the_question_names
         _model("mlpag", ocr_self_attention=-1)
 
 
+def test_mlpag_named_match_longest_run_keeps_only_the_longest_named_stretch():
+    """``model.named_match="longest_run"``: the named-text token is the mean of the OCR tokens of the longest
+    stretch of the question the OCR tokens write out (here token 1, two question pieces), not of every token
+    that occurs in the question (token 3, one piece, is left out); no parameter is added; an unknown rule is
+    named."""
+    cfg, any_rule = _model("mlpag", num_ocr=8, named_text_token=True)
+    _, longest = _model("mlpag", num_ocr=8, named_text_token=True, named_match="longest_run")
+    _assert_only_added(any_rule, longest, set())  # the same parameters, equal
+    batch = random_batch(cfg, V, batch=1, seed=5)
+    batch["ocr_mask"][:] = True
+    batch["ocr_piece_mask"][:] = False
+    batch["question_mask"][:] = True
+    q = batch["question"]
+    others = [int(v) for v in range(V) if v not in set(q[0].tolist())]
+    batch["ocr_pieces"][0, :, 0] = others[:cfg.model.num_ocr]
+    batch["ocr_piece_mask"][0, :, 0] = True
+    for tok, pieces in ((1, q[0, 2:4]), (3, q[0, 5:6])):
+        batch["ocr_pieces"][0, tok, :] = 0
+        batch["ocr_pieces"][0, tok, :len(pieces)] = pieces
+        batch["ocr_piece_mask"][0, tok, :] = np.arange(batch["ocr_pieces"].shape[-1]) < len(pieces)
+    for model, tokens in ((any_rule, [1, 3]), (longest, [1])):
+        enc = model.encode(batch)
+        x = np.asarray(enc["ocr_feats"])[0, tokens].mean(0)
+        want = np_layer_norm(np_linear(x, model.named_text_proj), model.named_text_norm)
+        np.testing.assert_allclose(np.asarray(enc["memory"])[0, -1], want, atol=1e-5)
+    with pytest.raises(ValueError, match="model.named_match must be one of"):
+        _model("mlpag", named_match="first")
+
+
 def test_named_region_is_the_smallest_region_holding_the_named_text():
     """Two named OCR tokens span the box (0.1, 0.1)-(0.5, 0.2), area 0.04. Regions: the sign around them
     (area 0.1: the text is 40% of it), the whole picture (4%), one letter inside (it holds a quarter of the

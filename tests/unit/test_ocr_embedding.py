@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from openvivqa_jax.models.embeddings import OCR_BOX_GRID, OcrEmbedding, question_match, reading_order_code
+from openvivqa_jax.models.embeddings import (OCR_BOX_GRID, OcrEmbedding, longest_run_match, question_match,
+                                             reading_order_code)
 
 
 def _ln(x, ln, eps=1e-6):
@@ -129,6 +130,56 @@ def test_question_match_flags_tokens_whose_pieces_the_question_holds_in_order():
     want = _match_by_hand(ocr, pmask, question, qmask)
     np.testing.assert_array_equal(got, want)
     assert 0 < want.mean() < 1
+
+
+def _longest_run_by_hand(ocr, pmask, omask, question, qmask):
+    """Every run of OCR tokens consecutive in the list whose pieces lie side by side in the question, enumerated;
+    the tokens of the runs covering the most question pieces."""
+    out = np.zeros(ocr.shape[:2])
+    for b in range(ocr.shape[0]):
+        q = [int(x) for x, m in zip(question[b], qmask[b]) if m]
+        toks = [[int(x) for x, m in zip(ocr[b, n], pmask[b, n]) if m] if omask[b, n] else [] for n in range(ocr.shape[1])]
+        best, keep = 0, set()
+        for i in range(len(toks)):
+            for j in range(i, len(toks)):
+                if not all(toks[i:j + 1]):
+                    break
+                joined = sum(toks[i:j + 1], [])
+                if any(q[t:t + len(joined)] == joined for t in range(len(q) - len(joined) + 1)):
+                    if len(joined) > best:
+                        best, keep = len(joined), set(range(i, j + 1))
+                    elif len(joined) == best:
+                        keep |= set(range(i, j + 1))
+        for n in keep:
+            out[b, n] = 1
+    return out
+
+
+def test_longest_run_match_keeps_the_whole_name_not_a_word_it_shares():
+    """A question naming "uyên linh" in a picture that also writes "uyên" alone on another sign: question_match
+    marks both signs, longest_run_match only the two-word name; a tie keeps both; padded OCR slots never count.
+    Then random cases against an enumeration of every run (``_longest_run_by_hand``)."""
+    # pieces: 1 "cửa", 2 "hàng", 3 "uyên", 4 "linh", 5 "màu", 6 "gì", 7 "bún", 8 "bò"
+    question = np.array([[1, 2, 3, 4, 5, 6], [1, 2, 4, 5, 6, 0]])
+    qmask = question > 0
+    ocr = np.array([[[7], [8], [3], [3], [4], [4]], [[4], [7], [4], [3], [4], [4]]])
+    pmask = ocr > 0
+    omask = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]], bool)
+    args = [jnp.asarray(x) for x in (ocr, pmask, omask, question, qmask)]
+    np.testing.assert_array_equal(np.asarray(question_match(args[0], args[1], args[3], args[4])),
+                                  [[0, 0, 1, 1, 1, 1], [1, 0, 1, 0, 1, 1]])
+    got = np.asarray(longest_run_match(*args))
+    np.testing.assert_array_equal(got, [[0, 0, 0, 1, 1, 0], [1, 0, 1, 0, 1, 0]])
+    rng = np.random.default_rng(1)
+    question = rng.integers(1, 4, (64, 9))
+    qmask = np.arange(9)[None] < rng.integers(2, 10, (64, 1))
+    ocr = rng.integers(1, 4, (64, 7, 2))
+    pmask = np.arange(2)[None, None] < rng.integers(0, 3, (64, 7, 1))
+    omask = np.arange(7)[None] < rng.integers(0, 8, (64, 1))
+    got = np.asarray(longest_run_match(*[jnp.asarray(x) for x in (ocr, pmask, omask, question, qmask)]))
+    want = _longest_run_by_hand(ocr, pmask, omask, question, qmask)
+    np.testing.assert_array_equal(got, want)
+    assert 0 < want.mean() < 1 and (want.sum(1) >= 2).any()
 
 
 def test_question_match_group_adds_a_learned_vector_to_matched_tokens():
