@@ -110,13 +110,10 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # multimodal transformer; models/mlpag.py), so that a region meets the question's words and the other regions
     # in one place (verifying, comparing, relations). 0: none, the paper's model.
     c.model.joint_layers = 0
-    # MLPAG: OCR self-attention blocks before the fusion; memory tokens of the named OCR tokens and of their sign;
-    # the question's mean token added to every input of the answer decoder.
-    c.model.update(ocr_self_attention=0, named_text_token=False, named_region_token=False, question_to_decoder=False)
-    # MLPAG, with the named tokens: which OCR tokens the question names: "any" (every token whose pieces occur in
-    # the question) or "longest_run" (only those of the longest stretch of the question written out word after
-    # word, so that a shop is not pooled with another sign that shares one of its words; models/embeddings.py).
-    c.model.named_match = "any"
+    # MLPAG: OCR self-attention before the fusion; memory tokens of the named OCR tokens (named_match: "any" in the
+    # question, or "longest_run" of it, models/embeddings.py) and of their sign; the question in every decoder input.
+    c.model.update(ocr_self_attention=0, named_text_token=False, named_region_token=False, named_match="any",
+                   question_to_decoder=False)
     # MLPAG: question-guided glimpses over the image appended to the decoder's memory (models/grounding.py):
     # num glimpse tokens (0: none, the paper's model), the width of their score MLP, the largest count bin, and
     # the weight of a training-only loss that fits the first glimpse's soft count to the count a counting

@@ -30,7 +30,8 @@ from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, gr
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
 __all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput",
-           "question_word_dim", "question_match", "longest_run_match", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS", "OCR_BOX_GRID",
+           "question_word_dim", "question_match", "longest_run_match", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS",
+           "OCR_BOX_GRID",
            "reading_order_code"]
 
 #: ``model.question_embedding`` values: ``"learned"`` (piece embeddings trained from a random start) or

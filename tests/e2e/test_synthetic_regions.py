@@ -105,12 +105,12 @@ def _flat(cfg, prefix=""):
 def test_main_job_is_the_base_with_proposals_and_the_grounded_training():
     """configs/default.py changes the zoo's base (configs/synthetic/base.py) in exactly the vision input
     (proposals), the OCR tokens' box position embedding, reading order and match with the question, the named
-    shop's text and region tokens (made from the longest named stretch), the self-attention over the OCR tokens and the question in the decoder, the
-    grounded config's training (pictures, grounding options, word–region loss over the first 14 question tokens,
-    steps) with its own kind weights (colour, side, signboard colour and sells oversampled, count not) and the
-    region counter, and reads the grounded region config's data. The proposals config is it without box_grid,
-    the reading order, the counter and the named shop's tokens, with the grounded config's kind weights (as
-    first measured)."""
+    shop's text and region tokens (from the longest named stretch), the self-attention over the OCR tokens and the
+    question in the decoder, the grounded config's training (pictures, grounding options, word–region loss over
+    the first 14 question tokens, steps) with its own kind weights (colour, side, signboard colour and sells
+    oversampled, count not) and the region counter, and reads the grounded region config's data. The proposals
+    config is it without box_grid, the reading order, the counter and the named shop's tokens, with the grounded
+    config's kind weights (as first measured)."""
     main, base = _flat(load_config("configs/default.py")), _flat(load_config("configs/synthetic/base.py"))
     grounded = load_config("configs/synthetic/mlpag_regions_grounded.py")
     assert set(main) == set(base)

@@ -138,7 +138,8 @@ def _longest_run_by_hand(ocr, pmask, omask, question, qmask):
     out = np.zeros(ocr.shape[:2])
     for b in range(ocr.shape[0]):
         q = [int(x) for x, m in zip(question[b], qmask[b]) if m]
-        toks = [[int(x) for x, m in zip(ocr[b, n], pmask[b, n]) if m] if omask[b, n] else [] for n in range(ocr.shape[1])]
+        toks = [[int(x) for x, m in zip(ocr[b, n], pmask[b, n]) if m] if omask[b, n] else []
+                for n in range(ocr.shape[1])]
         best, keep = 0, set()
         for i in range(len(toks)):
             for j in range(i, len(toks)):
