@@ -31,8 +31,7 @@ from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
 __all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput",
            "question_word_dim", "question_match", "longest_run_match", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS",
-           "OCR_BOX_GRID",
-           "reading_order_code"]
+           "OCR_BOX_GRID", "reading_order_code"]
 
 #: ``model.question_embedding`` values: ``"learned"`` (piece embeddings trained from a random start) or
 #: ``"fasttext"`` (rows started from the fastText vectors of ``model.fasttext.path``,
@@ -272,6 +271,7 @@ class OcrEmbedding(nnx.Module):
             parts.append(self.extra_proj[key.replace("/", "_")](batch[key]))
         x = self.feat_norm(sum(parts)) + self.box_norm(self.box_proj(batch["ocr_boxes"].astype(jnp.float32)))
         return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
 
 def _match_offsets(ocr_pieces: jax.Array, ocr_piece_mask: jax.Array, question: jax.Array,
                    question_mask: jax.Array) -> jax.Array:
