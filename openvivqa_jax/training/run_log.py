@@ -101,6 +101,18 @@ class IntervalTimer:
         """Leaves the time inside the ``with`` block out of the interval (evaluations, checkpoint saves)."""
         return self._adding_to("_excluded", 0)
 
+    def restart(self) -> float:
+        """Starts the interval again from now, with no steps, and returns the seconds since the interval began.
+
+        The training loops call it after a run's first step when that step is not logged: the first step's time
+        is the compilation of the train step and the input pipeline's start (tens of seconds on a CPU), and
+        counting it as training would make the first log line's rate too low and its time left too long.
+        """
+        now = time.perf_counter()
+        seconds = now - self._start
+        self._start, self._wait, self._excluded, self._steps = now, 0.0, 0.0, 0
+        return seconds
+
     def pop(self) -> dict[str, float]:
         """``{"steps_per_sec", "input_wait"}`` of the interval since the last call (or since construction), and
         starts the next one."""

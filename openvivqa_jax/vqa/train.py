@@ -230,6 +230,9 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             acc.add(m)
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
                 _log_train_means(exp, writer, step, acc, timer)
+            elif step == start + 1:
+                logging.info("step %d: compiled and started in %.1f s (left out of the steps/s)", step,
+                             timer.restart())
             if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
                 with timer.excluded():
                     score = _eval_dev(exp, state, step, writer)
@@ -485,6 +488,13 @@ def _log_input_counts(exp: Experiment, train_pre, step: int) -> None:
                      "model.max_answer_len=%d", _pct(rates.get("question_truncation_rate")), m.max_question_len,
                      _pct(rates.get("answer_truncation_rate")), m.max_answer_len)
         exp.jsonl.write(step, "train_inputs", {f"train/{k}": v for k, v in rates.items()})
+    beyond = train_pre.counter.counts.get("proposal_segments_beyond_num_regions", 0)
+    if beyond:
+        # Large by design: a picture has more segments than slots, and its smallest are mostly strokes of its
+        # text and specks, whose words the OCR tokens carry.
+        logging.info("Region proposals: %d segments beyond model.vision.num_regions=%d were left out of the "
+                     "training pictures, each picture's smallest (openvivqa_jax/data/proposals.py)", beyond,
+                     int(cfg.model.vision.num_regions))
     warn_cut_inputs("training", rates, cfg.model)
     warn_cut_inputs("evaluation", exp.inputs.counter.truncation_rates(), cfg.model)
 

@@ -128,6 +128,8 @@ def test_workdir_contents_and_predictions(tmp_path, data_dir):
     by_kind = json.loads((wd / "eval" / "test_metrics.json").read_text())["by_field"]["kind"]
     assert {k: v["num_questions"] for k, v in by_kind.items()} == dict(
         sorted(collections.Counter(p["kind"] for p in preds).items()))
+    # The first step (compilation, the input pipeline's start) is said once and kept out of the first rate.
+    assert re.search(r"step 1: compiled and started in \d+\.\d s \(left out of the steps/s\)", out.stderr)
     assert re.search(r"Training inputs cut: \d+\.\d% of questions at model.max_question_len=\d+, \d+\.\d% of "
                      r"answers at model.max_answer_len=\d+", out.stderr), out.stderr[-2000:]
     # Each metrics file says how its predictions were made; a later --mode evaluate with other decoding

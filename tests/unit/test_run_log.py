@@ -2,6 +2,8 @@
 
 import time
 
+import pytest
+
 from openvivqa_jax.training import run_log
 
 
@@ -24,6 +26,24 @@ def test_interval_timer_counts_waits_and_leaves_out_evaluations(monkeypatch):
         now[0] += 2.0
     assert timer.pop() == {"steps_per_sec": 0.5, "input_wait": 1.0}
 
+
+
+def test_interval_timer_restart_leaves_the_first_step_out_of_the_rate(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(run_log.time, "perf_counter", lambda: now[0])
+    timer = run_log.IntervalTimer()
+    with timer.waiting():  # the first batch: the input pipeline starts
+        now[0] += 4.0
+    now[0] += 26.0  # the first step: compilation
+    assert timer.restart() == 30.0
+    # Then 49 steps of 0.2 s each, 0.05 s of it waiting for the batch.
+    for _ in range(49):
+        with timer.waiting():
+            now[0] += 0.05
+        now[0] += 0.15
+    out = timer.pop()
+    assert out["steps_per_sec"] == pytest.approx(49 / 9.8)  # 5 steps/s, not 49 / 39.8 = 1.2 with the first step
+    assert out["input_wait"] == pytest.approx(0.25)
 
 def test_format_duration_rounds_to_the_second_and_names_the_largest_units():
     assert run_log.format_duration(0) == "0s"
