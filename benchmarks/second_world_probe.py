@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/second_world.py --out ~/second_world --seed 1 --train_images 4000 --dev_images 300
     python benchmarks/second_world_probe.py --world ~/second_world [--train_images 800] [--steps 8000] \\
-        [--scorer film|words] [--kinds exist,count] [--language en]
+        [--scorer film|words|transformer] [--objects] [--kinds exist,count] [--language en]
 
 Reads a folder written by ``benchmarks/second_world.py`` and computes, for every picture of its ``train`` and
 ``dev`` splits, the region proposals the folder config computes
@@ -20,7 +20,10 @@ count and segmentation settings). Then:
   ``[question bag of words; pooled scores; mean region]``. ``--scorer film``: a FiLM-conditioned MLP (Perez et
   al., AAAI 2018; the region counter's scorer, :mod:`openvivqa_jax.models.counting`), 16 score channels;
   ``--scorer words``: each question word its own linear detector over a shared 2-layer region embedding, a
-  region's score the product of the detectors of the words a learned gate keeps (a soft AND), 4 channels. Adam
+  region's score the product of the detectors of the words a learned gate keeps (a soft AND), 4 channels;
+  ``--scorer transformer``: no pooling, the question's words and the regions in one sequence behind a
+  classification token, two self-attention blocks of width 96 (:func:`_transformer`). ``--objects``: each
+  region's colour, area, shape and box only (27 values), without the pixels of its box and context. Adam
   1e-3, batch 64, on the first ``--train_images`` training pictures' questions of every kind but ``verify_text``
   (which needs the OCR tokens). Its dev exact match per kind is printed at each quarter of ``--steps``, beside
   its training loss: a loss near 0 with dev at the majority answer is memorization.
@@ -59,6 +62,9 @@ from second_world_scene import COLOURS  # noqa: E402
 __all__ = ["load_split", "colour_existence", "hand_rule", "train_probe", "main"]
 
 PATH_FLAGS = {"--world": paths.INPUT_DIR}
+#: The proposal features of ``--objects``: mean and standard deviation of the colour, area and shape (the first
+#: 6 + 1 + 16 of :mod:`openvivqa_jax.data.proposals`' features), to which the box is added.
+OBJECT_FEATURES = 23
 _EN = re.compile(r"is there an? (\w+) shape \?")
 _VI = re.compile(r"có hình màu (.+) nào không \?")
 _VI_COLOUR = {v: k for k, v in COLOUR_VI.items()}
@@ -129,6 +135,8 @@ def _scorer(scorer: str, f: int, v: int, a: int, seed: int):
     import jax
     import jax.numpy as jnp
 
+    if scorer == "transformer":
+        return _transformer(f, v, a, seed)
     h, k = 128, 16 if scorer == "film" else 4
     keys = iter(jax.random.split(jax.random.PRNGKey(seed), 8))
 
@@ -167,8 +175,42 @@ def _scorer(scorer: str, f: int, v: int, a: int, seed: int):
     return params, forward
 
 
+def _transformer(f: int, v: int, a: int, seed: int, d: int = 96, layers: int = 2, heads: int = 4):
+    """``(params, forward)`` of the ``transformer`` scorer: the question's words (learned word and position
+    embeddings) and the regions (a 2-layer projection of their features) in one sequence behind a classification
+    token, ``layers`` pre-norm self-attention blocks of width ``d`` (Vaswani et al., NeurIPS 2017), the answer
+    from the classification token; ``forward`` as :func:`_scorer`'s."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x, keep):
+            h = nn.LayerNorm()(x)
+            x = x + nn.MultiHeadDotProductAttention(num_heads=heads)(h, h, mask=keep[:, None, None, :])
+            return x + nn.Dense(d)(nn.gelu(nn.Dense(2 * d)(nn.LayerNorm()(x))))
+
+    class Model(nn.Module):
+        @nn.compact
+        def __call__(self, x, m, q):
+            kind = nn.Embed(3, d)
+            words = nn.Embed(v, d)(q) + nn.Embed(q.shape[1], d)(jnp.arange(q.shape[1]))[None] + kind(jnp.array(1))
+            regions = nn.Dense(d)(nn.relu(nn.Dense(d)(x))) + kind(jnp.array(2))
+            cls = jnp.broadcast_to(kind(jnp.array(0)), (q.shape[0], 1, d))
+            seq = jnp.concatenate([cls, words, regions], 1)
+            keep = jnp.concatenate([jnp.ones((q.shape[0], 1), bool), q > 0, m > 0], 1)
+            for _ in range(layers):
+                seq = Block()(seq, keep)
+            return nn.Dense(a)(nn.LayerNorm()(seq[:, 0]))
+
+    model = Model()
+    params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, 2, f)), jnp.ones((1, 2)), jnp.ones((1, 24), jnp.int32))
+    return params, model.apply
+
+
 def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: int, scorer: str = "film",
-                kinds: tuple[str, ...] = (), language: str = "") -> list[dict]:
+                kinds: tuple[str, ...] = (), language: str = "", objects: bool = False) -> list[dict]:
     """Trains a region scorer (module doc) on the questions of ``kinds`` (all but ``verify_text`` when empty) in
     ``language`` (both when empty) and returns its dev exact match on the same kinds and language at each quarter
     of ``steps``: ``[{step, train_loss, dev, kinds: {kind: exact match}}]`` (percentages)."""
@@ -187,7 +229,9 @@ def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: 
     t, d = _arrays(train, keep_t, words, answers), _arrays(dev, keep_d, words, answers)
 
     def regions(s):
-        x = np.concatenate([s["features"], s["boxes"]], -1)
+        # objects: the segment's own colour, area and shape and its box (27 values), not the pixels of its box
+        # and context, which also identify the picture a question was asked about.
+        x = np.concatenate([s["features"][..., :OBJECT_FEATURES] if objects else s["features"], s["boxes"]], -1)
         return x, s["mask"].astype(np.float32)
 
     (xt, mt), (xd, md) = regions(train), regions(dev)
@@ -240,7 +284,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--world", required=True, help="a folder written by benchmarks/second_world.py")
     p.add_argument("--train_images", type=int, default=800, help="train the scorer on the first N pictures")
     p.add_argument("--steps", type=int, default=8000, help="region scorer steps (0: the hand rule only)")
-    p.add_argument("--scorer", choices=("film", "words"), default="film")
+    p.add_argument("--scorer", choices=("film", "words", "transformer"), default="film")
+    p.add_argument("--objects", action="store_true", help="the regions' colour, area, shape and box only")
     p.add_argument("--kinds", default="", help="comma-separated kinds to train and score (default: all but "
                                                  "verify_text)")
     p.add_argument("--language", choices=("", "en", "vi"), default="", help="only this language's questions")
@@ -261,10 +306,10 @@ def main(argv: list[str] | None = None) -> dict:
               "majority": majority([r for r, i in zip(train["rows"], train["image"]) if i < a.train_images],
                                    dev["rows"])}
     if a.steps > 0:
-        result["scorer"] = a.scorer
+        result["scorer"], result["objects"] = a.scorer, a.objects
         result["probe"] = train_probe(train, dev, train_images=a.train_images, steps=a.steps, seed=a.seed,
                                       scorer=a.scorer, kinds=tuple(k for k in a.kinds.split(",") if k),
-                                      language=a.language)
+                                      language=a.language, objects=a.objects)
     print(json.dumps(result))
     return result
 

@@ -228,11 +228,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             for h in hooks:
                 h(step)
             acc.add(m)
-            if step % t.log_every_steps == 0 or step == t.num_train_steps:
-                _log_train_means(exp, writer, step, acc, timer)
-            elif step == start + 1:
-                logging.info("step %d: compiled and started in %.1f s (left out of the steps/s)", step,
-                             timer.restart())
+            _log_progress(exp, writer, step, start, acc, timer)
             if t.eval_every_steps and (step % t.eval_every_steps == 0 or step == t.num_train_steps):
                 with timer.excluded():
                     score = _eval_dev(exp, state, step, writer)
@@ -403,6 +399,17 @@ def _profile_hooks(exp: Experiment) -> list:
 
 #: Workdirs whose run has said that questions were cut for the word-region loss (once per run).
 _WORDS_CUT_WARNED: set[str] = set()
+
+
+def _log_progress(exp: Experiment, writer, step: int, start: int, acc: MeanAccumulator, timer: IntervalTimer) -> None:
+    """After training step ``step`` of a run that began at ``start``: the training means every
+    ``train.log_every_steps`` and at the last step (:func:`_log_train_means`); after the run's first step, when it
+    is not logged, one line with its time, which the first interval's steps per second leaves out."""
+    t = exp.cfg.train
+    if step % t.log_every_steps == 0 or step == t.num_train_steps:
+        _log_train_means(exp, writer, step, acc, timer)
+    elif step == start + 1:
+        logging.info("step %d: compiled and started in %.1f s (left out of the steps/s)", step, timer.restart())
 
 
 def _log_train_means(exp: Experiment, writer, step: int, acc: MeanAccumulator, timer: IntervalTimer) -> None:

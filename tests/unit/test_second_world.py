@@ -224,3 +224,24 @@ def test_probe_hand_rule_reads_every_colour_existence_answer_from_the_proposals(
             answers = Counter(t["answer"] for t in rows["train"] if t["kind"] == kind and t["language"] == r["language"])
             hits += r["answer"] == min(answers, key=lambda a: (-answers[a], a))  # a tie: the first in sorted order
         assert score == pytest.approx(100 * hits / len(dev), abs=0.05), kind
+
+
+def test_probe_transformer_on_objects_reads_no_pixels_of_box_or_context(world):
+    """``--scorer transformer --objects``: the regions are their colour, area, shape and box alone; the pixels of
+    their box and context (proposal features from :data:`second_world_probe.OBJECT_FEATURES` on) change nothing,
+    and each quarter of the steps reports every kind asked but ``verify_text``."""
+    import argparse
+
+    import second_world_probe
+
+    setting = argparse.Namespace(width=128, height=96, num_regions=64, min_size=8, scale=400.0)
+    train, dev = (second_world_probe.load_split(str(world), s, setting) for s in ("train", "dev"))
+    run = dict(train_images=10 ** 6, steps=8, seed=0, scorer="transformer", objects=True)
+    first = second_world_probe.train_probe(train, dev, **run)
+    noisy = dict(train, features=train["features"].copy())
+    noisy["features"][..., second_world_probe.OBJECT_FEATURES:] = np.random.default_rng(0).random(
+        noisy["features"][..., second_world_probe.OBJECT_FEATURES:].shape)
+    assert second_world_probe.train_probe(noisy, dev, **run) == first
+    assert [r["step"] for r in first] == [2, 4, 6, 8]
+    asked = {r["kind"] for r in dev["rows"]} - {"verify_text"}
+    assert all(set(r["kinds"]) == asked and 0 <= r["dev"] <= 100 for r in first)
