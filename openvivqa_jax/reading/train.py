@@ -152,8 +152,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
             if step % t.log_every_steps == 0 or step == t.num_train_steps:
                 _log_train_means(cfg, workdir, writer, step, acc, timer)
             elif step == start + 1:
-                logging.info("step %d: compiled and started in %.1f s (left out of the steps/s)", step,
-                             timer.restart())
+                timer.first_step_done(step)
             if dev_records is not None and t.eval_every_steps and (
                     step % t.eval_every_steps == 0 or step == t.num_train_steps):
                 with timer.excluded():

@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from absl import logging
 
 from openvivqa_jax import outputs
 
@@ -112,6 +113,11 @@ class IntervalTimer:
         seconds = now - self._start
         self._start, self._wait, self._excluded, self._steps = now, 0.0, 0.0, 0
         return seconds
+
+    def first_step_done(self, step: int) -> None:
+        """After a run's first step, when that step is not logged: one line with its time, and :meth:`restart`,
+        so the first log line's steps per second and time left are those of the steps after it."""
+        logging.info("step %d: compiled and started in %.1f s (left out of the steps/s)", step, self.restart())
 
     def pop(self) -> dict[str, float]:
         """``{"steps_per_sec", "input_wait"}`` of the interval since the last call (or since construction), and

@@ -409,7 +409,7 @@ def _log_progress(exp: Experiment, writer, step: int, start: int, acc: MeanAccum
     if step % t.log_every_steps == 0 or step == t.num_train_steps:
         _log_train_means(exp, writer, step, acc, timer)
     elif step == start + 1:
-        logging.info("step %d: compiled and started in %.1f s (left out of the steps/s)", step, timer.restart())
+        timer.first_step_done(step)
 
 
 def _log_train_means(exp: Experiment, writer, step: int, acc: MeanAccumulator, timer: IntervalTimer) -> None:

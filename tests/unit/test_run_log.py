@@ -27,7 +27,6 @@ def test_interval_timer_counts_waits_and_leaves_out_evaluations(monkeypatch):
     assert timer.pop() == {"steps_per_sec": 0.5, "input_wait": 1.0}
 
 
-
 def test_interval_timer_restart_leaves_the_first_step_out_of_the_rate(monkeypatch):
     now = [100.0]
     monkeypatch.setattr(run_log.time, "perf_counter", lambda: now[0])
@@ -44,6 +43,24 @@ def test_interval_timer_restart_leaves_the_first_step_out_of_the_rate(monkeypatc
     out = timer.pop()
     assert out["steps_per_sec"] == pytest.approx(49 / 9.8)  # 5 steps/s, not 49 / 39.8 = 1.2 with the first step
     assert out["input_wait"] == pytest.approx(0.25)
+
+
+
+def test_first_step_done_says_its_time_and_restarts_the_interval(monkeypatch, caplog, absl_info):
+    import logging
+
+    now = [10.0]
+    monkeypatch.setattr(run_log.time, "perf_counter", lambda: now[0])
+    timer = run_log.IntervalTimer()
+    with timer.waiting():
+        now[0] += 17.94
+    with caplog.at_level(logging.INFO, logger="absl"):
+        timer.first_step_done(1)
+    assert "step 1: compiled and started in 17.9 s (left out of the steps/s)" in caplog.text
+    with timer.waiting():
+        now[0] += 0.5
+    assert timer.pop() == {"steps_per_sec": 2.0, "input_wait": 1.0}
+
 
 def test_format_duration_rounds_to_the_second_and_names_the_largest_units():
     assert run_log.format_duration(0) == "0s"
