@@ -245,3 +245,19 @@ def test_probe_transformer_on_objects_reads_no_pixels_of_box_or_context(world):
     assert [r["step"] for r in first] == [2, 4, 6, 8]
     asked = {r["kind"] for r in dev["rows"]} - {"verify_text"}
     assert all(set(r["kinds"]) == asked and 0 <= r["dev"] <= 100 for r in first)
+
+
+def test_probe_weight_decay_changes_the_training_and_zero_is_the_default(world):
+    """``--weight_decay``: AdamW's decoupled decay is applied (a strong decay changes the training losses of the
+    same seed), and an explicit 0 repeats the default run exactly."""
+    import argparse
+
+    import second_world_probe
+
+    setting = argparse.Namespace(width=128, height=96, num_regions=64, min_size=8, scale=400.0)
+    train, dev = (second_world_probe.load_split(str(world), s, setting) for s in ("train", "dev"))
+    run = dict(train_images=10 ** 6, steps=8, seed=0, scorer="transformer", objects=True)
+    plain = second_world_probe.train_probe(train, dev, **run)
+    assert second_world_probe.train_probe(train, dev, weight_decay=0.0, **run) == plain
+    decayed = second_world_probe.train_probe(train, dev, weight_decay=100.0, **run)
+    assert [r["train_loss"] for r in decayed] != [r["train_loss"] for r in plain]
