@@ -25,8 +25,9 @@ count and segmentation settings). Then:
   ``--scorer transformer``: no pooling, the question's words and the regions in one sequence behind a
   classification token, two self-attention blocks of width 96 (:func:`_transformer`). ``--objects``: each
   region's colour, area, shape and box only (27 values), without the pixels of its box and context. Adam
-  at a constant ``--learning_rate`` (1e-3; ``--weight_decay``: AdamW's decoupled decay), batch 64, on the first ``--train_images`` training pictures' questions of every kind but ``verify_text``
-  (which needs the OCR tokens). Its dev exact match per kind is printed at each quarter of ``--steps``, beside
+  at a constant ``--learning_rate`` (1e-3; ``--weight_decay``: AdamW's decoupled decay), batch 64, on the first
+  ``--train_images`` training pictures' questions of every kind but ``verify_text`` (which needs the OCR
+  tokens). Its dev exact match per kind is printed at each quarter of ``--steps``, beside
   its training loss: a loss near 0 with dev at the majority answer is memorization.
 
 Prints one JSON object: ``hand_rule`` (``{split: [correct, questions]}``), ``majority`` (per kind, the dev exact
@@ -214,9 +215,9 @@ def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: 
                 kinds: tuple[str, ...] = (), language: str = "", objects: bool = False,
                 weight_decay: float = 0.0, learning_rate: float = 1e-3) -> list[dict]:
     """Trains a region scorer (module doc) on the questions of ``kinds`` (all but ``verify_text`` when empty) in
-    ``language`` (both when empty), with Adam at a constant ``learning_rate`` (AdamW when ``weight_decay`` > 0), and
-    returns its dev exact match on the same kinds and language at each quarter
-    of ``steps``: ``[{step, train_loss, dev, kinds: {kind: exact match}}]`` (percentages)."""
+    ``language`` (both when empty), with Adam at a constant ``learning_rate`` (AdamW when ``weight_decay`` > 0),
+    and returns its dev exact match on the same kinds and language at each quarter of ``steps``:
+    ``[{step, train_loss, dev, kinds: {kind: exact match}}]`` (percentages)."""
     import jax
     import optax
 
@@ -243,8 +244,8 @@ def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: 
     sd = np.sqrt(np.where(valid, (xt - mu) ** 2, 0).sum((0, 1)) / mt.sum()) + 1e-3
     xt, xd = (xt - mu) / sd * mt[..., None], (xd - mu) / sd * md[..., None]
     params, forward = _scorer(scorer, xt.shape[-1], len(words) + 1, len(answers), seed)
-    # weight_decay 0 is plain Adam; a decoupled decay (AdamW) pulls the weights that only memorize pictures
-    # back towards zero, the regularizer that shortens the memorize-then-generalize plateau on small data.
+    # weight_decay 0 is plain Adam. AdamW's decoupled decay is offered because it is the usual remedy for a
+    # plateau where a model memorizes its training pictures before it generalizes.
     opt = optax.adamw(learning_rate, weight_decay=weight_decay)
 
     @jax.jit
