@@ -45,7 +45,6 @@ def test_interval_timer_restart_leaves_the_first_step_out_of_the_rate(monkeypatc
     assert out["input_wait"] == pytest.approx(0.25)
 
 
-
 def test_first_step_done_says_its_time_and_restarts_the_interval(monkeypatch, caplog, absl_info):
     import logging
 

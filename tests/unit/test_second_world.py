@@ -226,16 +226,24 @@ def test_probe_hand_rule_reads_every_colour_existence_answer_from_the_proposals(
         assert score == pytest.approx(100 * hits / len(dev), abs=0.05), kind
 
 
-def test_probe_transformer_on_objects_reads_no_pixels_of_box_or_context(world):
-    """``--scorer transformer --objects``: the regions are their colour, area, shape and box alone; the pixels of
-    their box and context (proposal features from :data:`second_world_probe.OBJECT_FEATURES` on) change nothing,
-    and each quarter of the steps reports every kind asked but ``verify_text``."""
+@pytest.fixture(scope="module")
+def probe_splits(world) -> tuple[dict, dict]:
+    """The world's train and dev splits as the probe reads them (proposals of a 128x96 picture, 64 regions)."""
     import argparse
 
     import second_world_probe
 
     setting = argparse.Namespace(width=128, height=96, num_regions=64, min_size=8, scale=400.0)
-    train, dev = (second_world_probe.load_split(str(world), s, setting) for s in ("train", "dev"))
+    return tuple(second_world_probe.load_split(str(world), s, setting) for s in ("train", "dev"))
+
+
+def test_probe_transformer_on_objects_reads_no_pixels_of_box_or_context(probe_splits):
+    """``--scorer transformer --objects``: the regions are their colour, area, shape and box alone; the pixels of
+    their box and context (proposal features from :data:`second_world_probe.OBJECT_FEATURES` on) change nothing,
+    and each quarter of the steps reports every kind asked but ``verify_text``."""
+    import second_world_probe
+
+    train, dev = probe_splits
     run = dict(train_images=10 ** 6, steps=8, seed=0, scorer="transformer", objects=True)
     first = second_world_probe.train_probe(train, dev, **run)
     noisy = dict(train, features=train["features"].copy())
@@ -247,15 +255,12 @@ def test_probe_transformer_on_objects_reads_no_pixels_of_box_or_context(world):
     assert all(set(r["kinds"]) == asked and 0 <= r["dev"] <= 100 for r in first)
 
 
-def test_probe_weight_decay_changes_the_training_and_zero_is_the_default(world):
+def test_probe_weight_decay_changes_the_training_and_zero_is_the_default(probe_splits):
     """``--weight_decay``: AdamW's decoupled decay is applied (a strong decay changes the training losses of the
     same seed), and an explicit 0 repeats the default run exactly."""
-    import argparse
-
     import second_world_probe
 
-    setting = argparse.Namespace(width=128, height=96, num_regions=64, min_size=8, scale=400.0)
-    train, dev = (second_world_probe.load_split(str(world), s, setting) for s in ("train", "dev"))
+    train, dev = probe_splits
     run = dict(train_images=10 ** 6, steps=8, seed=0, scorer="transformer", objects=True)
     plain = second_world_probe.train_probe(train, dev, **run)
     assert second_world_probe.train_probe(train, dev, weight_decay=0.0, **run) == plain
