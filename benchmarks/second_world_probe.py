@@ -5,7 +5,7 @@ Usage::
     python benchmarks/second_world.py --out ~/second_world --seed 1 --train_images 4000 --dev_images 300
     python benchmarks/second_world_probe.py --world ~/second_world [--train_images 800] [--steps 8000] \\
         [--scorer film|words|transformer] [--objects] [--kinds exist,count] [--language en] \\
-        [--weight_decay 0.1] [--learning_rate 1e-3]
+        [--weight_decay 0.1] [--learning_rate 1e-3] [--max_regions 16] [--min_area 0.03]
 
 Reads a folder written by ``benchmarks/second_world.py`` and computes, for every picture of its ``train`` and
 ``dev`` splits, the region proposals the folder config computes
@@ -28,7 +28,9 @@ count and segmentation settings). Then:
   at a constant ``--learning_rate`` (1e-3; ``--weight_decay``: AdamW's decoupled decay), batch 64, on the first
   ``--train_images`` training pictures' questions of every kind but ``verify_text`` (which needs the OCR
   tokens). Its dev exact match per kind is printed at each quarter of ``--steps``, beside
-  its training loss: a loss near 0 with dev at the majority answer is memorization.
+  its training loss: a loss near 0 with dev at the majority answer is memorization. ``--max_regions K`` and
+  ``--min_area A`` leave out distractor regions: only the ``K`` largest proposals of a picture (0: all), and only
+  those with ``sqrt(area) >= A`` (the area as a fraction of the picture; 0: all) are scored, on both splits.
 
 Prints one JSON object: ``hand_rule`` (``{split: [correct, questions]}``), ``majority`` (per kind, the dev exact
 match of the most frequent answer of the kind in the question's language among the ``--train_images``
@@ -36,7 +38,8 @@ pictures' questions), ``probe`` (a list of
 ``{step, train_loss, dev, kinds}``) and the sizes. CPU: about 2.5 minutes for 8,000 steps of 4,000 pictures'
 questions on 2 cores.
 
-Errors (exit 2, one ``error:`` line): ``--world`` has no ``train.csv`` or ``dev.csv``.
+Errors (exit 2, one ``error:`` line): ``--world`` has no ``train.csv`` or ``dev.csv``; a negative
+``--max_regions`` or ``--min_area``.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from openvivqa_jax.errors import UsageError  # noqa: E402
 from second_world_questions import COLOUR_VI  # noqa: E402
 from second_world_scene import COLOURS  # noqa: E402
 
-__all__ = ["load_split", "colour_existence", "hand_rule", "train_probe", "main"]
+__all__ = ["load_split", "colour_existence", "hand_rule", "region_mask", "train_probe", "main"]
 
 PATH_FLAGS = {"--world": paths.INPUT_DIR}
 #: The proposal features of ``--objects``: mean and standard deviation of the colour, area and shape (the first
@@ -211,12 +214,29 @@ def _transformer(f: int, v: int, a: int, seed: int, d: int = 96, layers: int = 2
     return params, model.apply
 
 
+def region_mask(split: dict, max_regions: int = 0, min_area: float = 0.0) -> np.ndarray:
+    """``(pictures, R)`` bool: the proposals of a :func:`load_split` split that the scorer reads, its ``mask``
+    less the regions past the ``max_regions`` largest (proposals are stored largest first; 0 keeps all) and those
+    whose ``sqrt(area)`` feature (the fraction of the picture, :mod:`openvivqa_jax.data.proposals`) is below
+    ``min_area``."""
+    mask = split["mask"].astype(bool).copy()
+    if max_regions > 0:
+        mask[:, max_regions:] = False
+    if min_area > 0:
+        mask &= split["features"][..., 6] >= min_area
+    return mask
+
+
 def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: int, scorer: str = "film",
                 kinds: tuple[str, ...] = (), language: str = "", objects: bool = False,
-                weight_decay: float = 0.0, learning_rate: float = 1e-3) -> list[dict]:
+                weight_decay: float = 0.0, learning_rate: float = 1e-3, max_regions: int = 0,
+                min_area: float = 0.0, feature_noise: float = 0.0) -> list[dict]:
     """Trains a region scorer (module doc) on the questions of ``kinds`` (all but ``verify_text`` when empty) in
     ``language`` (both when empty), with Adam at a constant ``learning_rate`` (AdamW when ``weight_decay`` > 0),
-    and returns its dev exact match on the same kinds and language at each quarter of ``steps``:
+    over each picture's ``max_regions`` largest proposals (0: all) of ``sqrt(area) >= min_area``, with Gaussian
+    noise of standard deviation ``feature_noise`` (in units of each feature's training standard deviation) added
+    to the training batches' region features (0: none; dev is scored without it), and returns
+    its dev exact match on the same kinds and language at each quarter of ``steps``:
     ``[{step, train_loss, dev, kinds: {kind: exact match}}]`` (percentages)."""
     import jax
     import optax
@@ -236,7 +256,7 @@ def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: 
         # objects: the segment's own colour, area and shape and its box (27 values), not the pixels of its box
         # and context, which also identify the picture a question was asked about.
         x = np.concatenate([s["features"][..., :OBJECT_FEATURES] if objects else s["features"], s["boxes"]], -1)
-        return x, s["mask"].astype(np.float32)
+        return x, region_mask(s, max_regions, min_area).astype(np.float32)
 
     (xt, mt), (xd, md) = regions(train), regions(dev)
     valid = mt[..., None] > 0
@@ -257,10 +277,15 @@ def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: 
 
     predict = jax.jit(lambda p, x, m, q: forward(p, x, m, q).argmax(-1))
     st, rng, out = opt.init(params), np.random.default_rng(seed), []
+    # Its own generator, so that the batches drawn are the same with and without the noise.
+    noise_rng = np.random.default_rng([seed, 1])
     for i in range(1, steps + 1):
         idx = rng.integers(0, len(t["answer"]), 64)
         pic = t["image"][idx]
-        params, st, loss = step(params, st, xt[pic], mt[pic], t["question"][idx], t["answer"][idx])
+        x = xt[pic]
+        if feature_noise > 0:
+            x = x + feature_noise * noise_rng.standard_normal(x.shape, np.float32) * mt[pic][..., None]
+        params, st, loss = step(params, st, x, mt[pic], t["question"][idx], t["answer"][idx])
         if i % max(steps // 4, 1) == 0 or i == steps:
             ok = np.asarray(predict(params, xd[d["image"]], md[d["image"]], d["question"])) == d["answer"]
             out.append({"step": i, "train_loss": round(float(loss), 4), "dev": round(100 * ok.mean(), 1),
@@ -298,8 +323,17 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weight_decay", type=float, default=0.0, help="AdamW's decoupled weight decay (0: Adam)")
     p.add_argument("--learning_rate", type=float, default=1e-3, help="Adam's constant learning rate")
+    p.add_argument("--max_regions", type=int, default=0, help="score only each picture's N largest proposals "
+                                                                "(0: all)")
+    p.add_argument("--feature_noise", type=float, default=0.0, help="Gaussian noise (in standard deviations of "
+                                                                      "each feature) on the training regions")
+    p.add_argument("--min_area", type=float, default=0.0, help="score only proposals with sqrt(area) >= A, the "
+                                                                 "area a fraction of the picture (0: all)")
     a = p.parse_args(argv)
     paths.check_args(a, PATH_FLAGS)
+    if a.max_regions < 0 or a.min_area < 0 or a.feature_noise < 0:
+        raise UsageError(f"--max_regions ({a.max_regions}), --min_area ({a.min_area}) and --feature_noise "
+                         f"({a.feature_noise}) must be >= 0 (0: off)")
     world = os.path.expanduser(a.world)
     cfg = load_config("../configs/folder/mlpag.py", relative_to=__file__)
     vis = cfg.model.vision
@@ -318,8 +352,11 @@ def main(argv: list[str] | None = None) -> dict:
         result["probe"] = train_probe(train, dev, train_images=a.train_images, steps=a.steps, seed=a.seed,
                                       scorer=a.scorer, kinds=tuple(k for k in a.kinds.split(",") if k),
                                       language=a.language, objects=a.objects,
-                                      weight_decay=a.weight_decay, learning_rate=a.learning_rate)
-        result["weight_decay"], result["learning_rate"] = a.weight_decay, a.learning_rate
+                                      weight_decay=a.weight_decay, learning_rate=a.learning_rate,
+                                      max_regions=a.max_regions, min_area=a.min_area,
+                                      feature_noise=a.feature_noise)
+        result.update(weight_decay=a.weight_decay, learning_rate=a.learning_rate, max_regions=a.max_regions,
+                      min_area=a.min_area, feature_noise=a.feature_noise)
     print(json.dumps(result))
     return result
 

@@ -266,3 +266,56 @@ def test_probe_weight_decay_changes_the_training_and_zero_is_the_default(probe_s
     assert second_world_probe.train_probe(train, dev, weight_decay=0.0, **run) == plain
     decayed = second_world_probe.train_probe(train, dev, weight_decay=100.0, **run)
     assert [r["train_loss"] for r in decayed] != [r["train_loss"] for r in plain]
+
+
+@pytest.mark.parametrize("flags", [dict(max_regions=3), dict(min_area=0.1)])
+def test_probe_region_filters_leave_the_other_regions_unread(probe_splits, flags):
+    """``--max_regions`` / ``--min_area``: the regions they leave out are not read (randomizing their features
+    changes no result), the kept ones are (randomizing one changes the training), and a filter that keeps every
+    region repeats the unfiltered run."""
+    import second_world_probe
+
+    train, dev = probe_splits
+    run = dict(train_images=10 ** 6, steps=8, seed=0, scorer="transformer", objects=True, **flags)
+    first = second_world_probe.train_probe(train, dev, **run)
+    areas = train["features"][..., 6]
+    out = ~train["mask"] | (np.arange(train["mask"].shape[1]) >= flags["max_regions"] if "max_regions" in flags
+                            else areas < flags["min_area"])
+    kept = train["mask"] & ~out
+    assert out[train["mask"]].any() and kept.any(), "the fixture world must have regions on both sides"
+    noise = np.random.default_rng(1).random(train["features"].shape, dtype=np.float32)
+    dropped = dict(train, features=np.where(out[..., None], noise, train["features"]))
+    if "min_area" in flags:  # the area feature decides the filter itself, so it stays below the threshold
+        dropped["features"][..., 6] = np.where(out, areas, dropped["features"][..., 6])
+    assert second_world_probe.train_probe(dropped, dev, **run) == first
+    touched = dict(train, features=np.where(kept[..., None], noise, train["features"]))
+    assert [r["train_loss"] for r in second_world_probe.train_probe(touched, dev, **run)] != \
+        [r["train_loss"] for r in first]
+    no_filter = dict(run, max_regions=0, min_area=0.0)
+    everything = dict(run, max_regions=train["mask"].shape[1]) if "max_regions" in flags else dict(run, min_area=1e-9)
+    assert second_world_probe.train_probe(train, dev, **everything) == \
+        second_world_probe.train_probe(train, dev, **no_filter)
+
+
+def test_probe_rejects_negative_region_filters(world, capsys):
+    """A negative ``--max_regions``, ``--min_area`` or ``--feature_noise`` stops with one ``error:`` line naming the flag."""
+    import second_world_probe
+
+    from openvivqa_jax.errors import UsageError
+
+    for flag in ("--max_regions", "--min_area", "--feature_noise"):
+        with pytest.raises(UsageError, match=flag):
+            second_world_probe.main(["--world", str(world), "--steps", "1", flag, "-1"])
+
+
+def test_probe_feature_noise_changes_the_training_and_zero_is_the_default(probe_splits):
+    """``--feature_noise``: the noise reaches the training batches (the same seed's training losses change) and
+    an explicit 0 repeats the default run exactly, its batches unchanged by the noise's own generator."""
+    import second_world_probe
+
+    train, dev = probe_splits
+    run = dict(train_images=10 ** 6, steps=8, seed=0, scorer="transformer", objects=True)
+    plain = second_world_probe.train_probe(train, dev, **run)
+    assert second_world_probe.train_probe(train, dev, feature_noise=0.0, **run) == plain
+    noisy = second_world_probe.train_probe(train, dev, feature_noise=1.0, **run)
+    assert [r["train_loss"] for r in noisy] != [r["train_loss"] for r in plain]
