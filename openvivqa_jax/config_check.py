@@ -70,6 +70,7 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.vision.num_regions", *_at_least(1)),
     ("model.vision.proposal_min_size", *_at_least(1)),
     ("model.vision.proposal_scale", *_POSITIVE_NUMBER),
+    ("model.vision.proposal_features", (lambda v: v in ("all", "objects")), "'all' or 'objects'"),
     ("model.visual_glimpses.num", *_at_least(0)),
     ("model.visual_glimpses.hidden_dim", *_at_least(1)),
     ("model.visual_glimpses.max_count", *_at_least(1)),

@@ -163,6 +163,9 @@ def _vision(c: ml_collections.ConfigDict) -> None:
     c.model.vision.num_regions = 64
     c.model.vision.proposal_min_size = 8
     c.model.vision.proposal_scale = 400.0
+    # Which proposal features are embedded: "all" (colour, area, shape and the pixels of the box and its context)
+    # or "objects" (the segment's own colour, area and shape; the box is embedded either way).
+    c.model.vision.proposal_features = "all"
 
 
 def _train(c: ml_collections.ConfigDict) -> None:

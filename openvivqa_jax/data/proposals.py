@@ -32,12 +32,15 @@ from skimage.segmentation import felzenszwalb
 
 from openvivqa_jax.data import images
 
-__all__ = ["POOL", "PROPOSAL_FEATURE_DIM", "BOX_PIXELS_DIM", "region_proposals", "padded_proposals", "box_pixels"]
+__all__ = ["POOL", "PROPOSAL_FEATURE_DIM", "OBJECT_FEATURE_DIM", "BOX_PIXELS_DIM", "region_proposals", "padded_proposals", "box_pixels"]
 
 #: Side of the grids the box, context and shape are pooled on.
 POOL = 4
 #: Width of a proposal's features (module doc): colour 6 + area 1 + shape 16 + box pixels 48 + context 48 = 119.
 PROPOSAL_FEATURE_DIM = 6 + 1 + POOL * POOL + 2 * 3 * POOL * POOL
+#: The first features of a proposal that describe the segment alone (colour 6 + area 1 + shape 16 = 23), without
+#: the pixels of its box and context, which also tell one picture from another.
+OBJECT_FEATURE_DIM = 6 + 1 + POOL * POOL
 #: Width of :func:`box_pixels`: a box's RGB on a ``POOL x POOL`` grid.
 BOX_PIXELS_DIM = 3 * POOL * POOL
 

@@ -24,14 +24,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from openvivqa_jax.data.proposals import PROPOSAL_FEATURE_DIM
+from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM, PROPOSAL_FEATURE_DIM
 from openvivqa_jax.models import OCR_FEATURE_GROUPS
 from openvivqa_jax.models.layers import SmallCNN, box_overlap_weights, dense, grid_boxes, layer_norm, masked_mean
 from openvivqa_jax.models.vit import ViT, load_big_vision_npz, vit_settings
 
-__all__ = ["vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding", "VisionOutput",
-           "question_word_dim", "question_match", "longest_run_match", "QUESTION_EMBEDDINGS", "OCR_FEATURE_GROUPS",
-           "OCR_BOX_GRID", "reading_order_code"]
+__all__ = ["PROPOSAL_FEATURE_SETS", "vision_encoder", "VisionEncoder", "QuestionEmbedding", "OcrEmbedding",
+           "VisionOutput", "question_word_dim", "question_match", "longest_run_match", "QUESTION_EMBEDDINGS",
+           "OCR_FEATURE_GROUPS", "OCR_BOX_GRID", "reading_order_code"]
 
 #: ``model.question_embedding`` values: ``"learned"`` (piece embeddings trained from a random start) or
 #: ``"fasttext"`` (rows started from the fastText vectors of ``model.fasttext.path``,
@@ -55,6 +55,10 @@ def question_word_dim(cfg) -> int | None:
     return int(cfg.get("word_dim", 300) or 300) if kind == "fasttext" else None
 
 
+#: ``model.vision.proposal_features`` values (:class:`VisionEncoder`).
+PROPOSAL_FEATURE_SETS = ("all", "objects")
+
+
 class VisionOutput(dict):
     """Vision features: ``feats`` ``(batch, S, d)``, ``mask`` ``(batch, S)``, ``raw`` ``(batch, S, C)``
     (pre-projection features for OCR appearance pooling) and ``boxes`` ``(batch, S, 4)``."""
@@ -72,6 +76,9 @@ class VisionEncoder(nnx.Module):
       space_to_depth: :class:`SmallCNN`'s space-to-depth block size (kind ``cnn``; 1: none).
       pixel_features: :class:`SmallCNN`'s pixel pooling size for the cells' own pixels (kind ``cnn``; 0: none).
       region_dim: region feature width (kind ``region``).
+      proposal_features: kind ``proposals``: ``"all"`` (the :data:`PROPOSAL_FEATURE_DIM` features) or
+        ``"objects"`` (the first :data:`OBJECT_FEATURE_DIM`: the segment's own colour, area and shape, without the
+        pixels of its box and context; the box is embedded either way).
       dropout: dropout on the output.
       vision_cfg: ``config.model.vision`` (kind ``vit``): ``vit_variant`` / ``patch_size``, ``width``,
         ``depth``, ``heads``, ``mlp_dim``, ``posemb_grid``, ``cls_token`` (see
@@ -80,16 +87,20 @@ class VisionEncoder(nnx.Module):
         masks ``vision/backbone`` parameters, :func:`openvivqa_jax.training.state.make_optimizer`).
 
     Raises:
-      ValueError: for an unknown kind, or kind ``vit`` without ``vision_cfg``.
+      ValueError: for an unknown kind or ``proposal_features``, or kind ``vit`` without ``vision_cfg``.
       openvivqa_jax.models.vit.CheckpointError: an unreadable or mismatched ViT checkpoint.
     """
 
     def __init__(self, *, kind: str, d_model: int, cnn_channels=(32, 64, 128, 128), region_dim: int = 2048,
                  dropout: float = 0.1, rngs: nnx.Rngs, dtype: Any = jnp.float32, vision_cfg=None,
-                 space_to_depth: int = 1, pixel_features: int = 0):
+                 space_to_depth: int = 1, pixel_features: int = 0, proposal_features: str = "all"):
         if kind not in ("cnn", "vit", "region", "proposals"):
             raise ValueError(f"vision kind must be 'cnn', 'vit', 'region' or 'proposals', got {kind!r}")
+        if proposal_features not in PROPOSAL_FEATURE_SETS:
+            raise ValueError(f"model.vision.proposal_features must be one of {PROPOSAL_FEATURE_SETS}, got "
+                             f"{proposal_features!r}")
         self.kind = kind
+        self.objects_only = kind == "proposals" and proposal_features == "objects"
         if kind == "cnn":
             self.backbone = SmallCNN(tuple(cnn_channels), rngs=rngs, dtype=dtype, space_to_depth=space_to_depth,
                                      pixel_features=pixel_features)
@@ -105,9 +116,11 @@ class VisionEncoder(nnx.Module):
                 load_big_vision_npz(self.backbone, os.path.expanduser(vision_cfg.get("checkpoint")))
             raw_dim = self.backbone.out_dim
         elif kind == "proposals":
-            raw_dim = PROPOSAL_FEATURE_DIM
+            raw_dim = OBJECT_FEATURE_DIM if self.objects_only else PROPOSAL_FEATURE_DIM
         else:
             raw_dim = region_dim
+        #: Width of ``batch["region_features"]`` as stored (kinds region and proposals), before any selection.
+        self.input_dim = PROPOSAL_FEATURE_DIM if kind == "proposals" else raw_dim
         self.raw_dim = raw_dim
         self.feat_proj = dense(raw_dim, d_model, rngs, dtype)
         self.feat_norm = layer_norm(d_model, rngs, dtype)
@@ -126,6 +139,8 @@ class VisionEncoder(nnx.Module):
             mask = jnp.ones((b, gh * gw), bool)
         else:
             raw = batch["region_features"]
+            if self.objects_only:
+                raw = raw[..., :OBJECT_FEATURE_DIM]
             boxes = batch["region_boxes"].astype(jnp.float32)
             mask = batch["region_mask"].astype(bool)
         feats = self.feat_norm(self.feat_proj(raw)) + self.box_norm(self.box_proj(boxes))
@@ -365,4 +380,5 @@ def vision_encoder(cfg, *, rngs: nnx.Rngs, dtype: Any) -> VisionEncoder:
     return VisionEncoder(kind=v.kind, d_model=cfg.d_model, cnn_channels=tuple(v.get("cnn_channels", (32, 64, 128))),
                          region_dim=v.get("region_dim", 2048), dropout=cfg.dropout, rngs=rngs, dtype=dtype,
                          vision_cfg=v, space_to_depth=int(v.get("space_to_depth", 1) or 1),
-                         pixel_features=int(v.get("pixel_features", 0) or 0))
+                         pixel_features=int(v.get("pixel_features", 0) or 0),
+                         proposal_features=str(v.get("proposal_features", "all") or "all"))

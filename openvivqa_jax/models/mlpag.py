@@ -255,7 +255,8 @@ class MLPAG(MemoryDecoderGenerator):
             self.question_image_attention = mk()
         # Made after every other module for the same reason.
         self.glimpses = visual_glimpses(cfg, rngs=rngs, dtype=dtype)
-        self.counter = region_counter(cfg, feature_dim=self.vision.raw_dim, vocab_size=vocab_size, rngs=rngs,
+        # The counter reads the stored region features whole, whatever part the vision encoder embeds.
+        self.counter = region_counter(cfg, feature_dim=self.vision.input_dim, vocab_size=vocab_size, rngs=rngs,
                                       dtype=dtype)
         num_joint = int(cfg.get("joint_layers", 0) or 0)
         if num_joint < 0:
