@@ -59,7 +59,7 @@ sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from openvivqa_jax import paths  # noqa: E402
 from openvivqa_jax.cli import run_script  # noqa: E402
 from openvivqa_jax.config_files import load_config  # noqa: E402
-from openvivqa_jax.data.proposals import padded_proposals  # noqa: E402
+from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM, padded_proposals  # noqa: E402
 from openvivqa_jax.errors import UsageError  # noqa: E402
 from second_world_questions import COLOUR_VI  # noqa: E402
 from second_world_scene import COLOURS  # noqa: E402
@@ -68,8 +68,9 @@ __all__ = ["load_split", "colour_existence", "hand_rule", "region_mask", "train_
 
 PATH_FLAGS = {"--world": paths.INPUT_DIR}
 #: The proposal features of ``--objects``: mean and standard deviation of the colour, area and shape (the first
-#: 6 + 1 + 16 of :mod:`openvivqa_jax.data.proposals`' features), to which the box is added.
-OBJECT_FEATURES = 23
+#: 6 + 1 + 16 of :mod:`openvivqa_jax.data.proposals`' features, the ones ``model.vision.proposal_features =
+#: "objects"`` embeds), to which the box is added.
+OBJECT_FEATURES = OBJECT_FEATURE_DIM
 _EN = re.compile(r"is there an? (\w+) shape \?")
 _VI = re.compile(r"có hình màu (.+) nào không \?")
 _VI_COLOUR = {v: k for k, v in COLOUR_VI.items()}
