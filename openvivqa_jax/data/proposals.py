@@ -32,7 +32,8 @@ from skimage.segmentation import felzenszwalb
 
 from openvivqa_jax.data import images
 
-__all__ = ["POOL", "PROPOSAL_FEATURE_DIM", "OBJECT_FEATURE_DIM", "BOX_PIXELS_DIM", "region_proposals", "padded_proposals", "box_pixels"]
+__all__ = ["POOL", "PROPOSAL_FEATURE_DIM", "OBJECT_FEATURE_DIM", "BOX_PIXELS_DIM", "region_proposals",
+           "padded_proposals", "box_pixels"]
 
 #: Side of the grids the box, context and shape are pooled on.
 POOL = 4
