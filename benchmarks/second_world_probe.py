@@ -5,7 +5,7 @@ Usage::
     python benchmarks/second_world.py --out ~/second_world --seed 1 --train_images 4000 --dev_images 300
     python benchmarks/second_world_probe.py --world ~/second_world [--train_images 800] [--steps 8000] \\
         [--scorer film|words|transformer] [--objects] [--kinds exist,count] [--language en] \\
-        [--weight_decay 0.1] [--learning_rate 1e-3] [--max_regions 16] [--min_area 0.03]
+        [--weight_decay 0.1] [--learning_rate 1e-3] [--max_regions 16] [--min_area 0.03] [--feature_noise 0.5]
 
 Reads a folder written by ``benchmarks/second_world.py`` and computes, for every picture of its ``train`` and
 ``dev`` splits, the region proposals the folder config computes
@@ -31,6 +31,8 @@ count and segmentation settings). Then:
   its training loss: a loss near 0 with dev at the majority answer is memorization. ``--max_regions K`` and
   ``--min_area A`` leave out distractor regions: only the ``K`` largest proposals of a picture (0: all), and only
   those with ``sqrt(area) >= A`` (the area as a fraction of the picture; 0: all) are scored, on both splits.
+  ``--feature_noise S`` adds Gaussian noise of ``S`` standard deviations to the training batches' region
+  features (dev is scored without it).
 
 Prints one JSON object: ``hand_rule`` (``{split: [correct, questions]}``), ``majority`` (per kind, the dev exact
 match of the most frequent answer of the kind in the question's language among the ``--train_images``
@@ -39,7 +41,7 @@ pictures' questions), ``probe`` (a list of
 questions on 2 cores.
 
 Errors (exit 2, one ``error:`` line): ``--world`` has no ``train.csv`` or ``dev.csv``; a negative
-``--max_regions`` or ``--min_area``.
+``--max_regions``, ``--min_area`` or ``--feature_noise``.
 """
 
 from __future__ import annotations

@@ -255,17 +255,19 @@ def test_probe_transformer_on_objects_reads_no_pixels_of_box_or_context(probe_sp
     assert all(set(r["kinds"]) == asked and 0 <= r["dev"] <= 100 for r in first)
 
 
-def test_probe_weight_decay_changes_the_training_and_zero_is_the_default(probe_splits):
-    """``--weight_decay``: AdamW's decoupled decay is applied (a strong decay changes the training losses of the
-    same seed), and an explicit 0 repeats the default run exactly."""
+@pytest.mark.parametrize("option, strong", [("weight_decay", 100.0), ("feature_noise", 1.0)])
+def test_probe_optimizer_and_noise_options_change_the_training_and_zero_is_the_default(probe_splits, option, strong):
+    """``--weight_decay`` (AdamW's decoupled decay) and ``--feature_noise`` (noise on the training batches' regions)
+    are applied: a strong value changes the training losses of the same seed; an explicit 0 repeats the default
+    run exactly (for the noise: its own generator leaves the batches drawn unchanged)."""
     import second_world_probe
 
     train, dev = probe_splits
     run = dict(train_images=10 ** 6, steps=8, seed=0, scorer="transformer", objects=True)
     plain = second_world_probe.train_probe(train, dev, **run)
-    assert second_world_probe.train_probe(train, dev, weight_decay=0.0, **run) == plain
-    decayed = second_world_probe.train_probe(train, dev, weight_decay=100.0, **run)
-    assert [r["train_loss"] for r in decayed] != [r["train_loss"] for r in plain]
+    assert second_world_probe.train_probe(train, dev, **{option: 0.0}, **run) == plain
+    changed = second_world_probe.train_probe(train, dev, **{option: strong}, **run)
+    assert [r["train_loss"] for r in changed] != [r["train_loss"] for r in plain]
 
 
 @pytest.mark.parametrize("flags", [dict(max_regions=3), dict(min_area=0.1)])
@@ -297,8 +299,9 @@ def test_probe_region_filters_leave_the_other_regions_unread(probe_splits, flags
         second_world_probe.train_probe(train, dev, **no_filter)
 
 
-def test_probe_rejects_negative_region_filters(world, capsys):
-    """A negative ``--max_regions``, ``--min_area`` or ``--feature_noise`` stops with one ``error:`` line naming the flag."""
+def test_probe_rejects_negative_filters_and_noise(world):
+    """A negative ``--max_regions``, ``--min_area`` or ``--feature_noise`` stops with one ``error:`` line naming
+    the flag."""
     import second_world_probe
 
     from openvivqa_jax.errors import UsageError
@@ -307,15 +310,3 @@ def test_probe_rejects_negative_region_filters(world, capsys):
         with pytest.raises(UsageError, match=flag):
             second_world_probe.main(["--world", str(world), "--steps", "1", flag, "-1"])
 
-
-def test_probe_feature_noise_changes_the_training_and_zero_is_the_default(probe_splits):
-    """``--feature_noise``: the noise reaches the training batches (the same seed's training losses change) and
-    an explicit 0 repeats the default run exactly, its batches unchanged by the noise's own generator."""
-    import second_world_probe
-
-    train, dev = probe_splits
-    run = dict(train_images=10 ** 6, steps=8, seed=0, scorer="transformer", objects=True)
-    plain = second_world_probe.train_probe(train, dev, **run)
-    assert second_world_probe.train_probe(train, dev, feature_noise=0.0, **run) == plain
-    noisy = second_world_probe.train_probe(train, dev, feature_noise=1.0, **run)
-    assert [r["train_loss"] for r in noisy] != [r["train_loss"] for r in plain]
