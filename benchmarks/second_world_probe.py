@@ -4,8 +4,9 @@ Usage::
 
     python benchmarks/second_world.py --out ~/second_world --seed 1 --train_images 4000 --dev_images 300
     python benchmarks/second_world_probe.py --world ~/second_world [--train_images 800] [--steps 8000] \\
-        [--scorer film|words|transformer] [--objects] [--kinds exist,count] [--language en] \\
-        [--weight_decay 0.1] [--learning_rate 1e-3] [--max_regions 16] [--min_area 0.03] [--feature_noise 0.5]
+        [--scorer film|words|transformer|exists] [--objects] [--kinds exist,count] [--language en] \\
+        [--weight_decay 0.1] [--learning_rate 1e-3] [--max_regions 16] [--min_area 0.03] [--feature_noise 0.5] \\
+        [--scorer exists --polarity rules|learned --kinds exist,verify_colour,verify_shape,verify_size]
 
 Reads a folder written by ``benchmarks/second_world.py`` and computes, for every picture of its ``train`` and
 ``dev`` splits, the region proposals the folder config computes
@@ -23,7 +24,11 @@ count and segmentation settings). Then:
   ``--scorer words``: each question word its own linear detector over a shared 2-layer region embedding, a
   region's score the product of the detectors of the words a learned gate keeps (a soft AND), 4 channels;
   ``--scorer transformer``: no pooling, the question's words and the regions in one sequence behind a
-  classification token, two self-attention blocks of width 96 (:func:`_transformer`). ``--objects``: each
+  classification token, two self-attention blocks of width 96 (:func:`_transformer`); ``--scorer exists``, for
+  the yes/no kinds: each word its own detector of a shared region embedding, the question's existence the
+  noisy-OR of its regions' scores, added to the affirming answers' logits and taken from the denying ones'
+  with the question's polarity, from the negation rules of :mod:`openvivqa_jax.text.polarity` (``--polarity
+  rules``, the default) or learned from the words (``--polarity learned``) (:func:`_exists`). ``--objects``: each
   region's colour, area, shape and box only (27 values), without the pixels of its box and context. Adam
   at a constant ``--learning_rate`` (1e-3; ``--weight_decay``: AdamW's decoupled decay), batch 64, on the first
   ``--train_images`` training pictures' questions of every kind but ``verify_text`` (which needs the OCR
@@ -63,6 +68,8 @@ from openvivqa_jax.cli import run_script  # noqa: E402
 from openvivqa_jax.config_files import load_config  # noqa: E402
 from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM, padded_proposals  # noqa: E402
 from openvivqa_jax.errors import UsageError  # noqa: E402
+from openvivqa_jax.text.polarity import answer_polarity  # noqa: E402
+from openvivqa_jax.text.polarity import polarity as polarity_of  # noqa: E402
 from second_world_questions import COLOUR_VI  # noqa: E402
 from second_world_scene import COLOURS  # noqa: E402
 
@@ -133,18 +140,24 @@ def _arrays(split: dict, keep: np.ndarray, words: dict, answers: dict, max_words
         ids = [words.get(w, 0) for w in r["question"].split()][:max_words]
         q[i, :len(ids)] = ids
     return {"image": split["image"][keep], "question": q, "answer": np.array([answers[r["answer"]] for r in rows]),
-            "kind": np.array([r["kind"] for r in rows])}
+            "kind": np.array([r["kind"] for r in rows]),
+            "sign": np.array([polarity_of(r["question"], r.get("language") or None) for r in rows], np.float32)}
 
 
-def _scorer(scorer: str, f: int, v: int, a: int, seed: int):
+def _scorer(scorer: str, f: int, v: int, a: int, seed: int, affirms: np.ndarray | None = None,
+            polarity: str = "rules"):
     """``(params, forward)`` of a region scorer (module doc) over ``f`` region features, ``v`` question words and
-    ``a`` answers; ``forward(params, regions (batch, R, f), mask (batch, R), question (batch, words) int) ->
-    (batch, a)`` answer logits."""
+    ``a`` answers; ``forward(params, regions (batch, R, f), mask (batch, R), question (batch, words) int,
+    sign (batch,) float) -> (batch, a)`` answer logits. ``sign`` is each question's polarity (+1, or -1 when
+    negated), read by the ``exists`` scorer with ``polarity = "rules"`` only; ``affirms`` ``(a,)`` is each
+    answer's polarity (+1 affirming, -1 denying, 0 other), read by ``exists`` only."""
     import jax
     import jax.numpy as jnp
 
     if scorer == "transformer":
         return _transformer(f, v, a, seed)
+    if scorer == "exists":
+        return _exists(f, v, a, seed, affirms, polarity)
     h, k = 128, 16 if scorer == "film" else 4
     keys = iter(jax.random.split(jax.random.PRNGKey(seed), 8))
 
@@ -172,7 +185,7 @@ def _scorer(scorer: str, f: int, v: int, a: int, seed: int):
         gate = jax.nn.sigmoid(p["gate"][q]) * qm
         return jnp.exp(jnp.einsum("blk,blrk->brk", gate, jax.nn.log_sigmoid(det)))
 
-    def forward(p, x, m, q):
+    def forward(p, x, m, q, sign=None):
         qm = (q > 0)[..., None].astype(jnp.float32)
         bag = (p["emb"][q] * qm).sum(1) / jnp.maximum(qm.sum(1), 1.0)
         s = region_scores(p, x, qm, q) * m[..., None]
@@ -214,7 +227,45 @@ def _transformer(f: int, v: int, a: int, seed: int, d: int = 96, layers: int = 2
 
     model = Model()
     params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, 2, f)), jnp.ones((1, 2)), jnp.ones((1, 24), jnp.int32))
-    return params, model.apply
+    return params, lambda p, x, m, q, sign=None: model.apply(p, x, m, q)
+
+
+def _exists(f: int, v: int, a: int, seed: int, affirms: np.ndarray, polarity: str, h: int = 32):
+    """``(params, forward)`` of the ``exists`` scorer, for yes/no questions: a region's score is a detector,
+    the mean of the question's words' own detector vectors (and biases), applied to a shared one-layer ReLU
+    embedding of the region's features (width ``h``); the question's existence probability is the noisy-OR of
+    its regions' scores, ``ex = 1 - prod_r (1 - s_r)``. Its logit, times the question's polarity, is added to the
+    affirming answers' logits and subtracted from the denying ones' (half each), beside a per-question prior over
+    the answers (the mean of its words' answer biases: which pair of answer words the template takes). The
+    polarity is the ``sign`` argument (:mod:`openvivqa_jax.text.polarity`'s rules) when ``polarity = "rules"``,
+    else learned: the mean of the question's words' learned weights (0 at the start). ``forward`` as
+    :func:`_scorer`'s."""
+    import jax
+    import jax.numpy as jnp
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), 2)
+    params = {"w1": jax.random.normal(keys[0], (f, h)) / np.sqrt(f), "b1": jnp.zeros(h),
+              "det": jnp.zeros((v, h)), "det_b": jnp.zeros(v), "sign": jnp.zeros(v), "prior": jnp.zeros((v, a)),
+              "c": jnp.zeros(a)}
+    affirms = jnp.asarray(affirms, jnp.float32)
+
+    def forward(p, x, m, q, sign=None):
+        qm = (q > 0).astype(jnp.float32)
+        mean = qm / jnp.maximum(qm.sum(1, keepdims=True), 1.0)  # (batch, words)
+        det = jnp.einsum("bl,blh->bh", mean, p["det"][q])
+        # Starts at -3: a region matches nothing until its detector is learned, so that a picture's many
+        # regions do not all vote for existence.
+        bias = jnp.einsum("bl,bl->b", mean, p["det_b"][q]) - 3.0
+        hid = jax.nn.relu(x @ p["w1"] + p["b1"])
+        s = jax.nn.sigmoid(jnp.einsum("brh,bh->br", hid, det) + bias[:, None]) * m
+        log_none = jnp.sum(jnp.log1p(-jnp.clip(s, 0.0, 1.0 - 1e-6)), 1)  # log prod (1 - s_r)
+        ex = jnp.clip(1.0 - jnp.exp(log_none), 1e-6, 1.0 - 1e-6)
+        logit = jnp.log(ex) - jnp.log1p(-ex)
+        sgn = sign if polarity == "rules" else jnp.einsum("bl,bl->b", mean, p["sign"][q])
+        prior = jnp.einsum("bl,bla->ba", mean, p["prior"][q]) + p["c"]
+        return prior + 0.5 * (sgn * logit)[:, None] * affirms[None]
+
+    return params, forward
 
 
 def region_mask(split: dict, max_regions: int = 0, min_area: float = 0.0) -> np.ndarray:
@@ -233,12 +284,13 @@ def region_mask(split: dict, max_regions: int = 0, min_area: float = 0.0) -> np.
 def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: int, scorer: str = "film",
                 kinds: tuple[str, ...] = (), language: str = "", objects: bool = False,
                 weight_decay: float = 0.0, learning_rate: float = 1e-3, max_regions: int = 0,
-                min_area: float = 0.0, feature_noise: float = 0.0) -> list[dict]:
+                min_area: float = 0.0, feature_noise: float = 0.0, polarity: str = "rules") -> list[dict]:
     """Trains a region scorer (module doc) on the questions of ``kinds`` (all but ``verify_text`` when empty) in
     ``language`` (both when empty), with Adam at a constant ``learning_rate`` (AdamW when ``weight_decay`` > 0),
     over each picture's ``max_regions`` largest proposals (0: all) of ``sqrt(area) >= min_area``, with Gaussian
     noise of standard deviation ``feature_noise`` (in units of each feature's training standard deviation) added
-    to the training batches' region features (0: none; dev is scored without it), and returns
+    to the training batches' region features (0: none; dev is scored without it), with the ``exists`` scorer's
+    question polarity from the negation rules (``polarity = "rules"``) or learned (``"learned"``), and returns
     its dev exact match on the same kinds and language at each quarter of ``steps``:
     ``[{step, train_loss, dev, kinds: {kind: exact match}}]`` (percentages)."""
     import jax
@@ -266,19 +318,20 @@ def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: 
     mu = np.where(valid, xt, 0).sum((0, 1)) / mt.sum()
     sd = np.sqrt(np.where(valid, (xt - mu) ** 2, 0).sum((0, 1)) / mt.sum()) + 1e-3
     xt, xd = (xt - mu) / sd * mt[..., None], (xd - mu) / sd * md[..., None]
-    params, forward = _scorer(scorer, xt.shape[-1], len(words) + 1, len(answers), seed)
+    affirms = np.array([answer_polarity(x) for x in answers], np.float32)
+    params, forward = _scorer(scorer, xt.shape[-1], len(words) + 1, len(answers), seed, affirms, polarity)
     # weight_decay 0 is plain Adam. AdamW's decoupled decay is offered because it is the usual remedy for a
     # plateau where a model memorizes its training pictures before it generalizes.
     opt = optax.adamw(learning_rate, weight_decay=weight_decay)
 
     @jax.jit
-    def step(p, st, x, m, q, y):
+    def step(p, st, x, m, q, sg, y):
         loss, g = jax.value_and_grad(
-            lambda p: optax.softmax_cross_entropy_with_integer_labels(forward(p, x, m, q), y).mean())(p)
+            lambda p: optax.softmax_cross_entropy_with_integer_labels(forward(p, x, m, q, sg), y).mean())(p)
         u, st = opt.update(g, st, p)
         return optax.apply_updates(p, u), st, loss
 
-    predict = jax.jit(lambda p, x, m, q: forward(p, x, m, q).argmax(-1))
+    predict = jax.jit(lambda p, x, m, q, sg: forward(p, x, m, q, sg).argmax(-1))
     st, rng, out = opt.init(params), np.random.default_rng(seed), []
     # Its own generator, so that the batches drawn are the same with and without the noise.
     noise_rng = np.random.default_rng([seed, 1])
@@ -288,9 +341,9 @@ def train_probe(train: dict, dev: dict, *, train_images: int, steps: int, seed: 
         x = xt[pic]
         if feature_noise > 0:
             x = x + feature_noise * noise_rng.standard_normal(x.shape, np.float32) * mt[pic][..., None]
-        params, st, loss = step(params, st, x, mt[pic], t["question"][idx], t["answer"][idx])
+        params, st, loss = step(params, st, x, mt[pic], t["question"][idx], t["sign"][idx], t["answer"][idx])
         if i % max(steps // 4, 1) == 0 or i == steps:
-            ok = np.asarray(predict(params, xd[d["image"]], md[d["image"]], d["question"])) == d["answer"]
+            ok = np.asarray(predict(params, xd[d["image"]], md[d["image"]], d["question"], d["sign"])) == d["answer"]
             out.append({"step": i, "train_loss": round(float(loss), 4), "dev": round(100 * ok.mean(), 1),
                         "kinds": {kd: round(100 * ok[d["kind"] == kd].mean(), 1) for kd in sorted(set(d["kind"]))}})
             print(json.dumps(out[-1]), file=sys.stderr, flush=True)
@@ -318,7 +371,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--world", required=True, help="a folder written by benchmarks/second_world.py")
     p.add_argument("--train_images", type=int, default=800, help="train the scorer on the first N pictures")
     p.add_argument("--steps", type=int, default=8000, help="region scorer steps (0: the hand rule only)")
-    p.add_argument("--scorer", choices=("film", "words", "transformer"), default="film")
+    p.add_argument("--scorer", choices=("film", "words", "transformer", "exists"), default="film")
+    p.add_argument("--polarity", choices=("rules", "learned"), default="rules",
+                   help="exists: each question's negation from openvivqa_jax.text.polarity's rules, or learned")
     p.add_argument("--objects", action="store_true", help="the regions' colour, area, shape and box only")
     p.add_argument("--kinds", default="", help="comma-separated kinds to train and score (default: all but "
                                                  "verify_text)")
@@ -357,9 +412,9 @@ def main(argv: list[str] | None = None) -> dict:
                                       language=a.language, objects=a.objects,
                                       weight_decay=a.weight_decay, learning_rate=a.learning_rate,
                                       max_regions=a.max_regions, min_area=a.min_area,
-                                      feature_noise=a.feature_noise)
-        result.update(weight_decay=a.weight_decay, learning_rate=a.learning_rate, max_regions=a.max_regions,
-                      min_area=a.min_area, feature_noise=a.feature_noise)
+                                      feature_noise=a.feature_noise, polarity=a.polarity)
+        result.update(polarity=a.polarity, weight_decay=a.weight_decay, learning_rate=a.learning_rate,
+                      max_regions=a.max_regions, min_area=a.min_area, feature_noise=a.feature_noise)
     print(json.dumps(result))
     return result
 
