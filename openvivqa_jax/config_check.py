@@ -81,6 +81,10 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.counter.max_count", *_at_least(1)),
     ("model.counter.batch_size", *_at_least(1)),
     ("model.counter.learning_rate", *_POSITIVE_NUMBER),
+    ("model.verifier.enabled", (lambda v: isinstance(v, bool)), "True or False"),
+    ("model.verifier.hidden_dim", *_at_least(1)),
+    ("model.verifier.learning_rate", *_POSITIVE_NUMBER),
+    ("model.verifier.proposal_features", (lambda v: v in ("all", "objects")), "'all' or 'objects'"),
     ("model.word_region_loss.temperature", *_POSITIVE_NUMBER),
     ("model.word_region_loss.sharpness", *_POSITIVE_NUMBER),
     ("model.word_region_loss.max_words", (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
@@ -222,6 +226,11 @@ def check_config(cfg) -> None:
         raise ConfigError(f"config value model.counter.weight={cw} counts regions, and model.vision.kind={kind!r} has "
                           "none (set --config.model.vision.kind=proposals, which makes them from the pixels, or the "
                           "weight to 0)")
+    if _get(cfg, "model.verifier.enabled") is True and (name not in ("mlpag", _MISSING)
+                                                        or kind not in ("proposals", "region", _MISSING)):
+        raise ConfigError(f"config value model.verifier.enabled=True scores the regions of MLPAG's image, and the "
+                          f"config has model.name={name!r}, model.vision.kind={kind!r} (use mlpag with "
+                          "--config.model.vision.kind=proposals, or --config.model.verifier.enabled=False)")
     size = _get(cfg, "data.image_size")
     if size is not _MISSING and size is not None:
         if not (isinstance(size, (tuple, list)) and len(size) == 2 and all(_int(v) and v >= 8 for v in size)):

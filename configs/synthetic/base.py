@@ -25,6 +25,7 @@ def get_config() -> ml_collections.ConfigDict:
     _data(c)
     c.tokenizer = common.bpe_tokenizer(1000)
     _model(c)
+    _region_modules(c)
     _vision(c)
     _train(c)
     _eval(c)
@@ -127,12 +128,6 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # the training metric word_region_words_cut, with a WARNING line when it is not 0).
     c.model.word_region_loss = ml_collections.ConfigDict(dict(weight=0.0, temperature=0.1, sharpness=1.0,
                                                               max_words=0))
-    # MLPAG with region vision (proposals or region): a small region counter whose count is one more memory
-    # token (models/counting.py), trained by its own count loss (weight; 0: off) on a stream of batch_size of the
-    # training split's counting questions per step, with Adam at a constant learning_rate of its own; max_count
-    # is the largest count bin of its token, hidden_dim the width of its scoring MLP.
-    c.model.counter = ml_collections.ConfigDict(dict(weight=0.0, hidden_dim=128, max_count=10, batch_size=64,
-                                                     learning_rate=3e-3))
     c.model.dtype = "float32"
     # Recompute transformer blocks' activations in the backward pass instead of keeping them (jax.checkpoint):
     # less training memory for one more forward pass of each block. Used by M4C.
@@ -143,6 +138,23 @@ def _model(c: ml_collections.ConfigDict) -> None:
     # jax.nn.dot_product_attention implementation of every attention layer: 'xla' (any backend/dtype) or
     # 'cudnn' (cuDNN's fused kernel; CUDA GPU with model.dtype bfloat16 only).
     c.model.attention_impl = "xla"
+
+
+def _region_modules(c: ml_collections.ConfigDict) -> None:
+    """MLPAG's small modules over the image regions, off by default."""
+    # MLPAG with region vision (proposals or region): a small region counter whose count is one more memory
+    # token (models/counting.py), trained by its own count loss (weight; 0: off) on a stream of batch_size of the
+    # training split's counting questions per step, with Adam at a constant learning_rate of its own; max_count
+    # is the largest count bin of its token, hidden_dim the width of its scoring MLP.
+    c.model.counter = ml_collections.ConfigDict(dict(weight=0.0, hidden_dim=128, max_count=10, batch_size=64,
+                                                     learning_rate=3e-3))
+    # MLPAG with region vision: a region verifier (models/verifying.py; enabled: on) that adds to the first answer
+    # piece's logits whether what a yes/no question names is in the picture, flipped by the question's negation
+    # from rules (text/polarity.py); hidden_dim its region embedding's width, learning_rate its own Adam's;
+    # proposal_features 'objects' (a proposal's own colour, area and shape) or 'all' (with its box's and context's
+    # pixels) with vision kind proposals.
+    c.model.verifier = ml_collections.ConfigDict(dict(enabled=False, hidden_dim=32, learning_rate=1e-2,
+                                                      proposal_features="objects"))
 
 
 def _vision(c: ml_collections.ConfigDict) -> None:

@@ -290,7 +290,7 @@ class ModelReady:
             out["region_features"] = a["region_features"][img]
             out["region_boxes"] = a["region_boxes"][img]
             out["region_mask"] = a["region_mask"][img]
-        for k in (*QUESTION_FIELDS, "question_bert", "question_bert_mask", "count_target"):
+        for k in (*QUESTION_FIELDS, "question_bert", "question_bert_mask", "count_target", "question_polarity"):
             if k in a:
                 out[k] = a[k][qidx]
         for k in (*OCR_FIELDS, "ocr_fasttext", "ocr_pixels"):

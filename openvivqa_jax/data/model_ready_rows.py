@@ -32,14 +32,16 @@ REGION_FIELDS = ("region_features", "region_boxes", "region_mask")
 def pretrained_fields(pre: Preprocessor) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The optional fields ``pre``'s batches carry: ``(OCR-set fields, question fields)``: ``ocr_fasttext``
     (the OCR tokens' fastText vectors), ``ocr_pixels`` (the pixels under their boxes) and
-    ``question_bert``/``question_bert_mask`` (the pretrained text encoder's ids) and ``count_target`` (the
-    glimpses' count loss) when the config uses them."""
+    ``question_bert``/``question_bert_mask`` (the pretrained text encoder's ids), ``count_target`` (the
+    glimpses' count loss) and ``question_polarity`` (the region verifier's) when the config uses them."""
     ocr = ("ocr_fasttext",) if getattr(pre, "_ocr_fasttext", None) is not None else ()
     if getattr(pre, "ocr_pixels", False):
         ocr += ("ocr_pixels",)
     question = ("question_bert", "question_bert_mask") if getattr(pre, "_question_bert", None) is not None else ()
     if getattr(pre, "count_targets", False):
         question += ("count_target",)
+    if getattr(pre, "question_polarity", False):
+        question += ("question_polarity",)
     return ocr, question
 
 

@@ -68,9 +68,11 @@ from openvivqa_jax.data.records import (DatasetError, Record, SkipCounter, as_st
                                         kind_weighted_indices, load_source, read_dictionary_file, read_records)
 from openvivqa_jax.models.counting import counter_weight
 from openvivqa_jax.models.pretrained import FASTTEXT_HINT, fasttext_path
+from openvivqa_jax.models.verifying import POLARITY_FIELD, verifier_enabled
 from openvivqa_jax.text.answer_vocab import AnswerVocab
 from openvivqa_jax.text.checkpoint_tokenizer import question_tokenizer
 from openvivqa_jax.text.counts import answer_count
+from openvivqa_jax.text.polarity import polarity
 from openvivqa_jax.text.tokenizer import Tokenizer
 from openvivqa_jax.text.word_vectors import WordVectorsError, open_word_vectors
 
@@ -200,6 +202,8 @@ class Preprocessor:
         glimpses = m.get("visual_glimpses") or {}
         self.count_targets = bool((float(glimpses.get("count_loss", 0.0) or 0.0) > 0
                                    and int(glimpses.get("num", 0) or 0) > 0) or counter_weight(m) > 0)
+        #: Each question's polarity from the negation rules, for the region verifier (``question_polarity``).
+        self.question_polarity = verifier_enabled(m)
         self._global_words = None
         path = cfg.data.get("global_dictionary_file")
         if self.decode_dictionary == "global" and path:
@@ -297,7 +301,8 @@ class Preprocessor:
     def _question_extras(self, rec: Record, out: dict) -> None:
         """Adds the optional question fields to ``out``: the pretrained text encoder's own ids
         (``question_bert``, ``question_bert_mask``; models/bert.py) and ``count_target`` (the glimpses' count
-        loss: the count the first reference answer gives, 0 for none)."""
+        loss: the count the first reference answer gives, 0 for none) and ``question_polarity`` (the region
+        verifier's: +1, or -1 for a question negated by :func:`openvivqa_jax.text.polarity.polarity`)."""
         if self._question_bert is not None:
             out["question_bert"], out["question_bert_mask"], cut = self._question_bert.encode_padded(rec.question,
                                                                                                      self.q_len)
@@ -305,6 +310,8 @@ class Preprocessor:
                 self.counter.add("question_bert_truncated")
         if self.count_targets:
             out["count_target"] = np.int32((rec.answers and answer_count(rec.question, rec.answers[0])) or 0)
+        if self.question_polarity:
+            out[POLARITY_FIELD] = np.float32(polarity(rec.question))
 
     def features(self, rec: Record, answer: str | None, for_decoding: bool = False) -> dict:
         """Fixed-shape features of one record; ``answer`` (normalized) gives the targets; with

@@ -111,9 +111,13 @@ class MemoryDecoderGenerator(GeneratorModel):
     beam_shared_keys = ("cross_kv", "memory_mask")
 
     def decode_train(self, enc, decoder_in, *, deterministic=True, rngs=None):
-        """Teacher-forced logits ``(batch, ans_len, V + N)`` float32 (eq. 7 / eq. 8)."""
-        return self.decoder(decoder_in, enc["memory"], enc["memory_mask"], enc["ocr_feats"], enc["ocr_mask"],
-                            deterministic=deterministic, rngs=rngs, input_bias=enc.get("decoder_bias"))
+        """Teacher-forced logits ``(batch, ans_len, V + N)`` float32 (eq. 7 / eq. 8), the encoder's
+        ``first_logit_bias`` ``(batch, V)`` (MLPAG's verifier) added to the first position's when it gives one."""
+        logits = self.decoder(decoder_in, enc["memory"], enc["memory_mask"], enc["ocr_feats"], enc["ocr_mask"],
+                              deterministic=deterministic, rngs=rngs, input_bias=enc.get("decoder_bias"))
+        if enc.get("first_logit_bias") is not None:
+            logits = logits.at[:, 0].add(_pad_to(enc["first_logit_bias"], logits.shape[-1]))
+        return logits
 
     def prepare_decode(self, enc):
         """Per-example decoding constants, computed once: cross-attention K/V of the memory (head-major),
@@ -125,6 +129,8 @@ class MemoryDecoderGenerator(GeneratorModel):
                "ocr_feats": None if ocr else enc["ocr_feats"], "ocr_mask": enc["ocr_mask"], **ocr}
         if enc.get("decoder_bias") is not None:  # MLPAG's question_to_decoder: added to every step's input
             dec["decoder_bias"] = enc["decoder_bias"]
+        if enc.get("first_logit_bias") is not None:  # MLPAG's verifier: added to the first step's logits
+            dec["first_logit_bias"] = enc["first_logit_bias"]
         return dec
 
     def init_cache(self, batch_size: int, max_len: int):
@@ -132,10 +138,15 @@ class MemoryDecoderGenerator(GeneratorModel):
         return self.decoder.init_cache(batch_size, max_len)
 
     def decode_step(self, dec, ids_t, t, cache):
-        """One cached step: ``(logits (batch, V + N), cache)``."""
-        return self.decoder.step(ids_t, t, cache, dec["cross_kv"], dec["memory_mask"], dec["ocr_feats"],
-                                 dec["ocr_mask"], ocr_proj=dec.get("ocr_proj"), ocr_keys=dec.get("ocr_keys"),
-                                 input_bias=dec.get("decoder_bias"))
+        """One cached step: ``(logits (batch, V + N), cache)``; at step 0 with ``first_logit_bias`` added (as
+        :meth:`decode_train`)."""
+        logits, cache = self.decoder.step(ids_t, t, cache, dec["cross_kv"], dec["memory_mask"], dec["ocr_feats"],
+                                          dec["ocr_mask"], ocr_proj=dec.get("ocr_proj"),
+                                          ocr_keys=dec.get("ocr_keys"), input_bias=dec.get("decoder_bias"))
+        if dec.get("first_logit_bias") is not None:
+            bias = _pad_to(dec["first_logit_bias"], logits.shape[-1])
+            logits = logits + jnp.where(t == 0, 1.0, 0.0) * bias
+        return logits, cache
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int] | None:
         """``(0, num_vision)``: FST's memory is ``x_f`` over the grid (then optionally the question) and
@@ -164,6 +175,11 @@ class MemoryDecoderGenerator(GeneratorModel):
         _, weights = self.decoder(dec_in, enc["memory"], enc["memory_mask"], enc["ocr_feats"], enc["ocr_mask"],
                                   return_attention=True, input_bias=enc.get("decoder_bias"))
         return {"weights": jnp.mean(jnp.stack(weights, 1), axis=(1, 2)), "boxes": vis["boxes"], "mask": vis["mask"]}
+
+
+def _pad_to(bias: jax.Array, width: int) -> jax.Array:
+    """``(batch, V)`` -> ``(batch, width)``, zeros for the OCR slots past ``V``."""
+    return jnp.pad(bias.astype(jnp.float32), ((0, 0), (0, width - bias.shape[-1])))
 
 
 def extended_targets(target_vocab: jax.Array, target_ocr: jax.Array, vocab_size: int) -> jax.Array:

@@ -53,6 +53,9 @@ Components (Figure 10):
   (:func:`question_summary`), to every input of the answer decoder, so what is asked reaches each step
   directly: after copying a shop's name, the next word ("bán" for what it sells, "nằm" for its side) depends on
   the question's last words only.
+* Option: ``verifier`` (``enabled``, region vision) adds to the first answer piece's logits the existence of
+  what a yes/no question names, flipped by the question's negation from rules
+  (:mod:`openvivqa_jax.models.verifying`): affirming pieces up, denying ones down, or the reverse.
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -66,6 +69,7 @@ from flax import nnx
 
 from openvivqa_jax.models.base import MemoryDecoderGenerator
 from openvivqa_jax.models.counting import counter_weight, region_counter
+from openvivqa_jax.models.verifying import POLARITY_FIELD, region_verifier
 from openvivqa_jax.models.decoder import answer_decoder
 from openvivqa_jax.models.embeddings import (OcrEmbedding, QuestionEmbedding, longest_run_match, question_match,
                                              question_word_dim, vision_encoder)
@@ -208,7 +212,8 @@ class MLPAG(MemoryDecoderGenerator):
         tokens the question names; False by default), both made after every other module, and
         named_region_token (one more memory token, the image under the named text; False by default), made
         after those, and question_to_decoder (the question's mean token, projected, added to every answer
-        decoder input; False by default), made last; named_match (``"any"``, the default, or
+        decoder input; False by default), then verifier (the first answer piece's yes/no bias; off by default),
+        made last; named_match (``"any"``, the default, or
         ``"longest_run"``: which OCR tokens the two named tokens are made from, module doc; no parameters).
       vocab_size: ``V``.
       rngs: parameter RNGs.
@@ -289,6 +294,8 @@ class MLPAG(MemoryDecoderGenerator):
         self.question_to_decoder = bool(cfg.get("question_to_decoder", False))
         if self.question_to_decoder:  # made last, as the options above
             self.question_summary = dense(d, d, rngs, dtype)
+        # Made last, as the options above; it reads the stored region features whole, as the counter does.
+        self.verifier = region_verifier(cfg, feature_dim=self.vision.input_dim, vocab_size=vocab_size, rngs=rngs)
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
         """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
@@ -340,6 +347,10 @@ class MLPAG(MemoryDecoderGenerator):
         out = {"memory": memory, "memory_mask": mem_mask, "ocr_feats": x_s, "ocr_mask": s_mask}
         if decoder_bias is not None:
             out["decoder_bias"] = decoder_bias
+        if self.verifier is not None:
+            out["first_logit_bias"] = self.verifier(batch["region_features"], batch["region_boxes"],
+                                                    batch["region_mask"], batch["question"], q_mask,
+                                                    batch[POLARITY_FIELD])
         return out
 
     def _with_named_tokens(self, batch, vis, x_s, s_mask, memory, mem_mask):

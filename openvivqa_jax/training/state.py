@@ -16,6 +16,7 @@ from absl import logging
 from flax import struct
 
 from openvivqa_jax.models.counting import counter_weight
+from openvivqa_jax.models.verifying import verifier_enabled
 from openvivqa_jax.training.sharding import path_str
 
 __all__ = ["TrainState", "make_schedule", "make_optimizer", "frozen_param_regex", "freeze_params"]
@@ -112,6 +113,8 @@ def frozen_param_regex(cfg) -> str | None:
         pats.append(r"(.*/)?text_bert/.*")
     if counter_weight(cfg.model) > 0:
         pats.append(COUNTER_STATS)
+    if verifier_enabled(cfg.model):
+        pats.append(VERIFIER_STATS)
     return "|".join(f"(?:{p})" for p in pats) or None
 
 
@@ -120,24 +123,36 @@ def frozen_param_regex(cfg) -> str | None:
 #: are read by the decoder and trained by the answer loss, so they follow the model's own optimizer.
 COUNTER_PARAMS = r"(.*/)?counter/(w1|w2|score|q_add|q_mul)(/.*)?"
 COUNTER_STATS = r"(.*/)?counter/input_(mean|std)(/.*)?"
+#: Parameter paths of the region verifier's region embedding, detectors and gate
+#: (:mod:`openvivqa_jax.models.verifying`), and of what the training loop sets once: its input statistics and
+#: the answer pieces' polarity.
+VERIFIER_PARAMS = r"(.*/)?verifier/(w1|detector|detector_bias|gate)(/.*)?"
+VERIFIER_STATS = r"(.*/)?verifier/(input_mean|input_std|answer_polarity)(/.*)?"
 
 
 def counter_optimizer(tx: optax.GradientTransformation, params, cfg) -> optax.GradientTransformation:
     """``tx`` for every parameter but the region counter's scoring MLP and question embeddings
     (:data:`COUNTER_PARAMS`), which get Adam at the constant ``model.counter.learning_rate`` (they are trained by
     the counter's own loss only, on many more counting questions than the model sees, and from the first step:
-    the model's warm-up and decay would hold them back). ``tx`` unchanged without a counter
-    (``model.counter.weight`` 0)."""
-    if not counter_weight(cfg.model) > 0:
+    the model's warm-up and decay would hold them back), and the region verifier's (:data:`VERIFIER_PARAMS`),
+    which get Adam at the constant ``model.verifier.learning_rate`` (default 1e-2) for the same reason. ``tx``
+    unchanged with neither (``model.counter.weight`` 0, ``model.verifier.enabled`` False)."""
+    own = {}
+    if counter_weight(cfg.model) > 0:
+        own["counter"] = (re.compile(COUNTER_PARAMS), float(cfg.model.counter.get("learning_rate", 3e-3)))
+    if verifier_enabled(cfg.model):
+        own["verifier"] = (re.compile(VERIFIER_PARAMS), float(cfg.model.verifier.get("learning_rate", 1e-2)))
+    if not own:
         return tx
-    pattern = re.compile(COUNTER_PARAMS)
+
+    def label(path) -> str:
+        name = path_str(path)
+        return next((k for k, (pattern, _) in own.items() if pattern.fullmatch(name)), "model")
 
     def labels(p):
-        return jax.tree_util.tree_map_with_path(
-            lambda path, _: "counter" if pattern.fullmatch(path_str(path)) else "model", p)
+        return jax.tree_util.tree_map_with_path(lambda path, _: label(path), p)
 
-    return optax.multi_transform({"model": tx, "counter": optax.adam(float(cfg.model.counter.get("learning_rate", 3e-3)))},
-                                 labels)
+    return optax.multi_transform({"model": tx, **{k: optax.adam(lr) for k, (_, lr) in own.items()}}, labels)
 
 
 def freeze_params(tx: optax.GradientTransformation, params, regex: str | None) -> optax.GradientTransformation:

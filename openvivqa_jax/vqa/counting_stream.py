@@ -11,7 +11,7 @@ states are checkpointed together, so a resumed run draws what the uninterrupted 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from absl import logging
@@ -21,7 +21,7 @@ from openvivqa_jax.data.pipeline import DatasetError
 from openvivqa_jax.models.counting import COUNTING_FIELDS
 from openvivqa_jax.text.counts import answer_count
 
-__all__ = ["WithCountingStream", "counting_indices", "input_statistics"]
+__all__ = ["WithCountingStream", "counting_indices", "input_statistics", "first_use_draw"]
 
 
 class WithCountingStream:
@@ -73,7 +73,8 @@ def counting_indices(records: Sequence, source_name: str) -> list[int]:
     return idx
 
 
-def input_statistics(batches: Callable[[], dict], num_batches: int) -> tuple[np.ndarray, np.ndarray, int]:
+def input_statistics(batches: Callable[[], dict], num_batches: int,
+                     owner: str = "model.counter: the counting questions'") -> tuple[np.ndarray, np.ndarray, int]:
     """Per-feature mean and standard deviation of the region counter's inputs (each valid region's features and
     box, :meth:`~openvivqa_jax.models.counting.RegionCounter.inputs`) over ``num_batches`` batches drawn by
     ``batches()`` in every process (each draws its own rows of the global batches; the sums are gathered, so
@@ -81,7 +82,8 @@ def input_statistics(batches: Callable[[], dict], num_batches: int) -> tuple[np.
     is at least 1e-3, so a feature constant in the sample does not divide by zero.
 
     Raises:
-      DatasetError: the batches hold no valid region. ValueError: ``num_batches`` < 1.
+      DatasetError: the batches hold no valid region (the message starts with ``owner``, whose pictures they
+        are). ValueError: ``num_batches`` < 1.
     """
     n, total, squares = 0, 0.0, 0.0
     if num_batches < 1:
@@ -96,7 +98,20 @@ def input_statistics(batches: Callable[[], dict], num_batches: int) -> tuple[np.
     sums = np.asarray(multihost_utils.process_allgather(local), np.float64).reshape(-1, 1 + 2 * f).sum(0)
     n = int(sums[0])
     if not n:
-        raise DatasetError("model.counter: the counting questions' pictures have no region to count")
+        raise DatasetError(f"{owner} pictures have no valid region")
     mean = sums[1:1 + f] / n
     var = np.maximum(sums[1 + f:] / n - mean ** 2, 0.0)
     return mean.astype(np.float32), np.maximum(np.sqrt(var), 1e-3).astype(np.float32), n
+
+
+def first_use_draw(make: Callable[[], Iterator[dict]]) -> Callable[[], dict]:
+    """A function returning the next batch of the iterator ``make()`` builds on its first call: a statistics
+    sample drawn from an iterator of its own, made only if it is used, leaves the training stream as it is."""
+    made: list[Iterator[dict]] = []
+
+    def draw() -> dict:
+        if not made:
+            made.append(make())
+        return next(made[0])
+
+    return draw

@@ -41,12 +41,13 @@ from openvivqa_jax.data import model_ready, pipeline
 from openvivqa_jax.evaluation import grouping
 from openvivqa_jax.models.base import pointer_bce_loss, pointer_softmax_loss
 from openvivqa_jax.models.counting import COUNTING_FIELDS, counter_weight
+from openvivqa_jax.models.verifying import verifier_enabled
 from openvivqa_jax.vqa import run_settings
 from openvivqa_jax.training import checkpoints, interrupts, sharding, tensorboard_writer
 from openvivqa_jax.training.run_log import (IntervalTimer, MeanAccumulator, format_duration, peak_device_memory_mib,
                                            process_cpu_minutes)
 from openvivqa_jax.training.state import TrainState, make_schedule
-from openvivqa_jax.vqa import counting_stream, decoding, evals, run_length
+from openvivqa_jax.vqa import counting_stream, decoding, evals, run_length, verifier_start
 from openvivqa_jax.vqa.config import parse_kind_weights
 from openvivqa_jax.vqa.experiment import Experiment, StateSpec, create_experiment
 
@@ -195,10 +196,10 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str) -> dict:
     # TensorBoard events with scalar values (not tensor summaries); process 0 only.
     writer = tensorboard_writer.create_writer(exp.workdir, just_logging=jax.process_index() > 0)
     latest, best = checkpoint_managers(exp.workdir, t)
-    it, train_pre, counting_batches = _train_inputs(exp)
+    it, train_pre, draws = _train_inputs(exp)
     state, start, best_score, bad_evals = _resume(exp, latest, state, it)
-    if counting_batches is not None and start == 0:
-        state = _set_counter_statistics(state, counting_batches)
+    if start == 0:  # a resumed run has them from its checkpoint
+        state = _set_statistics(state, draws, exp.inputs.tokenizer)
     # Written once the checkpoint (if any) is known to fit, so a resume with other model settings keeps the
     # run's own config.json.
     if jax.process_index() == 0:
@@ -296,12 +297,13 @@ def _train_subset(exp: Experiment, train_name: str) -> list[int] | None:
 
 
 def _train_inputs(exp: Experiment):
-    """``(iterator, train_pre, counting_batches)``: the training batches of this process (from the model-ready
+    """``(iterator, train_pre, draws)``: the training batches of this process (from the model-ready
     records when the workdir has them, else encoded per example), the preprocessor that encodes them, with
     counters of its own so that the truncation rates logged at the end are the training batches' (evaluation
-    encodes other splits), and, with ``model.counter`` and a split that has counting questions, a function
-    drawing batches of them for the counter's input statistics (else None); the counter's stream
-    (:mod:`openvivqa_jax.vqa.counting_stream`) is then part of the iterator."""
+    encodes other splits), and functions drawing batches for input statistics: ``draws["counter"]``, with
+    ``model.counter`` and a split that has counting questions, batches of them for the counter's (the counter's
+    stream, :mod:`openvivqa_jax.vqa.counting_stream`, is then part of the iterator), and
+    ``draws["verifier"]``, with ``model.verifier``, training batches for the region verifier's."""
     cfg = exp.cfg
     local_batch = cfg.train.batch_size // jax.process_count()
     train_src = exp.data.source(cfg.data.train_split)
@@ -317,12 +319,22 @@ def _train_inputs(exp: Experiment):
         it = pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=cfg.seed,
                                      source_name=train_name, num_threads=cfg.data.num_threads,
                                      prefetch=cfg.data.prefetch, indices=subset)
+    draws = {}
+    if verifier_enabled(cfg.model):  # a draw of its own for the statistics, as the counter's below
+        def plain(seed: int):
+            if ready is not None:
+                return model_ready.train_iterator(ready, batch_size=local_batch, seed=seed, source_name=train_name,
+                                                  num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch)
+            return pipeline.train_iterator(train_src, train_pre, batch_size=local_batch, seed=seed,
+                                           source_name=train_name, num_threads=cfg.data.num_threads,
+                                           prefetch=cfg.data.prefetch)
+        draws["verifier"] = counting_stream.first_use_draw(lambda: plain(cfg.seed + 3))
     if not counter_weight(cfg.model) > 0:
-        return it, train_pre, None
+        return it, train_pre, draws
     counter = cfg.model.counter
     counting = counting_stream.counting_indices(exp.data.records(cfg.data.train_split), train_name)
     if not counting:
-        return it, train_pre, None
+        return it, train_pre, draws
     size = int(counter.batch_size) // jax.process_count()
     if len(counting) < int(counter.batch_size):  # a small set: the stream repeats them to fill one batch
         logging.info("Region counter: its %d counting questions, fewer than model.counter.batch_size=%d, are "
@@ -339,14 +351,20 @@ def _train_inputs(exp: Experiment):
                                        num_threads=cfg.data.num_threads, prefetch=cfg.data.prefetch,
                                        indices=counting)
 
-    sample = []
+    # its own draw, made on first use: the statistics leave the training stream as it is
+    draws["counter"] = counting_stream.first_use_draw(lambda: stream(cfg.seed + 2))
+    return counting_stream.WithCountingStream(it, stream(cfg.seed + 1)), train_pre, draws
 
-    def draw() -> dict:  # its own draw, made on first use: the statistics leave the training stream as it is
-        if not sample:
-            sample.append(stream(cfg.seed + 2))
-        return next(sample[0])
 
-    return counting_stream.WithCountingStream(it, stream(cfg.seed + 1)), train_pre, draw
+def _set_statistics(state: TrainState, draws: dict, tokenizer) -> TrainState:
+    """``state`` with what the region counter and the region verifier take from the data before the first step
+    (:func:`_set_counter_statistics`, :func:`openvivqa_jax.vqa.verifier_start.set_verifier_inputs`), for those
+    of :func:`_train_inputs`' ``draws``."""
+    if "counter" in draws:
+        state = _set_counter_statistics(state, draws["counter"])
+    if "verifier" in draws:
+        state = verifier_start.set_verifier_inputs(state, draws["verifier"], tokenizer)
+    return state
 
 
 def _set_counter_statistics(state: TrainState, batches) -> TrainState:

@@ -1,0 +1,143 @@
+"""A region verifier: whether what a yes/no question names is in the picture, as a bias on the first answer piece.
+
+A yes/no question (*is there a red star?*, *hình tròn có màu đỏ không?*, *is the circle not red?*) is answered by
+the existence of what it names, flipped by its negation. Learned from the answers alone, the two are an
+exclusive-or: neither the negation nor what a word names in the picture says anything about the answer without
+the other, and a transformer from scratch memorizes its training pictures long before it finds both. So this
+module takes the negation from rules (:mod:`openvivqa_jax.text.polarity`: the ``question_polarity`` field of a
+batch, +1 or -1) and learns only the existence, by a structure that cannot do much else:
+
+* each region's input ``x_r`` = its features and box ``(R, F + 4)``, standardized by per-feature statistics of
+  the training split's regions (set once before training by the training loop, then kept as set); with
+  class-free proposals the features are by default the segment's own colour, area and shape only
+  (``model.verifier.proposal_features = "objects"``, the first ``OBJECT_FEATURE_DIM`` of
+  :mod:`openvivqa_jax.data.proposals`), without the pixels of its box and context, which on a few hundred
+  pictures tell the pictures apart more readily than they show what a word names;
+* ``h_r = relu(W_1 x_r + b_1)`` (width ``H``), shared by every question;
+* each question piece ``w`` has its own detector ``d_w`` (``H``) and bias; the question's detector is the mean
+  of its pieces' (``d``, ``b``), and a region's score ``s_r = sigmoid(d . h_r + b - 3)`` (the -3: a region
+  matches nothing until its detector is learned);
+* the existence is the noisy-OR ``e = 1 - prod_r (1 - s_r)`` over the valid regions;
+* its logit, times the polarity and a learned gate ``g = sigmoid(mean of the pieces' gate weights)`` (which
+  questions are yes/no questions), is added, halved, to the first answer piece's logits of the affirming answer
+  pieces (``yes``, ``có``, ``đúng``, ...) and taken from those of the denying ones (``no``, ``không``, ``sai``,
+  ...): ``bias = 0.5 g p logit(e) a`` with ``a`` ``(V,)`` +1, -1 or 0 per piece
+  (:func:`answer_piece_polarity`, set from the run's tokenizer before training and kept in the checkpoint).
+
+The decoder's own logits still carry the question's prior over the answer words (which pair a template takes).
+The module is trained by the answer loss through the bias, with an optimizer of its own (Adam at the constant
+``model.verifier.learning_rate``; :func:`openvivqa_jax.training.state.verifier_optimizer`): the model's warm-up
+and decay hold it back as they would the region counter.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
+from openvivqa_jax.models.layers import dense
+from openvivqa_jax.text.polarity import answer_polarity
+
+__all__ = ["RegionVerifier", "region_verifier", "verifier_enabled", "answer_piece_polarity", "POLARITY_FIELD"]
+
+#: The batch field of each question's polarity (+1, or -1 when negated), made by the input pipeline.
+POLARITY_FIELD = "question_polarity"
+
+
+def verifier_enabled(model_cfg) -> bool:
+    """``model.verifier.enabled`` of a model config (False without a ``verifier`` entry)."""
+    return bool((model_cfg.get("verifier") or {}).get("enabled", False))
+
+
+def answer_piece_polarity(tokenizer) -> np.ndarray:
+    """``(V,)`` float32: +1 for a piece that is a whole affirming answer word, -1 for a denying one, 0 else
+    (:func:`openvivqa_jax.text.polarity.answer_polarity` of the piece without SentencePiece's word-start mark)."""
+    out = np.zeros((int(tokenizer.vocab_size),), np.float32)
+    for i in range(len(out)):
+        piece = tokenizer.id_to_piece(i)
+        if piece.startswith("\u2581"):
+            out[i] = answer_polarity(piece[1:])
+    return out
+
+
+class RegionVerifier(nnx.Module):
+    """Existence of what a yes/no question names, as a first-piece logit bias (module doc).
+
+    Args:
+      feature_dim: ``F``, the width of the region features it reads (box excluded): the first ``F`` of those
+        it is given.
+      vocab_size: ``V``, the pieces of the question and of the answer.
+      hidden_dim: ``H``, the region embedding's width and each piece's detector's.
+      rngs: parameter RNGs.
+    """
+
+    def __init__(self, *, feature_dim: int, vocab_size: int, hidden_dim: int, rngs: nnx.Rngs):
+        self.feature_dim = int(feature_dim)
+        n_in = feature_dim + 4
+        self.input_mean = nnx.Param(jnp.zeros((n_in,), jnp.float32))
+        self.input_std = nnx.Param(jnp.ones((n_in,), jnp.float32))
+        self.answer_polarity = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+        self.w1 = dense(n_in, hidden_dim, rngs, jnp.float32)
+        self.detector = nnx.Param(jnp.zeros((vocab_size, hidden_dim), jnp.float32))
+        self.detector_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+        self.gate = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+
+    def existence(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
+                  question_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(logit(e) (batch,), gate g (batch,))`` float32 of the module doc.
+
+        Args:
+          features: ``(batch, R, F)`` region features; boxes: ``(batch, R, 4)``; mask: ``(batch, R)`` bool.
+          question: ``(batch, l)`` int piece ids; question_mask: ``(batch, l)`` bool.
+        """
+        x = jnp.concatenate([features[..., :self.feature_dim].astype(jnp.float32), boxes.astype(jnp.float32)], -1)
+        x = (x - self.input_mean[...]) / self.input_std[...]
+        qm = question_mask.astype(jnp.float32)
+        mean = qm / jnp.maximum(qm.sum(1, keepdims=True), 1.0)
+        det = jnp.einsum("bl,blh->bh", mean, self.detector[...][question])
+        bias = jnp.einsum("bl,bl->b", mean, self.detector_bias[...][question]) - 3.0
+        h = jax.nn.relu(self.w1(x))
+        s = jax.nn.sigmoid(jnp.einsum("brh,bh->br", h, det) + bias[:, None])
+        s = jnp.where(mask.astype(bool), s, 0.0)
+        none = jnp.sum(jnp.log1p(-jnp.clip(s, 0.0, 1.0 - 1e-6)), 1)  # log prod (1 - s_r)
+        e = jnp.clip(-jnp.expm1(none), 1e-6, 1.0 - 1e-6)
+        gate = jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.gate[...][question]))
+        return jnp.log(e) - jnp.log1p(-e), gate
+
+    def __call__(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
+                 question_mask: jax.Array, polarity: jax.Array) -> jax.Array:
+        """``(batch, V)`` float32 bias on the first answer piece's vocabulary logits; ``polarity`` ``(batch,)``
+        +1 or -1 (other arguments as :meth:`existence`)."""
+        logit, gate = self.existence(features, boxes, mask, question, question_mask)
+        scale = 0.5 * gate * polarity.astype(jnp.float32) * logit
+        return scale[:, None] * jax.lax.stop_gradient(self.answer_polarity[...])[None]
+
+
+def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs) -> RegionVerifier | None:
+    """The :class:`RegionVerifier` of ``config.model.verifier`` (``enabled``; ``hidden_dim``, default 32;
+    ``proposal_features``, ``"objects"`` (default) or ``"all"``, module doc) over regions of ``feature_dim``
+    stored features, or None when it is off.
+
+    Raises:
+      ValueError: a verifier over a vision that has no regions (``model.vision.kind`` not ``proposals`` or
+        ``region``), a ``hidden_dim`` below 1 or an unknown ``proposal_features``.
+    """
+    if not verifier_enabled(cfg):
+        return None
+    kind = (cfg.get("vision") or {}).get("kind")
+    if kind not in ("proposals", "region"):
+        raise ValueError(f"model.verifier scores image regions; model.vision.kind={kind!r} has none (use "
+                         "'proposals', which makes them from the pixels, or 'region'), or set "
+                         "--config.model.verifier.enabled=False")
+    hidden = int(cfg.verifier.get("hidden_dim", 32))
+    if hidden < 1:
+        raise ValueError(f"model.verifier.hidden_dim must be >= 1, got {hidden}")
+    features = cfg.verifier.get("proposal_features", "objects")
+    if features not in ("objects", "all"):
+        raise ValueError(f"model.verifier.proposal_features must be 'objects' or 'all', got {features!r}")
+    if kind == "proposals" and features == "objects":
+        feature_dim = min(feature_dim, OBJECT_FEATURE_DIM)
+    return RegionVerifier(feature_dim=feature_dim, vocab_size=vocab_size, hidden_dim=hidden, rngs=rngs)

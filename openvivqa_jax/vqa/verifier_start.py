@@ -1,0 +1,45 @@
+"""What the training loop sets once in the region verifier (:mod:`openvivqa_jax.models.verifying`) before the
+first step: its input statistics and the answer pieces' polarity. A resumed run restores both from its
+checkpoint, where the optimizer has left them as set (:data:`openvivqa_jax.training.state.VERIFIER_STATS`)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import numpy as np
+from absl import logging
+
+from openvivqa_jax.models.verifying import answer_piece_polarity
+from openvivqa_jax.training.state import TrainState
+from openvivqa_jax.vqa.counting_stream import input_statistics
+
+__all__ = ["set_verifier_inputs"]
+
+
+def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenizer) -> TrainState:
+    """``state`` with ``verifier/input_mean`` and ``verifier/input_std`` (per-feature statistics of the regions
+    of 8 training batches drawn by ``batches()``: :func:`openvivqa_jax.vqa.counting_stream.input_statistics`, of
+    the features the verifier reads and the box) and
+    ``verifier/answer_polarity`` (:func:`openvivqa_jax.models.verifying.answer_piece_polarity` of ``tokenizer``),
+    each in its parameter's sharding; one log line naming the affirming and denying pieces found.
+
+    Raises:
+      openvivqa_jax.errors.DatasetError: the batches hold no valid region.
+    """
+    mean, std, n = input_statistics(batches, 8, owner="model.verifier: the training questions'")
+    params = state.params
+    f = int(params["verifier"]["input_mean"][...].shape[0]) - 4  # the features it reads; then the box
+    mean, std = (np.concatenate([v[:f], v[-4:]]) for v in (mean, std))
+    polarity = answer_piece_polarity(tokenizer)
+    for name, value in (("input_mean", mean), ("input_std", std), ("answer_polarity", polarity)):
+        var = params["verifier"][name]
+        var[...] = jax.device_put(value, var[...].sharding)
+    pieces = {s: [tokenizer.id_to_piece(int(i)).lstrip("\u2581") for i in (polarity == s).nonzero()[0]]
+              for s in (1, -1)}
+    logging.info("Region verifier: input statistics from %d regions of 8 training batches; affirming answer "
+                 "pieces %s, denying %s", n, pieces[1] or "none", pieces[-1] or "none")
+    if not pieces[1] or not pieces[-1]:
+        logging.warning("Region verifier: the tokenizer has no whole piece for an affirming or a denying answer "
+                        "word (yes, có, đúng / no, không, sai, ...), so it moves no answer")
+    return state.replace(params=params)

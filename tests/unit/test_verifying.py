@@ -1,0 +1,222 @@
+"""The region verifier (``openvivqa_jax/models/verifying.py``), its first-piece bias in MLPAG's training and cached
+decoding (``openvivqa_jax/models/base.py``), its inputs (the ``question_polarity`` field of
+``openvivqa_jax/data/pipeline.py``; the answer pieces' polarity; the statistics set by
+``openvivqa_jax/vqa/verifier_start.py``) and its optimizer (``openvivqa_jax/training/state.py``), against numpy and
+hand-made inputs."""
+
+from __future__ import annotations
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from conftest import random_batch, tiny_model_config
+from openvivqa_jax.config_check import ConfigError, check_config
+from openvivqa_jax.models import build_model
+from openvivqa_jax.models.verifying import RegionVerifier, answer_piece_polarity, region_verifier
+from openvivqa_jax.training.state import counter_optimizer, freeze_params, frozen_param_regex
+
+
+def _np(x):
+    return np.asarray(x, np.float64)
+
+
+def _randomized(v: RegionVerifier, seed: int) -> RegionVerifier:
+    """``v`` with every parameter drawn at random (the detectors start at 0, which would test nothing)."""
+    rng = np.random.default_rng(seed)
+    for name in ("detector", "detector_bias", "gate", "input_mean", "answer_polarity"):
+        p = getattr(v, name)
+        p[...] = jnp.asarray(rng.standard_normal(p[...].shape), jnp.float32)
+    v.input_std[...] = jnp.asarray(rng.random(v.input_std[...].shape) + 0.5, jnp.float32)
+    return v
+
+
+def _numpy_bias(v: RegionVerifier, feats, boxes, mask, q, qm, polarity):
+    """The module doc's formula in numpy."""
+    x = (np.concatenate([feats, boxes], -1) - _np(v.input_mean[...])) / _np(v.input_std[...])
+    h = np.maximum(x @ _np(v.w1.kernel[...]) + _np(v.w1.bias[...]), 0)
+    w = qm.astype(np.float64) / qm.sum(1, keepdims=True)
+    det = np.einsum("bl,blh->bh", w, _np(v.detector[...])[q])
+    b = (w * _np(v.detector_bias[...])[q]).sum(1) - 3.0
+    s = 1 / (1 + np.exp(-(np.einsum("brh,bh->br", h, det) + b[:, None])))
+    e = 1 - np.prod(np.where(mask, 1 - s, 1.0), axis=1)
+    g = 1 / (1 + np.exp(-(w * _np(v.gate[...])[q]).sum(1)))
+    return (0.5 * g * polarity * np.log(e / (1 - e)))[:, None] * _np(v.answer_polarity[...])[None]
+
+
+def test_bias_is_the_noisy_or_logit_times_polarity_gate_and_piece_polarity():
+    rng = np.random.default_rng(0)
+    v = _randomized(RegionVerifier(feature_dim=5, vocab_size=12, hidden_dim=8, rngs=nnx.Rngs(0)), 1)
+    feats = rng.standard_normal((3, 6, 5)).astype(np.float32)
+    boxes = rng.random((3, 6, 4)).astype(np.float32)
+    mask = rng.random((3, 6)) < 0.7
+    mask[:, 0] = True
+    q = rng.integers(0, 12, (3, 4)).astype(np.int32)
+    qm = np.arange(4)[None] < np.array([[2], [4], [3]])
+    pol = np.array([1.0, -1.0, 1.0], np.float32)
+    got = np.asarray(v(feats, boxes, mask, q, qm, pol))
+    np.testing.assert_allclose(got, _numpy_bias(v, feats, boxes, mask, q, qm, pol), rtol=2e-4, atol=1e-5)
+    # a negated question gets the opposite bias, and a masked region changes nothing
+    np.testing.assert_allclose(np.asarray(v(feats, boxes, mask, q, qm, -pol)), -got, rtol=1e-6)
+    moved = feats.copy()
+    moved[~mask] += 5.0
+    np.testing.assert_allclose(np.asarray(v(moved, boxes, mask, q, qm, pol)), got, rtol=1e-6)
+
+
+def test_answer_pieces_polarity_is_read_from_whole_word_pieces():
+    pieces = ["<pad>", "\u2581yes", "\u2581no", "\u2581có", "\u2581không", "\u2581đúng", "\u2581sai", "\u2581một",
+              "yes", "\u2581Yes"]
+    tok = types.SimpleNamespace(vocab_size=len(pieces), id_to_piece=lambda i: pieces[i])
+    # "yes" without the word-start mark is the end of another word, not an answer
+    np.testing.assert_array_equal(answer_piece_polarity(tok), [0, 1, -1, 1, -1, 1, -1, 0, 0, 1])
+
+
+def _mlpag(verifier: bool, seed: int = 0):
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = verifier
+    return cfg, build_model(cfg.model, 40, seed=seed)
+
+
+def test_mlpag_adds_the_bias_to_the_first_piece_in_training_and_in_cached_decoding():
+    cfg, model = _mlpag(True)
+    _randomized(model.verifier, 2)
+    batch = random_batch(cfg, 40, batch=2)
+    batch["question_polarity"] = np.array([1.0, -1.0], np.float32)
+    enc = model.encode(batch)
+    bias = np.asarray(model.verifier(batch["region_features"], batch["region_boxes"], batch["region_mask"],
+                                     batch["question"], batch["question_mask"].astype(bool),
+                                     batch["question_polarity"]))
+    np.testing.assert_allclose(np.asarray(enc["first_logit_bias"]), bias, rtol=1e-6)
+    assert np.abs(bias).max() > 1e-3
+    with_bias = np.asarray(model.decode_train(enc, batch["decoder_in"]))
+    without = np.asarray(model.decode_train(dict(enc, first_logit_bias=None), batch["decoder_in"]))
+    V = bias.shape[1]
+    np.testing.assert_allclose(with_bias[:, 0, :V] - without[:, 0, :V], bias, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(with_bias[:, 0, V:], without[:, 0, V:])  # the OCR slots
+    np.testing.assert_array_equal(with_bias[:, 1:], without[:, 1:])  # later pieces
+    # cached decoding: step 0 as the first position of teacher forcing, step 1 without the bias
+    dec = model.prepare_decode(enc)
+    cache = model.init_cache(2, batch["decoder_in"].shape[1])
+    first, cache = model.decode_step(dec, jnp.asarray(batch["decoder_in"][:, 0]), jnp.int32(0), cache)
+    np.testing.assert_allclose(np.asarray(first), with_bias[:, 0], rtol=1e-4, atol=1e-4)
+    second, _ = model.decode_step(dec, jnp.asarray(batch["decoder_in"][:, 1]), jnp.int32(1), cache)
+    np.testing.assert_allclose(np.asarray(second), with_bias[:, 1], rtol=1e-4, atol=1e-4)
+
+
+def test_verifier_is_made_last_and_off_by_default():
+    cfg, off = _mlpag(False)
+    _, on = _mlpag(True)
+    assert off.verifier is None
+    p_off = {"/".join(map(str, k)): np.asarray(v.get_value() if hasattr(v, "get_value") else v.value)
+             for k, v in nnx.to_flat_state(nnx.state(off, nnx.Param))}
+    p_on = {"/".join(map(str, k)): np.asarray(v.get_value() if hasattr(v, "get_value") else v.value)
+            for k, v in nnx.to_flat_state(nnx.state(on, nnx.Param))}
+    assert {k for k in p_on if not k.startswith("verifier/")} == set(p_off)
+    for k, v in p_off.items():  # the other parameters are those of the model without it, for a seed
+        np.testing.assert_array_equal(p_on[k], v, err_msg=k)
+
+
+def test_verifier_trains_at_its_own_constant_rate_and_keeps_what_is_set():
+    cfg, model = _mlpag(True)
+    cfg.model.verifier.learning_rate = 0.25
+    _, params = nnx.split(model, nnx.Param)
+    tx = freeze_params(counter_optimizer(optax.sgd(0.0), params, cfg), params, frozen_param_regex(cfg))
+    grads = jax.tree.map(lambda p: jnp.full_like(p, -3.0), params)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    flat = {"/".join(str(k) for k in path): v for path, v in nnx.to_flat_state(updates)}
+    seen = set()
+    for path, v in flat.items():
+        v = np.asarray(v.get_value() if hasattr(v, "get_value") else v.value)
+        parts = path.split("/")
+        if parts[0] == "verifier":
+            seen.add(parts[1])
+        if parts[0] == "verifier" and parts[1] in ("w1", "detector", "detector_bias", "gate"):
+            np.testing.assert_allclose(v, 0.25, rtol=1e-4, err_msg=path)  # Adam's first step: lr * sign(-g)
+        else:
+            assert np.all(v == 0), path  # frozen, or the model's own optimizer that moves nothing here
+    assert seen == {"input_mean", "input_std", "answer_polarity", "w1", "detector", "detector_bias", "gate"}
+
+
+def test_config_check_and_constructor_name_a_verifier_without_regions():
+    cfg = tiny_model_config("mlpag")
+    cfg.model.verifier.enabled = True
+    cfg.model.vision.kind = "cnn"
+    with pytest.raises(ConfigError, match="model.verifier.enabled"):
+        check_config(cfg)
+    with pytest.raises(ValueError, match="model.verifier"):
+        region_verifier(cfg.model, feature_dim=4, vocab_size=10, rngs=nnx.Rngs(0))
+    cfg = tiny_model_config("m4c")  # a model whose answer decoder the verifier does not reach
+    cfg.model.verifier.enabled = True
+    with pytest.raises(ConfigError, match="model.verifier.enabled"):
+        check_config(cfg)
+
+
+def test_the_input_pipeline_gives_each_question_its_polarity(tmp_path):
+    from openvivqa_jax.data import pipeline
+    from openvivqa_jax.text.tokenizer import train_sentencepiece
+
+    tok = train_sentencepiece(["có hình màu đỏ nào không", "is there a red shape"] * 20,
+                              str(tmp_path / "spm.model"), 300)
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    pre = pipeline.Preprocessor(cfg, tok)
+    rec = types.SimpleNamespace(question="is there no red shape ?", answers=["no"])
+    out = {}
+    pre._question_extras(rec, out)
+    assert "question_polarity" not in out  # off by default
+    cfg.model.verifier.enabled = True
+    pre = pipeline.Preprocessor(cfg, tok)
+    for question, want in (("is there no red shape ?", -1.0), ("có hình màu đỏ nào không ?", 1.0),
+                           ("không có hình màu đỏ nào , đúng không ?", -1.0)):
+        out = {}
+        pre._question_extras(types.SimpleNamespace(question=question, answers=["có"]), out)
+        assert out["question_polarity"] == want and out["question_polarity"].dtype == np.float32, question
+
+
+def test_with_proposals_it_reads_the_objects_own_features_unless_told_all():
+    from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
+
+    cfg, model = _mlpag(True)
+    v = _randomized(model.verifier, 3)
+    batch = random_batch(cfg, 40, batch=2)
+    args = (batch["region_boxes"], batch["region_mask"], batch["question"], batch["question_mask"].astype(bool),
+            np.ones(2, np.float32))
+    first = np.asarray(v(batch["region_features"], *args))
+    other = batch["region_features"].copy()
+    other[..., OBJECT_FEATURE_DIM:] += 7.0  # the pixels of its box and context
+    np.testing.assert_array_equal(np.asarray(v(other, *args)), first)
+    other[..., 0] += 1.0  # its colour
+    assert not np.allclose(np.asarray(v(other, *args)), first)
+    cfg.model.verifier.proposal_features = "all"
+    wide = build_model(cfg.model, 40, seed=0).verifier
+    assert wide.input_mean[...].shape == (batch["region_features"].shape[-1] + 4,)
+    assert v.input_mean[...].shape == (OBJECT_FEATURE_DIM + 4,)
+
+
+def test_the_training_loop_sets_the_read_features_statistics_and_the_pieces_polarity():
+    from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
+    from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
+
+    cfg, model = _mlpag(True)
+    params = nnx.state(model, nnx.Param)
+    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
+    rng = np.random.default_rng(0)
+    batch = random_batch(cfg, 40, batch=3)
+    batch["region_features"] = (rng.standard_normal(batch["region_features"].shape) * 3 + 1).astype(np.float32)
+    batch["region_boxes"] = rng.random(batch["region_boxes"].shape).astype(np.float32)
+    batch["region_mask"] = rng.random(batch["region_mask"].shape) < 0.6
+    pieces = ["<pad>", "\u2581có", "\u2581sai"] + [f"\u2581w{i}" for i in range(37)]
+    tok = types.SimpleNamespace(vocab_size=40, id_to_piece=lambda i: pieces[i])
+    out = set_verifier_inputs(state, lambda: batch, tok).params["verifier"]
+    m = batch["region_mask"]
+    x = np.concatenate([batch["region_features"][..., :OBJECT_FEATURE_DIM], batch["region_boxes"]], -1)[m]
+    np.testing.assert_allclose(np.asarray(out["input_mean"][...]), x.mean(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out["input_std"][...]), np.maximum(x.std(0), 1e-3), rtol=1e-3, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(out["answer_polarity"][...]), [0, 1, -1] + [0] * 37)
