@@ -294,7 +294,8 @@ class MLPAG(MemoryDecoderGenerator):
         self.question_to_decoder = bool(cfg.get("question_to_decoder", False))
         if self.question_to_decoder:  # made last, as the options above
             self.question_summary = dense(d, d, rngs, dtype)
-        # Made last, as the options above; it reads the stored region features whole, as the counter does.
+        # Made last, as the options above. It reads the stored region features (with proposals, by default their
+        # first OBJECT_FEATURE_DIM), whatever part the vision encoder embeds.
         self.verifier = region_verifier(cfg, feature_dim=self.vision.input_dim, vocab_size=vocab_size, rngs=rngs)
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:

@@ -26,8 +26,8 @@ batch, +1 or -1) and learns only the existence, by a structure that cannot do mu
 
 The decoder's own logits still carry the question's prior over the answer words (which pair a template takes).
 The module is trained by the answer loss through the bias, with an optimizer of its own (Adam at the constant
-``model.verifier.learning_rate``; :func:`openvivqa_jax.training.state.verifier_optimizer`): the model's warm-up
-and decay hold it back as they would the region counter.
+``model.verifier.learning_rate``, given by :func:`openvivqa_jax.training.state.counter_optimizer` beside the
+region counter's): the model's warm-up and decay would hold it back as they would the counter.
 """
 
 from __future__ import annotations
