@@ -230,7 +230,8 @@ def check_config(cfg) -> None:
                                                         or kind not in ("proposals", "region", _MISSING)):
         raise ConfigError(f"config value model.verifier.enabled=True scores the regions of MLPAG's image, and the "
                           f"config has model.name={name!r}, model.vision.kind={kind!r} (use mlpag with "
-                          "--config.model.vision.kind=proposals, or --config.model.verifier.enabled=False)")
+                          "--config.model.vision.kind=proposals, which makes regions from the pixels, or region; or "
+                          "--config.model.verifier.enabled=False)")
     size = _get(cfg, "data.image_size")
     if size is not _MISSING and size is not None:
         if not (isinstance(size, (tuple, list)) and len(size) == 2 and all(_int(v) and v >= 8 for v in size)):
