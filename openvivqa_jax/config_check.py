@@ -156,6 +156,16 @@ def _check_model_fields(cfg) -> None:
                       f"{', '.join('model.' + f for f in missing)} (the config was made for another model); {hint}")
 
 
+def _check_verifier(cfg, name, kind) -> None:
+    """The region verifier scores the regions of MLPAG's image: ConfigError on another model or vision."""
+    if _get(cfg, "model.verifier.enabled") is True and (name not in ("mlpag", _MISSING)
+                                                        or kind not in ("proposals", "region", _MISSING)):
+        raise ConfigError(f"config value model.verifier.enabled=True scores the regions of MLPAG's image, and the "
+                          f"config has model.name={name!r}, model.vision.kind={kind!r} (use mlpag with "
+                          "--config.model.vision.kind=proposals, which makes regions from the pixels, or region; or "
+                          "--config.model.verifier.enabled=False)")
+
+
 def check_config(cfg) -> None:
     """Checks the ranges of the config's values (module doc).
 
@@ -226,12 +236,7 @@ def check_config(cfg) -> None:
         raise ConfigError(f"config value model.counter.weight={cw} counts regions, and model.vision.kind={kind!r} has "
                           "none (set --config.model.vision.kind=proposals, which makes them from the pixels, or the "
                           "weight to 0)")
-    if _get(cfg, "model.verifier.enabled") is True and (name not in ("mlpag", _MISSING)
-                                                        or kind not in ("proposals", "region", _MISSING)):
-        raise ConfigError(f"config value model.verifier.enabled=True scores the regions of MLPAG's image, and the "
-                          f"config has model.name={name!r}, model.vision.kind={kind!r} (use mlpag with "
-                          "--config.model.vision.kind=proposals, which makes regions from the pixels, or region; or "
-                          "--config.model.verifier.enabled=False)")
+    _check_verifier(cfg, name, kind)
     size = _get(cfg, "data.image_size")
     if size is not _MISSING and size is not None:
         if not (isinstance(size, (tuple, list)) and len(size) == 2 and all(_int(v) and v >= 8 for v in size)):
