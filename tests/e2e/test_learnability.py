@@ -181,7 +181,8 @@ def test_pixel_cnn_learns_a_shapes_colour_and_side(tmp_path):
     600 shape photos answers the colour and the side of held-out shapes far above the question-only chance
     (about 1/6 and 1/2). Measured: colour 62 of 100 (the misses are orange or yellow answered red), side 99 of 100
     after 600 steps of batch 32 (under two minutes on two cores)."""
-    _assert_shapes_learned(tmp_path, "--config.model.vision.kind=cnn", steps=600, colour_margin=0.3)
+    _assert_shapes_learned(tmp_path, "--config.model.vision.kind=cnn", "--config.model.verifier.enabled=False",
+                           steps=600, colour_margin=0.3)
 
 
 @pytest.mark.slow
@@ -193,3 +194,4 @@ def test_region_proposals_learn_a_shapes_colour_and_side(tmp_path):
     under a minute."""
     _assert_shapes_learned(tmp_path, "--config.model.vision.kind=proposals", "--config.model.vision.num_regions=8",
                            steps=300, colour_margin=0.6)
+
