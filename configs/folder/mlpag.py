@@ -13,7 +13,8 @@ is configs/synthetic/base.py: the small MLPAG (d_model 128) at batch 32, with tw
 
 * the number of steps follows the folder's size: 20 epochs of its training questions, between 500 and 4,000 steps
   (``train.num_train_steps = 0``, rule ``train.steps_from_data``; the log says how many), so a few hundred photos
-  get the epochs they need and a large folder stays within about 15 minutes on a CPU;
+  get the epochs they need and a large folder stops at 4,000 steps (12-14 minutes on 2 CPU cores for 800 drawn
+  pictures);
 * yes/no questions about what is in the photo (*is there a red circle?*, *hình tròn có màu đỏ không?*) go
   through MLPAG's region verifier (``model.verifier``), with the negation read by rules.
 
@@ -62,9 +63,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.evals.ocr_ratio.enabled = c.eval.get_ref("ocr_ablation")  # it compares test with test_no_ocr
     c.evals.copy_rate.enabled = False  # unseen shop names: a probe of the synthetic set only
     # The steps follow the folder's size (openvivqa_jax/vqa/run_length.py, one log line): 20 epochs of its training
-    # questions, at least 500 steps and at most 4,000 (about 13 minutes on 2 CPU cores; raise max_steps on an
-    # accelerator). On a world of 800 drawn pictures (6,429 questions) the yes/no kinds were 69-85% after 2,000
-    # steps and 89-96% after 4,000 (docs/results.md).
+    # questions, at least 500 steps and at most 4,000 (raise max_steps on an accelerator). On a world of 800 drawn
+    # pictures (6,429 questions) the yes/no kinds were 69-85% after 2,000 steps and 89-96% after 4,000, which took
+    # 12-14 minutes on 2 CPU cores (docs/results.md).
     c.train.num_train_steps = 0
     c.train.steps_from_data = ml_collections.ConfigDict(dict(epochs=20.0, min_steps=500, max_steps=4000))
     # Yes/no questions about what is in the photo: the region verifier (openvivqa_jax/models/verifying.py) on the

@@ -351,6 +351,8 @@ def test_folder_config_points_at_the_builder_and_drops_the_synthetic_probes():
     assert (c.data.builder, c.data.builder_config, c.data.train_split, c.data.eval_split, c.data.test_split) == (
         "vqa_folder", "default", "train", "validation", "test")
     assert c.data.manual_dir is None and c.data.rebuild and c.model.name == "mlpag"
+    # A user's folder of unknown size and questions: steps from its size, yes/no questions through the verifier.
+    assert c.train.num_train_steps == 0 and c.model.verifier.enabled and c.model.vision.kind == "proposals"
     assert {"EM", "F1", "CIDEr"} <= set(c.eval.metrics) and c.train.best_metric == "F1"
     assert [s.name for s in evals.plan(c)] == ["dev", "test"]
     c.eval.ocr_ablation = True  # an OCR builder config: the ablation and its ratio come back
