@@ -20,6 +20,7 @@ from openvivqa_jax.models.fields import config_files_for, missing_fields
 from openvivqa_jax.text.tokenizer import MODEL_TYPES
 from openvivqa_jax.vqa import config as vqa_config
 from openvivqa_jax.vqa.config import parse_kind_weights
+from openvivqa_jax.vqa.run_length import derived_steps
 
 __all__ = ["ConfigError", "check_config", "parse_kind_weights", "MIN_VOCAB_SIZE", "CHOICES"]
 
@@ -156,6 +157,26 @@ def _check_model_fields(cfg) -> None:
                       f"{', '.join('model.' + f for f in missing)} (the config was made for another model); {hint}")
 
 
+def _check_steps(cfg) -> None:
+    """``train.num_train_steps`` >= 1, or 0 with a valid ``train.steps_from_data`` rule: ConfigError before any
+    dataset is built (the rule is applied only once the training split is read)."""
+    steps = _get(cfg, "train.num_train_steps")
+    rule = _get(cfg, "train.steps_from_data")
+    derived = rule not in (_MISSING, None)
+    if steps is not _MISSING and not (_int(steps) and (steps >= 1 or (steps == 0 and derived))):
+        _fail("train.num_train_steps", steps, "an integer >= 1" + (", or 0 (derived from the data: "
+                                                                   "train.steps_from_data)" if derived else ""))
+    if steps == 0 and derived:
+        try:
+            derived_steps(1, 1, epochs=float(rule.epochs), min_steps=int(rule.min_steps),
+                          max_steps=int(rule.max_steps))
+        except ConfigError:
+            raise
+        except (AttributeError, TypeError, ValueError) as e:
+            raise ConfigError(f"config value train.steps_from_data must hold numbers epochs, min_steps and "
+                              f"max_steps: {e}") from None
+
+
 def _check_verifier(cfg, name, kind) -> None:
     """The region verifier scores the regions of MLPAG's image: ConfigError on another model or vision."""
     if _get(cfg, "model.verifier.enabled") is True and (name not in ("mlpag", _MISSING)
@@ -201,11 +222,7 @@ def check_config(cfg) -> None:
     if answering:
         _check_model_fields(cfg)
         vqa_config.plan(cfg)  # the evaluations after training: kinds, fields and references
-    steps = _get(cfg, "train.num_train_steps")
-    derived = _get(cfg, "train.steps_from_data") not in (_MISSING, None)
-    if steps is not _MISSING and not (_int(steps) and (steps >= 1 or (steps == 0 and derived))):
-        _fail("train.num_train_steps", steps, "an integer >= 1" + (", or 0 (derived from the data: "
-                                                                   "train.steps_from_data)" if derived else ""))
+    _check_steps(cfg)
     groups = _get(cfg, "model.ocr_features")
     if isinstance(groups, (tuple, list)) and set(groups) - set(OCR_FEATURE_GROUPS):
         _fail("model.ocr_features", tuple(groups), "a tuple of " + ", ".join(repr(v) for v in OCR_FEATURE_GROUPS))

@@ -32,7 +32,9 @@ def derived_steps(questions: int, batch_size: int, *, epochs: float, min_steps: 
     """
     if not epochs > 0 or min_steps < 1 or max_steps < min_steps:
         raise ConfigError(f"config value train.steps_from_data={{epochs: {epochs}, min_steps: {min_steps}, "
-                          f"max_steps: {max_steps}}} must have epochs > 0 and 1 <= min_steps <= max_steps")
+                          f"max_steps: {max_steps}}} must have epochs > 0 and 1 <= min_steps <= max_steps (for a "
+                          f"short run lower both, e.g. --config.train.steps_from_data.min_steps=50, or give the "
+                          f"steps: --config.train.num_train_steps=N)")
     return int(min(max(math.ceil(epochs * questions / batch_size), min_steps), max_steps))
 
 

@@ -22,7 +22,8 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     of 8 training batches drawn by ``batches()``: :func:`openvivqa_jax.vqa.counting_stream.input_statistics`, of
     the features the verifier reads and the box) and
     ``verifier/answer_polarity`` (:func:`openvivqa_jax.models.verifying.answer_piece_polarity` of ``tokenizer``),
-    each in its parameter's sharding; one log line naming the affirming and denying pieces found.
+    each in its parameter's sharding; one log line naming the affirming and denying pieces found, and a WARNING
+    when either kind has none.
 
     Raises:
       openvivqa_jax.errors.DatasetError: the batches hold no valid region.
@@ -39,7 +40,11 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
               for s in (1, -1)}
     logging.info("Region verifier: input statistics from %d regions of 8 training batches; affirming answer "
                  "pieces %s, denying %s", n, pieces[1] or "none", pieces[-1] or "none")
-    if not pieces[1] or not pieces[-1]:
-        logging.warning("Region verifier: the tokenizer has no whole piece for an affirming or a denying answer "
-                        "word (yes, có, đúng / no, không, sai, ...), so it moves no answer")
+    missing = [name for s, name in ((1, "an affirming (yes, có, đúng, ...)"),
+                                    (-1, "a denying (no, không, sai, ...)")) if not pieces[s]]
+    if missing:
+        # Expected on a folder with few yes/no answers: the tokenizer keeps only frequent words whole.
+        logging.warning("Region verifier: the tokenizer has no whole piece for %s answer word, so the verifier %s "
+                        "(fine where the training answers are seldom yes or no)", " nor ".join(missing),
+                        "moves no answer" if len(missing) == 2 else "moves only the pieces listed above")
     return state.replace(params=params)

@@ -102,3 +102,20 @@ def test_check_config_takes_zero_steps_only_with_a_rule():
     cfg.train.num_train_steps = 0
     with pytest.raises(ConfigError, match=r"num_train_steps=0 is out of range: must be an integer >= 1 \(set it"):
         check_config(cfg)
+
+
+def test_check_config_refuses_a_bad_rule_before_any_data_is_read():
+    from conftest import load_config as load_named
+
+    from openvivqa_jax.config_check import check_config
+
+    cfg = load_named("configs/folder/mlpag.py")  # num_train_steps 0: the rule is read
+    cfg.train.steps_from_data.max_steps = 100  # under the config's min_steps of 500
+    with pytest.raises(ConfigError, match=r"min_steps: 500, max_steps: 100\}.*lower both, e\.g\. "
+                                          r"--config\.train\.steps_from_data\.min_steps=50"):
+        check_config(cfg)
+    cfg.train.steps_from_data.min_steps = 50
+    check_config(cfg)
+    cfg.train.num_train_steps = 300  # given steps: the rule is not read
+    cfg.train.steps_from_data.max_steps = 10
+    check_config(cfg)

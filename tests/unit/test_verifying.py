@@ -6,6 +6,7 @@ hand-made inputs."""
 
 from __future__ import annotations
 
+import logging
 import types
 
 import jax
@@ -220,3 +221,28 @@ def test_the_training_loop_sets_the_read_features_statistics_and_the_pieces_pola
     np.testing.assert_allclose(np.asarray(out["input_mean"][...]), x.mean(0), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(out["input_std"][...]), np.maximum(x.std(0), 1e-3), rtol=1e-3, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(out["answer_polarity"][...]), [0, 1, -1] + [0] * 37)
+
+
+@pytest.mark.parametrize("words, expected", [
+    (["có", "sai"], None),
+    (["sai"], "no whole piece for an affirming (yes, có, đúng, ...) answer word, so the verifier moves only the "
+              "pieces listed above"),
+    ([], "no whole piece for an affirming (yes, có, đúng, ...) nor a denying (no, không, sai, ...) answer word, so "
+         "the verifier moves no answer"),
+])
+def test_the_start_line_says_which_answer_words_the_tokenizer_lacks(words, expected, caplog, absl_info):
+    from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
+
+    cfg, model = _mlpag(True)
+    params = nnx.state(model, nnx.Param)
+    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
+    batch = random_batch(cfg, 40, batch=3)
+    batch["region_mask"][:] = True
+    pieces = ["<pad>"] + [f"\u2581{w}" for w in words] + [f"\u2581w{i}" for i in range(39 - len(words))]
+    tok = types.SimpleNamespace(vocab_size=40, id_to_piece=lambda i: pieces[i])
+    with caplog.at_level(logging.INFO, logger="absl"):
+        set_verifier_inputs(state, lambda: batch, tok)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    info = [r.getMessage() for r in caplog.records if "affirming answer pieces" in r.getMessage()]
+    assert len(info) == 1 and f"denying {['sai'] if 'sai' in words else 'none'}" in info[0], info
+    assert (warnings == []) if expected is None else (len(warnings) == 1 and expected in warnings[0]), warnings
