@@ -168,13 +168,11 @@ def _check_steps(cfg) -> None:
                                                                    "train.steps_from_data)" if derived else ""))
     if steps == 0 and derived:
         try:
-            derived_steps(1, 1, epochs=float(rule.epochs), min_steps=int(rule.min_steps),
-                          max_steps=int(rule.max_steps))
-        except ConfigError:
-            raise
+            epochs, low, high = float(rule.epochs), int(rule.min_steps), int(rule.max_steps)
         except (AttributeError, TypeError, ValueError) as e:
             raise ConfigError(f"config value train.steps_from_data must hold numbers epochs, min_steps and "
                               f"max_steps: {e}") from None
+        derived_steps(1, 1, epochs=epochs, min_steps=low, max_steps=high)  # its range check, ConfigError
 
 
 def _check_verifier(cfg, name, kind) -> None:

@@ -30,8 +30,10 @@ verifier stays at chance.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import os
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -123,7 +125,6 @@ def write_shapes_folder(root, n_train: int, n_test: int, seed: int = 0):
     square of a random colour on a random light background, on a random side; two questions per photo whose
     answers depend on the pixels only (the shape's colour, its side). Returns the (question, answer) rows of
     train and test."""
-    import csv
     import random
 
     from PIL import Image, ImageDraw
@@ -216,9 +217,6 @@ def test_folder_config_answers_the_second_worlds_yes_no_object_questions(tmp_pat
     ``model.verifier.enabled=False`` stays at chance (170 of 348, its training loss 0.33 where the verifier's is
     0.06), so the test fails without the verifier or with a polarity field that does not reach it. On 300
     training pictures both runs stay at chance: the model memorizes their 1,070 questions first."""
-    import csv
-    import os
-
     from conftest import run_main_cli
 
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
