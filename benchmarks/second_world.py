@@ -6,16 +6,21 @@ Usage::
 
     python benchmarks/second_world.py --out ~/second_world --seed 0
     python -m openvivqa_jax.main --config configs/folder/mlpag.py --workdir runs/second_world \\
-        --config.data.manual_dir=~/second_world --config.data.builder_config=detector_tesseract
+        --config.data.manual_dir=~/second_world
 
 Writes, in ``--out``::
 
     train.csv dev.csv test.csv   columns image,question,answer,question_id,language,kind,qa_type
     images/<split>/<n>.png       the pictures (176-304 pixels wide, 0.6-1.33 times as high; PNG)
+    ocr.json                     the OCR tokens of every split (docs/datasets.md, "Text in the photos"): each
+                                 printed word with its label's box (0-1) and score 1, as a dataset ships its
+                                 OCR tokens; ``--no_ocr`` leaves it out (then ``verify_text`` needs an OCR
+                                 builder config)
     about/summary.json           questions per split, kind, answer class and language; questions dropped to
                                  balance; per kind, the exact match of the most frequent training answer of
                                  the kind in the question's language (the majority-answer baseline)
-    about/scenes_<split>.jsonl   each picture's drawn shapes, word and layout (the ground truth)
+    about/scenes_<split>.jsonl   each picture's drawn shapes, word, its label's pixel box and layout (the
+                                 ground truth)
 
 Scenes: :mod:`second_world_scene`; questions and their kinds: :mod:`second_world_questions`. Each split's
 yes/no kinds are balanced exactly, as are ``relation``'s shape and nothing answers: the surplus of the larger
@@ -50,7 +55,7 @@ from openvivqa_jax.errors import UsageError  # noqa: E402
 from second_world_questions import KINDS, YES_NO_KINDS, Question, questions  # noqa: E402
 from second_world_scene import render, sample_scene  # noqa: E402
 
-__all__ = ["SPLITS", "make_split", "balance", "write_world", "main"]
+__all__ = ["SPLITS", "make_split", "balance", "ocr_tokens", "write_world", "main"]
 
 #: Split name (the CSV file's name) -> its number in the seeds.
 SPLITS = {"train": 0, "dev": 1, "test": 2}
@@ -63,7 +68,8 @@ def make_split(out: Path, split: str, n_images: int, seed: int) -> tuple[list[di
 
     Returns:
         ``(rows, scenes)``: one CSV row per question (:data:`COLUMNS`, plus ``label``: the answer's class), and
-        one record per picture (``image``, ``width``, ``height``, ``layout``, ``word``, ``shapes``).
+        one record per picture (``image``, ``width``, ``height``, ``layout``, ``background``, ``word``,
+        ``label``: the word's label's pixel box or None, ``shapes``).
     """
     folder = out / "images" / split
     folder.mkdir(parents=True, exist_ok=True)
@@ -74,7 +80,7 @@ def make_split(out: Path, split: str, n_images: int, seed: int) -> tuple[list[di
         image = f"images/{split}/{n:05d}.png"
         render(scene, rng).save(out / image)
         scenes.append({"image": image, "width": scene.width, "height": scene.height, "layout": scene.layout,
-                       "background": scene.background["kind"], "word": scene.word,
+                       "background": scene.background["kind"], "word": scene.word, "label": scene.label,
                        "shapes": [dataclasses.asdict(s) for s in scene.shapes]})
         for k, q in enumerate(questions(scene, rng)):
             rows.append(_row(image, f"{split}-{n:05d}-{k}", q))
@@ -135,13 +141,25 @@ def majority_baseline(train: list[dict], rows: list[dict]) -> dict[str, float]:
     return out
 
 
-def write_world(out: Path, sizes: dict[str, int], seed: int) -> dict:
-    """Writes the whole folder (module doc) and returns the summary it saves."""
+def ocr_tokens(scene: dict) -> list[dict]:
+    """The OCR tokens of one picture record of :func:`make_split` in ``ocr.json``'s form: its printed word, if
+    any, with the label's box as fractions of the picture's width and height (clipped to 0-1) and score 1."""
+    if not scene["word"]:
+        return []
+    x0, y0, x1, y1 = scene["label"]
+    w, h = scene["width"], scene["height"]
+    box = [min(max(v, 0.0), 1.0) for v in (x0 / w, y0 / h, x1 / w, y1 / h)]
+    return [{"text": scene["word"], "box": [round(v, 5) for v in box], "score": 1.0}]
+
+
+def write_world(out: Path, sizes: dict[str, int], seed: int, ocr: bool = True) -> dict:
+    """Writes the whole folder (module doc; ``ocr``: with ``ocr.json``) and returns the summary it saves."""
     summary = {"seed": seed, "images": sizes, "splits": {}}
     (out / "about").mkdir(parents=True, exist_ok=True)
-    train = []
+    train, tokens = [], {}
     for split, n_images in sizes.items():
         rows, scenes = make_split(out, split, n_images, seed)
+        tokens.update((s["image"], ocr_tokens(s)) for s in scenes)
         rows, dropped = balance(rows, np.random.default_rng([seed, SPLITS[split], 10 ** 9]))
         train = rows if split == "train" else train
         with open(out / f"{split}.csv", "w", newline="", encoding="utf-8") as f:
@@ -152,6 +170,8 @@ def write_world(out: Path, sizes: dict[str, int], seed: int) -> dict:
             f.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in scenes)
         summary["splits"][split] = {**_summary(rows), "dropped_to_balance": dropped,
                                     "majority_answer_exact_match": majority_baseline(train, rows)}
+    if ocr:
+        (out / "ocr.json").write_text(json.dumps(tokens, ensure_ascii=False), encoding="utf-8")
     (out / "about" / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=1), encoding="utf-8")
     return summary
 
@@ -173,13 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train_images", type=int, default=800)
     p.add_argument("--dev_images", type=int, default=100)
     p.add_argument("--test_images", type=int, default=200)
+    p.add_argument("--no_ocr", action="store_true", help="write no ocr.json (the words are then read by an OCR "
+                   "builder config, or not at all)")
     a = p.parse_args(argv)
     sizes = {"train": a.train_images, "dev": a.dev_images, "test": a.test_images}
     if min(sizes.values()) < 1:
         raise UsageError(f"every split needs at least one picture, got {sizes}")
     paths.check_args(a, PATH_FLAGS)
     out = Path(a.out).expanduser()
-    summary = write_world(out, sizes, a.seed)
+    summary = write_world(out, sizes, a.seed, ocr=not a.no_ocr)
     for split, s in summary["splits"].items():
         print(f"{split}: {s['images']} pictures, {s['questions']} questions "
               f"({', '.join(f'{k} {sum(v.values())}' for k, v in s['kinds'].items())})")

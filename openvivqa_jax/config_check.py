@@ -86,6 +86,8 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.verifier.hidden_dim", *_at_least(1)),
     ("model.verifier.learning_rate", *_POSITIVE_NUMBER),
     ("model.verifier.proposal_features", (lambda v: v in ("all", "objects")), "'all' or 'objects'"),
+    ("model.verifier.ocr_tokens", (lambda v: isinstance(v, bool)), "True or False"),
+    ("model.counter.proposal_features", (lambda v: v in ("all", "objects")), "'all' or 'objects'"),
     ("model.word_region_loss.temperature", *_POSITIVE_NUMBER),
     ("model.word_region_loss.sharpness", *_POSITIVE_NUMBER),
     ("model.word_region_loss.max_words", (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),

@@ -72,4 +72,7 @@ def get_config() -> ml_collections.ConfigDict:
     # proposals' own colour, area and shape. It needs region vision: with --config.model.vision.kind=cnn also
     # set --config.model.verifier.enabled=False.
     c.model.verifier.enabled = True
+    # The verifier also finds the words a question names among the OCR tokens (is the word milk written?); with
+    # no OCR tokens this adds nothing.
+    c.model.verifier.ocr_tokens = True
     return c

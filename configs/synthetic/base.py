@@ -145,16 +145,17 @@ def _region_modules(c: ml_collections.ConfigDict) -> None:
     # MLPAG with region vision (proposals or region): a small region counter whose count is one more memory
     # token (models/counting.py), trained by its own count loss (weight; 0: off) on a stream of batch_size of the
     # training split's counting questions per step, with Adam at a constant learning_rate of its own; max_count
-    # is the largest count bin of its token, hidden_dim the width of its scoring MLP.
+    # is the largest count bin of its token, hidden_dim the width of its scoring MLP; proposal_features as the
+    # verifier's below ('all': the stored features whole).
     c.model.counter = ml_collections.ConfigDict(dict(weight=0.0, hidden_dim=128, max_count=10, batch_size=64,
-                                                     learning_rate=3e-3))
+                                                     learning_rate=3e-3, proposal_features="all"))
     # MLPAG with region vision: a region verifier (models/verifying.py; enabled: on) that adds to the first answer
     # piece's logits whether what a yes/no question names is in the picture, flipped by the question's negation
     # from rules (text/polarity.py); hidden_dim its region embedding's width, learning_rate its own Adam's;
     # proposal_features 'objects' (a proposal's own colour, area and shape) or 'all' (with its box's and context's
-    # pixels) with vision kind proposals.
+    # pixels) with vision kind proposals; ocr_tokens: the OCR tokens that the question names are candidates too.
     c.model.verifier = ml_collections.ConfigDict(dict(enabled=False, hidden_dim=32, learning_rate=1e-2,
-                                                      proposal_features="objects"))
+                                                      proposal_features="objects", ocr_tokens=False))
 
 
 def _vision(c: ml_collections.ConfigDict) -> None:

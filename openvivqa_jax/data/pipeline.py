@@ -302,7 +302,8 @@ class Preprocessor:
         """Adds the optional question fields to ``out``: the pretrained text encoder's own ids
         (``question_bert``, ``question_bert_mask``; models/bert.py) and ``count_target`` (the glimpses' count
         loss: the count the first reference answer gives, 0 for none) and ``question_polarity`` (the region
-        verifier's: +1, or -1 for a question negated by :func:`openvivqa_jax.text.polarity.polarity`)."""
+        verifier's: +1, or -1 for a question negated by :func:`openvivqa_jax.text.polarity.polarity`, with the
+        record's ``language`` field where the dataset has one)."""
         if self._question_bert is not None:
             out["question_bert"], out["question_bert_mask"], cut = self._question_bert.encode_padded(rec.question,
                                                                                                      self.q_len)
@@ -311,7 +312,9 @@ class Preprocessor:
         if self.count_targets:
             out["count_target"] = np.int32((rec.answers and answer_count(rec.question, rec.answers[0])) or 0)
         if self.question_polarity:
-            out[POLARITY_FIELD] = np.float32(polarity(rec.question))
+            # The dataset's language field, where it has one, picks the negation rules; else they are detected.
+            lang = str((getattr(rec, "extra", None) or {}).get("language") or "").strip().lower() or None
+            out[POLARITY_FIELD] = np.float32(polarity(rec.question, lang))
 
     def features(self, rec: Record, answer: str | None, for_decoding: bool = False) -> dict:
         """Fixed-shape features of one record; ``answer`` (normalized) gives the targets; with

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
 from openvivqa_jax.models.grounding import count_loss, soft_count_embedding
 from openvivqa_jax.models.layers import dense, layer_norm
 
@@ -55,6 +56,7 @@ class RegionCounter(nnx.Module):
 
     def __init__(self, *, feature_dim: int, vocab_size: int, hidden_dim: int, d_model: int, max_count: int,
                  rngs: nnx.Rngs, dtype: Any = jnp.float32, score_bias: float = -4.0):
+        self.feature_dim = int(feature_dim)
         n_in = feature_dim + 4
         self.max_count = int(max_count)
         self.dtype = dtype
@@ -71,8 +73,10 @@ class RegionCounter(nnx.Module):
         self.norm = layer_norm(d_model, rngs, dtype)
 
     def inputs(self, features: jax.Array, boxes: jax.Array) -> jax.Array:
-        """``(batch, R, F)`` features and ``(batch, R, 4)`` boxes -> ``(batch, R, F + 4)`` float32, unstandardized."""
-        return jnp.concatenate([features.astype(jnp.float32), boxes.astype(jnp.float32)], -1)
+        """``(batch, R, F')`` stored features (``F' >= F``; the first ``F`` are read) and ``(batch, R, 4)`` boxes
+        -> ``(batch, R, F + 4)`` float32, unstandardized."""
+        return jnp.concatenate([features[..., :self.feature_dim].astype(jnp.float32), boxes.astype(jnp.float32)],
+                               -1)
 
     def __call__(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
                  question_mask: jax.Array) -> jax.Array:
@@ -121,11 +125,14 @@ def counter_weight(model_cfg) -> float:
 
 
 def region_counter(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs, dtype: Any) -> RegionCounter | None:
-    """The :class:`RegionCounter` of ``config.model.counter`` (``weight`` > 0; ``hidden_dim``, ``max_count``),
-    or None when the weight is 0 or the config has no ``counter`` entry.
+    """The :class:`RegionCounter` of ``config.model.counter`` (``weight`` > 0; ``hidden_dim``, ``max_count``;
+    ``proposal_features``: ``"all"``, the default, reads a region's stored features whole, ``"objects"`` with
+    class-free proposals only the segment's own colour, area and shape, the first ``OBJECT_FEATURE_DIM`` of
+    :mod:`openvivqa_jax.data.proposals`), or None when the weight is 0 or the config has no ``counter`` entry.
 
     Raises:
-      ValueError: a negative weight, a ``max_count`` below 1, or a counter over a vision that has no regions.
+      ValueError: a negative weight, a ``max_count`` below 1, an unknown ``proposal_features``, or a counter
+        over a vision that has no regions.
     """
     c = cfg.get("counter")
     weight = counter_weight(cfg)
@@ -140,5 +147,10 @@ def region_counter(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs, dt
     max_count = int(c.get("max_count", 10))
     if max_count < 1:
         raise ValueError(f"model.counter.max_count must be >= 1, got {max_count}")
+    features = c.get("proposal_features", "all")
+    if features not in ("objects", "all"):
+        raise ValueError(f"model.counter.proposal_features must be 'objects' or 'all', got {features!r}")
+    if cfg.vision.kind == "proposals" and features == "objects":
+        feature_dim = min(feature_dim, OBJECT_FEATURE_DIM)
     return RegionCounter(feature_dim=feature_dim, vocab_size=vocab_size, hidden_dim=int(c.get("hidden_dim", 128)),
                          d_model=cfg.d_model, max_count=max_count, rngs=rngs, dtype=dtype)

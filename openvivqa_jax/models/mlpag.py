@@ -55,7 +55,8 @@ Components (Figure 10):
   the question's last words only.
 * Option: ``verifier`` (``enabled``, region vision) adds to the first answer piece's logits the existence of
   what a yes/no question names, flipped by the question's negation from rules
-  (:mod:`openvivqa_jax.models.verifying`): affirming pieces up, denying ones down, or the reverse.
+  (:mod:`openvivqa_jax.models.verifying`): affirming pieces up, denying ones down, or the reverse; with
+  ``verifier.ocr_tokens`` the OCR tokens that the question names count as well (*is the word milk written?*).
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -349,9 +350,13 @@ class MLPAG(MemoryDecoderGenerator):
         if decoder_bias is not None:
             out["decoder_bias"] = decoder_bias
         if self.verifier is not None:
+            text = {}
+            if self.verifier.ocr_tokens:
+                text = dict(text_match=question_match(batch["ocr_pieces"], batch["ocr_piece_mask"],
+                                                      batch["question"], batch["question_mask"]), text_mask=s_mask)
             out["first_logit_bias"] = self.verifier(batch["region_features"], batch["region_boxes"],
                                                     batch["region_mask"], batch["question"], q_mask,
-                                                    batch[POLARITY_FIELD])
+                                                    batch[POLARITY_FIELD], **text)
         return out
 
     def _with_named_tokens(self, batch, vis, x_s, s_mask, memory, mem_mask):

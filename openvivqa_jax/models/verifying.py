@@ -17,10 +17,17 @@ batch, +1 or -1) and learns only the existence, by a structure that cannot do mu
 * each question piece ``w`` has its own detector ``d_w`` (``H``) and bias; the question's detector is the mean
   of its pieces' (``d``, ``b``), and a region's score ``s_r = sigmoid(d . h_r + b - 3)`` (the -3: a region
   matches nothing until its detector is learned);
-* the existence is the noisy-OR ``e = 1 - prod_r (1 - s_r)`` over the valid regions;
-* its logit, times the polarity and a learned gate ``g = sigmoid(mean of the pieces' gate weights)`` (which
-  questions are yes/no questions), is added, halved, to the first answer piece's logits of the affirming answer
-  pieces (``yes``, ``có``, ``đúng``, ...) and taken from those of the denying ones (``no``, ``không``, ``sai``,
+* the existence is the noisy-OR ``e_R = 1 - prod_r (1 - s_r)`` over the valid regions;
+* with ``model.verifier.ocr_tokens`` (*is the word milk written in the picture?*) it is a mixture
+  ``e = pi e_T + (1 - pi) e_R``: ``e_T`` is 1 when an OCR token's pieces occur in the question
+  (:func:`openvivqa_jax.models.embeddings.question_match`, the exact-match feature), else 0, and
+  ``pi = sigmoid(TEXT_GAIN * mean of the pieces' text weights - 4)`` says whether the question asks about the
+  written words (its wording: *word*, *written*, *chữ*); it starts near 0 (0.018), so the regions decide until
+  the text questions are learned, and its gain lets a few pieces move it as fast as the regions' detectors,
+  whose scores are ``H``-wide products, move theirs;
+* its logit (``e`` clipped to ``[1e-6, 1 - 1e-6]``), times the polarity and a learned gate
+  ``g = sigmoid(mean of the pieces' gate weights)`` (which questions are yes/no questions), is added, halved, to
+  the first answer piece's logits of the affirming answer pieces (``yes``, ``có``, ``đúng``, ...) and taken from those of the denying ones (``no``, ``không``, ``sai``,
   ...): ``bias = 0.5 g p logit(e) a`` with ``a`` ``(V,)`` +1, -1 or 0 per piece
   (:func:`answer_piece_polarity`, set from the run's tokenizer before training and kept in the checkpoint).
 
@@ -41,8 +48,10 @@ from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
 from openvivqa_jax.models.layers import dense
 from openvivqa_jax.text.polarity import answer_polarity
 
-__all__ = ["RegionVerifier", "region_verifier", "verifier_enabled", "answer_piece_polarity", "POLARITY_FIELD"]
+__all__ = ["TEXT_GAIN", "RegionVerifier", "region_verifier", "verifier_enabled", "answer_piece_polarity", "POLARITY_FIELD"]
 
+#: The gain of the text weights' mean in the share of the written words (module doc).
+TEXT_GAIN = 10.0
 #: The batch field of each question's polarity (+1, or -1 when negated), made by the input pipeline.
 POLARITY_FIELD = "question_polarity"
 
@@ -72,10 +81,16 @@ class RegionVerifier(nnx.Module):
       vocab_size: ``V``, the pieces of the question and of the answer.
       hidden_dim: ``H``, the region embedding's width and each piece's detector's.
       rngs: parameter RNGs.
+      ocr_tokens: whether the OCR tokens the question names count too (module doc; the parameter
+        ``text_weight`` ``(V,)`` exists only then, so that a checkpoint without it still restores).
     """
 
-    def __init__(self, *, feature_dim: int, vocab_size: int, hidden_dim: int, rngs: nnx.Rngs):
+    def __init__(self, *, feature_dim: int, vocab_size: int, hidden_dim: int, rngs: nnx.Rngs,
+                 ocr_tokens: bool = False):
         self.feature_dim = int(feature_dim)
+        self.ocr_tokens = bool(ocr_tokens)
+        if self.ocr_tokens:
+            self.text_weight = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
         n_in = feature_dim + 4
         self.input_mean = nnx.Param(jnp.zeros((n_in,), jnp.float32))
         self.input_std = nnx.Param(jnp.ones((n_in,), jnp.float32))
@@ -86,12 +101,18 @@ class RegionVerifier(nnx.Module):
         self.gate = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
 
     def existence(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
-                  question_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+                  question_mask: jax.Array, text_match: jax.Array | None = None,
+                  text_mask: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
         """``(logit(e) (batch,), gate g (batch,))`` float32 of the module doc.
 
         Args:
           features: ``(batch, R, F)`` region features; boxes: ``(batch, R, 4)``; mask: ``(batch, R)`` bool.
           question: ``(batch, l)`` int piece ids; question_mask: ``(batch, l)`` bool.
+          text_match: ``(batch, N)`` float, 1 where an OCR token occurs in the question; text_mask: ``(batch, N)``
+            bool, the real OCR tokens. Both are needed when the module reads OCR tokens, and ignored otherwise.
+
+        Raises:
+          ValueError: a module that reads OCR tokens is given no ``text_match`` or ``text_mask``.
         """
         x = jnp.concatenate([features[..., :self.feature_dim].astype(jnp.float32), boxes.astype(jnp.float32)], -1)
         x = (x - self.input_mean[...]) / self.input_std[...]
@@ -103,23 +124,32 @@ class RegionVerifier(nnx.Module):
         s = jax.nn.sigmoid(jnp.einsum("brh,bh->br", h, det) + bias[:, None])
         s = jnp.where(mask.astype(bool), s, 0.0)
         none = jnp.sum(jnp.log1p(-jnp.clip(s, 0.0, 1.0 - 1e-6)), 1)  # log prod (1 - s_r)
-        e = jnp.clip(-jnp.expm1(none), 1e-6, 1.0 - 1e-6)
+        e = -jnp.expm1(none)
+        if self.ocr_tokens:
+            if text_match is None or text_mask is None:
+                raise ValueError("the region verifier reads OCR tokens (model.verifier.ocr_tokens) and was given "
+                                 "no text_match or text_mask")
+            written = jnp.any((text_match > 0) & text_mask.astype(bool), axis=1).astype(jnp.float32)
+            pi = jax.nn.sigmoid(TEXT_GAIN * jnp.einsum("bl,bl->b", mean, self.text_weight[...][question]) - 4.0)
+            e = pi * written + (1.0 - pi) * e
+        e = jnp.clip(e, 1e-6, 1.0 - 1e-6)
         gate = jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.gate[...][question]))
         return jnp.log(e) - jnp.log1p(-e), gate
 
     def __call__(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
-                 question_mask: jax.Array, polarity: jax.Array) -> jax.Array:
+                 question_mask: jax.Array, polarity: jax.Array, text_match: jax.Array | None = None,
+                 text_mask: jax.Array | None = None) -> jax.Array:
         """``(batch, V)`` float32 bias on the first answer piece's vocabulary logits; ``polarity`` ``(batch,)``
-        +1 or -1 (other arguments as :meth:`existence`)."""
-        logit, gate = self.existence(features, boxes, mask, question, question_mask)
+        +1 or -1 (other arguments and errors as :meth:`existence`)."""
+        logit, gate = self.existence(features, boxes, mask, question, question_mask, text_match, text_mask)
         scale = 0.5 * gate * polarity.astype(jnp.float32) * logit
         return scale[:, None] * jax.lax.stop_gradient(self.answer_polarity[...])[None]
 
 
 def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs) -> RegionVerifier | None:
     """The :class:`RegionVerifier` of ``config.model.verifier`` (``enabled``; ``hidden_dim``, default 32;
-    ``proposal_features``, ``"objects"`` (default) or ``"all"``, module doc) over regions of ``feature_dim``
-    stored features, or None when it is off.
+    ``proposal_features``, ``"objects"`` (default) or ``"all"``; ``ocr_tokens``, default False; module doc) over
+    regions of ``feature_dim`` stored features, or None when it is off.
 
     Raises:
       ValueError: a verifier over a vision that has no regions (``model.vision.kind`` not ``proposals`` or
@@ -140,4 +170,5 @@ def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs) -
         raise ValueError(f"model.verifier.proposal_features must be 'objects' or 'all', got {features!r}")
     if kind == "proposals" and features == "objects":
         feature_dim = min(feature_dim, OBJECT_FEATURE_DIM)
-    return RegionVerifier(feature_dim=feature_dim, vocab_size=vocab_size, hidden_dim=hidden, rngs=rngs)
+    return RegionVerifier(feature_dim=feature_dim, vocab_size=vocab_size, hidden_dim=hidden, rngs=rngs,
+                          ocr_tokens=bool(cfg.verifier.get("ocr_tokens", False)))

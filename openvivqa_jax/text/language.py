@@ -4,8 +4,10 @@ A run answers questions in the languages of its training split; an English or Ja
 trained on Vietnamese is read as pieces it never learned to use. :func:`detect_language` tells the common cases
 apart without a model: Japanese (kana), Chinese (Han characters without kana), Korean (Hangul), Thai, and in the
 Latin script Vietnamese (its letters: đ, the breve, circumflex and horn vowels, the hook-above and dot-below tone
-marks, two or more toned vowels, or a common Vietnamese word such as *là*, *gì*, *này*) from English (at least two English question words such as *what*, *how*,
-*the*, *is*). Anything else, Vietnamese typed without its marks included, is ``None`` (undetermined), so no
+marks, two or more toned vowels, or a common Vietnamese word such as *là*, *gì*, *này*) from English (at least two
+English question words such as *what*, *how*, *the*, *is*). A question with at least two English question words,
+no common Vietnamese word and fewer words in Vietnamese letters than English question words is English: it names a
+Vietnamese word (*is the word phở written in the picture?*). Anything else, Vietnamese typed without its marks included, is ``None`` (undetermined), so no
 question is flagged on a guess. On the EVJVQA public test (5,015 questions with a ``language`` field) it names
 every Japanese and Vietnamese question right and 1,684 of the 1,686 English ones (the other two undetermined), with
 no question given a wrong language; of the 2,285 Vietnamese questions of UIT-ViQuAD's dev set, 2,285 are ``vi``.
@@ -70,6 +72,9 @@ def detect_language(text: str) -> str | None:
         return "ja" if "ja" in scripts else scripts.most_common(1)[0][0]
     marks = [c for c in unicodedata.normalize("NFD", text) if unicodedata.combining(c)]
     words = _WORD.findall(unicodedata.normalize("NFC", text.lower()))
+    english = sum(w in _ENGLISH for w in words)
+    if english >= 2 and not any(w in _VIETNAMESE for w in words) and sum(not w.isascii() for w in words) < english:
+        return "en"  # an English question that names a Vietnamese word (is the word phở written here?)
     if ("đ" in text.lower() or any(m in _VIETNAMESE_MARKS for m in marks) or sum(m in _TONE_MARKS for m in marks) >= 2
             or any(w in _VIETNAMESE for w in words)):
         return "vi"

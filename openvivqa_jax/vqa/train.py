@@ -373,6 +373,8 @@ def _set_counter_statistics(state: TrainState, batches) -> TrainState:
     parameter's sharding; one log line."""
     mean, std, n = counting_stream.input_statistics(batches, 8)
     params = state.params
+    f = int(params["counter"]["input_mean"][...].shape[0]) - 4  # the features it reads; then the box
+    mean, std = (np.concatenate([v[:f], v[-4:]]) for v in (mean, std))
     for name, value in (("input_mean", mean), ("input_std", std)):
         var = params["counter"][name]
         var[...] = jax.device_put(value, var[...].sharding)

@@ -176,6 +176,46 @@ def test_mlpag_memory_gains_the_count_token_and_sows_the_stream_loss():
     assert "counting_exact" in flat
 
 
+def test_with_objects_features_it_reads_the_segments_own_features_and_their_statistics():
+    import types
+
+    from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
+    from openvivqa_jax.vqa import train as train_mod
+
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.counter.weight = 1.0
+    wide = build_model(cfg.model, 40, seed=0).counter
+    cfg.model.counter.proposal_features = "objects"
+    narrow = build_model(cfg.model, 40, seed=0).counter
+    batch = random_batch(cfg, 40, batch=2)
+    assert wide.input_mean[...].shape == (batch["region_features"].shape[-1] + 4,)
+    assert narrow.input_mean[...].shape == (OBJECT_FEATURE_DIM + 4,)
+    args = (batch["region_boxes"], batch["region_mask"], batch["question"], batch["question_mask"])
+    first = np.asarray(narrow(batch["region_features"], *args))
+    other = batch["region_features"].copy()
+    other[..., OBJECT_FEATURE_DIM:] += 7.0  # the pixels of its box and context
+    np.testing.assert_array_equal(np.asarray(narrow(other, *args)), first)
+    other[..., 0] += 3.0  # its colour
+    assert not np.allclose(np.asarray(narrow(other, *args)), first)
+    # the statistics the training loop sets are those of the features it reads, then the box
+    model = build_model(cfg.model, 40, seed=0)
+    params = nnx.state(model, nnx.Param)
+    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
+    rng = np.random.default_rng(1)
+    batch["region_features"] = (rng.standard_normal(batch["region_features"].shape) * 2 + 3).astype(np.float32)
+    batch["region_mask"] = rng.random(batch["region_mask"].shape) < 0.6
+    out = train_mod._set_counter_statistics(state, lambda: batch).params["counter"]
+    x = np.concatenate([batch["region_features"][..., :OBJECT_FEATURE_DIM], batch["region_boxes"]], -1)
+    x = x[batch["region_mask"]]
+    np.testing.assert_allclose(np.asarray(out["input_mean"][...]), x.mean(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(out["input_std"][...]), np.maximum(x.std(0), 1e-3), rtol=1e-3, atol=1e-5)
+    cfg.model.counter.proposal_features = "pixels"
+    with pytest.raises(ValueError, match="proposal_features must be 'objects' or 'all'"):
+        build_model(cfg.model, 40, seed=0)
+
+
 def test_counter_trains_at_its_own_constant_rate_and_keeps_its_statistics():
     cfg = tiny_model_config("mlpag")
     cfg.model.vision.kind = "proposals"

@@ -34,6 +34,10 @@ LABELLED = [
     ("bức ảnh này chẳng có con chó nào à?", "vi", -1),
     ("không gian trong ảnh có rộng không?", "vi", 1),
     ("không khí ở đây có trong lành không ?", "vi", 1),
+    # an English question that names a Vietnamese word, and the reverse
+    ("is the word phở not written in the picture ?", "en", -1),
+    ("is the word chợ written in the picture ?", "en", 1),
+    ("trong ảnh không có chữ milk , đúng không ?", "vi", -1),
 ]
 
 

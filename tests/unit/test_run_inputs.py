@@ -101,7 +101,12 @@ def test_the_initial_config_is_written_until_a_file_fixes_it(tmp_path):
 @pytest.mark.parametrize("text, lang", [("cửa hàng này tên gì?", "vi"), ("Patel là ai?", "vi"),
                                         ("what colour is the car?", "en"), ("この店の名前は何ですか", "ja"),
                                         ("这是什么", "zh"), ("이것은 무엇입니까", "ko"), ("cua hang nay ten gi", None),
-                                        ("name?", None), ("12345", None)])
+                                        ("name?", None), ("12345", None),
+                                        # English around a Vietnamese name; Vietnamese around English words
+                                        ("is the word phở written in the picture ?", "en"),
+                                        ("what is the name of the cửa hàng bánh mì ?", "en"),
+                                        ("the coffee house có tên là gì ?", "vi"),
+                                        ("trong ảnh có chữ milk không ?", "vi")])
 def test_detect_language(text, lang):
     assert language.detect_language(text) == lang
 

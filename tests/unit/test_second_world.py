@@ -57,6 +57,33 @@ def test_the_folder_builder_reads_every_row_with_its_kind(world):
             assert (world / r.image).is_file() and r.qa_type == int(r.kind == "verify_text")
 
 
+def test_ocr_file_gives_each_printed_word_on_its_light_label(world, tmp_path):
+    from openvivqa_jax.data import ocr as ocr_lib
+
+    tokens = ocr_lib.load_ocr_file(world / "ocr.json")
+    scenes = {**_scenes(world, "train"), **_scenes(world, "dev"), **_scenes(world, "test")}
+    assert set(tokens) == set(scenes)
+    worded = 0
+    for image, scene in scenes.items():
+        got = tokens[image]
+        if not scene["word"]:
+            assert got == []
+            continue
+        worded += 1
+        (tok,) = got
+        assert tok["text"] == scene["word"]
+        # the box, read back in pixels, is a light label with dark letters inside, on a picture without others
+        with Image.open(world / image) as im:
+            w, h = im.size
+            x0, y0, x1, y1 = (round(v * s) for v, s in zip(tok["box"], (w, h, w, h)))
+            crop = np.asarray(im.convert("L").crop((x0 + 1, y0 + 1, x1 - 1, y1 - 1)), np.int32)
+        assert np.mean(crop >= 240) > 0.5 and np.any(crop <= 45), image
+    assert worded >= 10
+    bare = tmp_path / "bare"
+    assert second_world.main(["--out", str(bare), "--seed", "3", *SIZES, "--no_ocr"]) == 0
+    assert not (bare / "ocr.json").exists() and (bare / "train.csv").read_bytes() == (world / "train.csv").read_bytes()
+
+
 def test_same_seed_same_files_other_seed_other_files(world, tmp_path):
     again = tmp_path / "again"
     assert second_world.main(["--out", str(again), "--seed", "3", *SIZES]) == 0

@@ -69,6 +69,85 @@ def test_bias_is_the_noisy_or_logit_times_polarity_gate_and_piece_polarity():
     np.testing.assert_allclose(np.asarray(v(moved, boxes, mask, q, qm, pol)), got, rtol=1e-6)
 
 
+def test_a_question_that_asks_about_the_written_words_mixes_in_whether_it_names_an_ocr_token():
+    from openvivqa_jax.models.verifying import TEXT_GAIN
+
+    rng = np.random.default_rng(3)
+    v = _randomized(RegionVerifier(feature_dim=5, vocab_size=12, hidden_dim=8, rngs=nnx.Rngs(0), ocr_tokens=True), 4)
+    v.text_weight[...] = jnp.asarray(rng.standard_normal(12), jnp.float32)
+    feats = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    boxes = rng.random((4, 6, 4)).astype(np.float32)
+    mask = rng.random((4, 6)) < 0.7
+    mask[:, 0] = True
+    q = rng.integers(0, 12, (4, 4)).astype(np.int32)
+    qm = np.arange(4)[None] < np.array([[2], [4], [3], [4]])
+    pol = np.array([1.0, -1.0, 1.0, -1.0], np.float32)
+    # picture 0 writes a word the question names; 1 one it does not; 2 names one only in a padded slot; 3 none
+    match = np.array([[0, 1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0]], np.float32)
+    tmask = np.array([[True, True, False], [True, True, True], [True, True, False], [False, False, False]])
+    got = np.asarray(v(feats, boxes, mask, q, qm, pol, match, tmask))
+    # numpy: the regions' existence, read back from the bias without OCR tokens, mixed with 1, 0, 0, 0
+    regions_only = _numpy_bias(v, feats, boxes, mask, q, qm, pol)
+    w = qm.astype(np.float64) / qm.sum(1, keepdims=True)
+    pi = 1 / (1 + np.exp(-(TEXT_GAIN * (w * _np(v.text_weight[...])[q]).sum(1) - 4.0)))
+    g = 1 / (1 + np.exp(-(w * _np(v.gate[...])[q]).sum(1)))
+    pv = _np(v.answer_polarity[...])
+    k = int(np.argmax(np.abs(pv)))
+    e_regions = 1 / (1 + np.exp(-regions_only[:, k] / (0.5 * g * pol * pv[k])))
+    e = np.clip(pi * np.array([1.0, 0.0, 0.0, 0.0]) + (1 - pi) * e_regions, 1e-6, 1 - 1e-6)
+    want = (0.5 * g * pol * np.log(e / (1 - e)))[:, None] * pv[None]
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-5)
+    # a question worded as about the text (large text weights) follows the match, whatever the regions say
+    v.text_weight[...] = jnp.full((12,), 2.0, jnp.float32)
+    yes = np.ones(4, np.float32)
+    one = np.zeros((4, 3), np.float32)
+    one[:, 1] = 1.0
+    named = np.asarray(v(feats, boxes, mask, q, qm, yes, one, np.ones((4, 3), bool)))
+    unnamed = np.asarray(v(feats, boxes, mask, q, qm, yes, np.zeros((4, 3), np.float32), np.ones((4, 3), bool)))
+    assert np.all(named[:, k] * pv[k] > 0) and np.all(unnamed[:, k] * pv[k] < 0)
+    with pytest.raises(ValueError, match="ocr_tokens"):
+        v(feats, boxes, mask, q, qm, pol)
+
+
+def test_mlpag_gives_its_verifier_the_question_match_of_the_ocr_tokens():
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    cfg.model.verifier.ocr_tokens = True
+    model = build_model(cfg.model, 40, seed=0)
+    _randomized(model.verifier, 2)
+    model.verifier.text_weight[...] = jnp.full((40,), 0.5, jnp.float32)
+    batch = random_batch(cfg, 40, batch=2)
+    batch["question_polarity"] = np.array([1.0, 1.0], np.float32)
+    # token 0 of each picture is the question's pieces 1-2, the others pieces that the question does not hold
+    q = np.asarray(batch["question"]).copy()
+    q[:, :4] = [[5, 6, 7, 8], [9, 10, 11, 12]]
+    batch["question"] = q
+    batch["question_mask"] = np.ones_like(q, bool)
+    pieces = np.zeros_like(np.asarray(batch["ocr_pieces"]))
+    pm = np.zeros(pieces.shape, bool)
+    pieces[:, :, 0] = 30
+    pm[:, :, 0] = True
+    pieces[:, 0, :2] = [[6, 7], [10, 11]]
+    pm[:, 0, :2] = True
+    batch["ocr_pieces"], batch["ocr_piece_mask"] = pieces, pm
+    batch["ocr_mask"] = np.ones(pieces.shape[:2], bool)
+    enc = model.encode(batch)
+    match = np.zeros(pieces.shape[:2], np.float32)
+    match[:, 0] = 1.0
+    want = np.asarray(model.verifier(batch["region_features"], batch["region_boxes"], batch["region_mask"],
+                                     batch["question"], batch["question_mask"], batch["question_polarity"],
+                                     match, np.asarray(batch["ocr_mask"]).astype(bool)))
+    np.testing.assert_allclose(np.asarray(enc["first_logit_bias"]), want, rtol=1e-5, atol=1e-6)
+    unmatched = np.asarray(model.verifier(batch["region_features"], batch["region_boxes"], batch["region_mask"],
+                                          batch["question"], batch["question_mask"], batch["question_polarity"],
+                                          np.zeros_like(match), batch["ocr_mask"]))
+    assert np.abs(want - unmatched).max() > 1e-2
+    # the checkpoint of a verifier without OCR tokens has no text parameters, so it still restores
+    assert not hasattr(_mlpag(True)[1].verifier, "text_weight")
+
+
 def test_answer_pieces_polarity_is_read_from_whole_word_pieces():
     pieces = ["<pad>", "\u2581yes", "\u2581no", "\u2581có", "\u2581không", "\u2581đúng", "\u2581sai", "\u2581một",
               "yes", "\u2581Yes"]
@@ -179,6 +258,16 @@ def test_the_input_pipeline_gives_each_question_its_polarity(tmp_path):
         out = {}
         pre._question_extras(types.SimpleNamespace(question=question, answers=["có"]), out)
         assert out["question_polarity"] == want and out["question_polarity"].dtype == np.float32, question
+    # an English question that names a Vietnamese word: the record's language field, else the detection
+    for extra in ({"language": "en"}, {}):
+        out = {}
+        pre._question_extras(types.SimpleNamespace(question="is the word phở not written in the picture ?",
+                                                   answers=["no"], extra=extra), out)
+        assert out["question_polarity"] == -1.0, extra
+    out = {}  # the field decides: the same words read as Vietnamese have no English cue
+    pre._question_extras(types.SimpleNamespace(question="is the word phở not written in the picture ?",
+                                               answers=["no"], extra={"language": "vi"}), out)
+    assert out["question_polarity"] == 1.0
 
 
 def test_with_proposals_it_reads_the_objects_own_features_unless_told_all():
