@@ -16,7 +16,9 @@ is configs/synthetic/base.py: the small MLPAG (d_model 128) at batch 32, with tw
   get the epochs they need and a large folder stops at 4,000 steps (12-14 minutes on 2 CPU cores for 800 drawn
   pictures);
 * yes/no questions about what is in the photo (*is there a red circle?*, *hình tròn có màu đỏ không?*) go
-  through MLPAG's region verifier (``model.verifier``), with the negation read by rules.
+  through MLPAG's region verifier (``model.verifier``), with the negation read by rules; so do those about the
+  words written in it (*is the word milk written in the picture?*), whose answer is whether an OCR token is a
+  word of the question (``model.verifier.ocr_tokens``; nothing changes for a folder without OCR tokens).
 
 Any number of steps: ``--config.train.num_train_steps=N``. The CNN over the pixels instead of the proposals:
 ``--config.model.vision.kind=cnn --config.model.verifier.enabled=False``.
