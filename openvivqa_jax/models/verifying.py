@@ -27,9 +27,10 @@ batch, +1 or -1) and learns only the existence, by a structure that cannot do mu
   whose scores are ``H``-wide products, move theirs;
 * its logit (``e`` clipped to ``[1e-6, 1 - 1e-6]``), times the polarity and a learned gate
   ``g = sigmoid(mean of the pieces' gate weights)`` (which questions are yes/no questions), is added, halved, to
-  the first answer piece's logits of the affirming answer pieces (``yes``, ``có``, ``đúng``, ...) and taken from those of the denying ones (``no``, ``không``, ``sai``,
-  ...): ``bias = 0.5 g p logit(e) a`` with ``a`` ``(V,)`` +1, -1 or 0 per piece
-  (:func:`answer_piece_polarity`, set from the run's tokenizer before training and kept in the checkpoint).
+  the first answer piece's logits of the affirming answer pieces (``yes``, ``có``, ``đúng``, ...) and taken from
+  those of the denying ones (``no``, ``không``, ``sai``, ...): ``bias = 0.5 g p logit(e) a`` with ``a``
+  ``(V,)`` +1, -1 or 0 per piece (:func:`answer_piece_polarity`, set from the run's tokenizer before training
+  and kept in the checkpoint).
 
 The decoder's own logits still carry the question's prior over the answer words (which pair a template takes).
 The module is trained by the answer loss through the bias, with an optimizer of its own (Adam at the constant
@@ -48,7 +49,8 @@ from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
 from openvivqa_jax.models.layers import dense
 from openvivqa_jax.text.polarity import answer_polarity
 
-__all__ = ["TEXT_GAIN", "RegionVerifier", "region_verifier", "verifier_enabled", "answer_piece_polarity", "POLARITY_FIELD"]
+__all__ = ["TEXT_GAIN", "RegionVerifier", "region_verifier", "verifier_enabled", "answer_piece_polarity",
+           "POLARITY_FIELD"]
 
 #: The gain of the text weights' mean in the share of the written words (module doc).
 TEXT_GAIN = 10.0
