@@ -133,7 +133,8 @@ TABLE: dict[str, Row] = {
     "vision_probe": Row(_b("vision_probe.py"), {"--workdir": D}, not_paths=("--image_size", "--pixel_features")),
     "vs_reference": Row(_b("vs_reference.py"), {"--torch_python": PROG}),
     "second_world": Row(_b("second_world.py"), {"--out": NEW}, args=("--train_images=1", "--dev_images=1",
-                                                                    "--test_images=1"), required=("--out",)),
+                                                                    "--test_images=1"), required=("--out",),
+                        not_paths=("--no_ocr",)),
     "second_world_probe": Row(_b("second_world_probe.py"), {"--world": D}, required=("--world",)),
     "zoo_table": Row(_b("zoo_table.py"), {"--out": OD, "--data_dir": DATA}, required=("--out",)),
 }
