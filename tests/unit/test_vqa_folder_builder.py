@@ -342,6 +342,10 @@ def test_detect_language():
     assert detect(["đi đâu", "nha trang"]) == "vi"
     assert detect(["これは何ですか", "猫"]) == "ja"
     assert detect(["ban di dau", "ha noi"]) == "en"  # Vietnamese without diacritics: a guess, documented
+    # an English question that names a Vietnamese word is English, whatever its answer; the reverse stays Vietnamese
+    assert detect(["is the word phở not written in the picture ?", "yes"]) == "en"
+    assert detect(["what is sold at the shop ?", "phở bò"]) == "en"
+    assert detect(["trong ảnh có chữ milk không ?", "có"]) == "vi"
 
 
 def test_folder_config_points_at_the_builder_and_drops_the_synthetic_probes():

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from openvivqa_jax.jsonio import json_kind
+from openvivqa_jax.text.language import detect_language as question_language
 from tfds_builders import common, readers
 
 __all__ = ["Row", "IMAGE_COLUMNS", "ANSWER_COLUMNS", "KNOWN_COLUMNS", "MAX_KIND_LENGTH", "LANGUAGE_ALIASES",
@@ -99,8 +100,10 @@ class Row:
 
 
 def detect_language(texts: list[str]) -> str:
-    """The language of a question and its answers, from their letters: ``ja`` if any kana or CJK ideograph,
-    ``vi`` if any Latin letter with a diacritic or ``đ``, else ``en``. A guess: Vietnamese written without its
+    """The language of a question (``texts[0]``) and its answers, from their letters: ``ja`` if any kana or CJK
+    ideograph, ``vi`` if any Latin letter with a diacritic or ``đ``, else ``en``; but ``en`` for an English
+    question that names a Vietnamese word (*is the word phở written here?*: two or more English question words,
+    as :func:`openvivqa_jax.text.language.detect_language` reads them). A guess: Vietnamese written without its
     diacritics reads as ``en``; give a ``language`` column or the config's ``language`` to be sure."""
     text = "".join(texts)
     for ch in text:
@@ -108,7 +111,7 @@ def detect_language(texts: list[str]) -> str:
             return "ja"
     for ch in text:
         if ch in "đĐ" or (ch.isalpha() and ord(ch) > 127 and unicodedata.decomposition(ch)[:1] not in ("", "<")):
-            return "vi"
+            return "en" if texts and question_language(texts[0]) == "en" else "vi"
     return "en"
 
 

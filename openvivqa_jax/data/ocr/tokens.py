@@ -108,7 +108,8 @@ def _checked_token(tok: Any, i: int, where: str, stats: MutableMapping[str, int]
         raise OcrFileError(
             f"{where}: token {i} ({tok['text']!r}) 'box' {box} must be xyxy in [0, 1] (within "
             f"{BOX_TOLERANCE:g}, clipped) with x0 <= x1, y0 <= y1 (pixel boxes must be divided by the image "
-            "width/height; skip_invalid_records / --skip_bad skip such tokens)"
+            "width/height; to skip such tokens, counted: the builder config's skip_invalid_records when "
+            "building, predict's --skip_bad)"
         )
     if any(v < 0.0 or v > 1.0 for v in box):
         _bump(stats, "clipped_boxes")
