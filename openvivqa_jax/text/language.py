@@ -8,9 +8,10 @@ marks, two or more toned vowels, or a common Vietnamese word such as *là*, *gì
 English question words such as *what*, *how*, *the*, *is*). A question with at least two English question words,
 no common Vietnamese word and fewer words in Vietnamese letters than English question words is English: it names a
 Vietnamese word (*is the word phở written in the picture?*). Anything else, Vietnamese typed without its marks
-included, is ``None`` (undetermined), so no question is flagged on a guess. On the EVJVQA public test (5,015 questions with a ``language`` field) it names
-every Japanese and Vietnamese question right and 1,684 of the 1,686 English ones (the other two undetermined), with
-no question given a wrong language; of the 2,285 Vietnamese questions of UIT-ViQuAD's dev set, 2,285 are ``vi``.
+included, is ``None`` (undetermined), so no question is flagged on a guess. On the EVJVQA public test (5,015
+questions with a ``language`` field) it names every Japanese and Vietnamese question right and 1,684 of the 1,686
+English ones (the other two undetermined), with no question given a wrong language; of the 2,285 Vietnamese
+questions of UIT-ViQuAD's dev set, 2,285 are ``vi``.
 
 The training languages of a run (:func:`training_languages`) come from its training split at the start of the
 run: each record's ``language`` field where the dataset has one (EVJVQA), else the detected language; they are
