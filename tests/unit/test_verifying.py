@@ -123,6 +123,7 @@ def test_mlpag_gives_its_verifier_the_question_match_of_the_ocr_tokens():
     # token 0 of each picture is the question's pieces 1-2, the others pieces that the question does not hold
     q = np.asarray(batch["question"]).copy()
     q[:, :4] = [[5, 6, 7, 8], [9, 10, 11, 12]]
+    q[q == 30] = 31  # piece 30, the other tokens' only piece, is in no question
     batch["question"] = q
     batch["question_mask"] = np.ones_like(q, bool)
     pieces = np.zeros_like(np.asarray(batch["ocr_pieces"]))
