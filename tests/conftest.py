@@ -160,6 +160,20 @@ def tiny_model_config(name: str = "mlpag"):
     return cfg
 
 
+def assert_reads_only_object_features(call, features: np.ndarray) -> None:
+    """Asserts that ``call(region_features)`` (a small region module over a batch's other inputs) is unchanged
+    when the proposals' pixels of box and context (past ``OBJECT_FEATURE_DIM``) change, and changes with their
+    colour (the first feature)."""
+    from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
+
+    first = np.asarray(call(features))
+    other = features.copy()
+    other[..., OBJECT_FEATURE_DIM:] += 7.0  # the pixels of its box and context
+    np.testing.assert_array_equal(np.asarray(call(other)), first)
+    other[..., 0] += 3.0  # its colour
+    assert not np.allclose(np.asarray(call(other)), first)
+
+
 def random_batch(cfg, vocab_size: int, batch: int = 2, seed: int = 0) -> dict:
     """Random model inputs with the pipeline's layout for ``cfg``."""
     rng = np.random.default_rng(seed)

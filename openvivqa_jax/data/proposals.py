@@ -32,8 +32,8 @@ from skimage.segmentation import felzenszwalb
 
 from openvivqa_jax.data import images
 
-__all__ = ["POOL", "PROPOSAL_FEATURE_DIM", "OBJECT_FEATURE_DIM", "BOX_PIXELS_DIM", "region_proposals",
-           "padded_proposals", "box_pixels"]
+__all__ = ["POOL", "PROPOSAL_FEATURE_DIM", "OBJECT_FEATURE_DIM", "BOX_PIXELS_DIM", "read_feature_dim",
+           "region_proposals", "padded_proposals", "box_pixels"]
 
 #: Side of the grids the box, context and shape are pooled on.
 POOL = 4
@@ -44,6 +44,22 @@ PROPOSAL_FEATURE_DIM = 6 + 1 + POOL * POOL + 2 * 3 * POOL * POOL
 OBJECT_FEATURE_DIM = 6 + 1 + POOL * POOL
 #: Width of :func:`box_pixels`: a box's RGB on a ``POOL x POOL`` grid.
 BOX_PIXELS_DIM = 3 * POOL * POOL
+
+
+def read_feature_dim(choice: str, vision_kind: str, feature_dim: int, owner: str) -> int:
+    """How many of the ``feature_dim`` stored region features a small region module (the verifier, the counter)
+    reads: with ``choice`` ``"objects"`` and class-free proposals (``vision_kind`` ``"proposals"``), the segment's
+    own colour, area and shape (:data:`OBJECT_FEATURE_DIM`); with ``"all"``, or other region features, all of them.
+
+    Raises:
+      ValueError: ``choice`` is neither ``"objects"`` nor ``"all"`` (the message names ``owner``'s setting,
+        e.g. ``model.counter``).
+    """
+    if choice not in ("objects", "all"):
+        raise ValueError(f"{owner}.proposal_features must be 'objects' or 'all', got {choice!r}")
+    if vision_kind == "proposals" and choice == "objects":
+        return min(feature_dim, OBJECT_FEATURE_DIM)
+    return feature_dim
 
 
 def _bin_edges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
+from openvivqa_jax.data.proposals import read_feature_dim
 from openvivqa_jax.models.grounding import count_loss, soft_count_embedding
 from openvivqa_jax.models.layers import dense, layer_norm
 
@@ -127,8 +127,8 @@ def counter_weight(model_cfg) -> float:
 def region_counter(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs, dtype: Any) -> RegionCounter | None:
     """The :class:`RegionCounter` of ``config.model.counter`` (``weight`` > 0; ``hidden_dim``, ``max_count``;
     ``proposal_features``: ``"all"``, the default, reads a region's stored features whole, ``"objects"`` with
-    class-free proposals only the segment's own colour, area and shape, the first ``OBJECT_FEATURE_DIM`` of
-    :mod:`openvivqa_jax.data.proposals`), or None when the weight is 0 or the config has no ``counter`` entry.
+    class-free proposals only the segment's own colour, area and shape,
+    :func:`openvivqa_jax.data.proposals.read_feature_dim`), or None when the weight is 0 or the config has no ``counter`` entry.
 
     Raises:
       ValueError: a negative weight, a ``max_count`` below 1, an unknown ``proposal_features``, or a counter
@@ -147,10 +147,6 @@ def region_counter(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs, dt
     max_count = int(c.get("max_count", 10))
     if max_count < 1:
         raise ValueError(f"model.counter.max_count must be >= 1, got {max_count}")
-    features = c.get("proposal_features", "all")
-    if features not in ("objects", "all"):
-        raise ValueError(f"model.counter.proposal_features must be 'objects' or 'all', got {features!r}")
-    if cfg.vision.kind == "proposals" and features == "objects":
-        feature_dim = min(feature_dim, OBJECT_FEATURE_DIM)
+    feature_dim = read_feature_dim(c.get("proposal_features", "all"), cfg.vision.kind, feature_dim, "model.counter")
     return RegionCounter(feature_dim=feature_dim, vocab_size=vocab_size, hidden_dim=int(c.get("hidden_dim", 128)),
                          d_model=cfg.d_model, max_count=max_count, rngs=rngs, dtype=dtype)

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from openvivqa_jax.data.proposals import OBJECT_FEATURE_DIM
+from openvivqa_jax.data.proposals import read_feature_dim
 from openvivqa_jax.models.layers import dense
 from openvivqa_jax.text.polarity import answer_polarity
 
@@ -167,10 +167,7 @@ def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs) -
     hidden = int(cfg.verifier.get("hidden_dim", 32))
     if hidden < 1:
         raise ValueError(f"model.verifier.hidden_dim must be >= 1, got {hidden}")
-    features = cfg.verifier.get("proposal_features", "objects")
-    if features not in ("objects", "all"):
-        raise ValueError(f"model.verifier.proposal_features must be 'objects' or 'all', got {features!r}")
-    if kind == "proposals" and features == "objects":
-        feature_dim = min(feature_dim, OBJECT_FEATURE_DIM)
+    feature_dim = read_feature_dim(cfg.verifier.get("proposal_features", "objects"), kind, feature_dim,
+                                   "model.verifier")
     return RegionVerifier(feature_dim=feature_dim, vocab_size=vocab_size, hidden_dim=hidden, rngs=rngs,
                           ocr_tokens=bool(cfg.verifier.get("ocr_tokens", False)))

@@ -21,7 +21,7 @@ from openvivqa_jax.data.pipeline import DatasetError
 from openvivqa_jax.models.counting import COUNTING_FIELDS
 from openvivqa_jax.text.counts import answer_count
 
-__all__ = ["WithCountingStream", "counting_indices", "input_statistics", "first_use_draw"]
+__all__ = ["WithCountingStream", "counting_indices", "read_features", "input_statistics", "first_use_draw"]
 
 
 class WithCountingStream:
@@ -73,13 +73,21 @@ def counting_indices(records: Sequence, source_name: str) -> list[int]:
     return idx
 
 
+def read_features(module_params) -> int:
+    """``F``, how many stored region features a module with input statistics reads (the region counter's, the
+    region verifier's parameters): its ``input_mean``'s width less the box's 4."""
+    return int(module_params["input_mean"][...].shape[0]) - 4
+
+
 def input_statistics(batches: Callable[[], dict], num_batches: int,
-                     owner: str = "model.counter: the counting questions'") -> tuple[np.ndarray, np.ndarray, int]:
+                     owner: str = "model.counter: the counting questions'",
+                     read_features: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Per-feature mean and standard deviation of the region counter's inputs (each valid region's features and
     box, :meth:`~openvivqa_jax.models.counting.RegionCounter.inputs`) over ``num_batches`` batches drawn by
     ``batches()`` in every process (each draws its own rows of the global batches; the sums are gathered, so
     every process sets the same values): ``(mean (F + 4,), std (F + 4,), number of regions)`` float32; the std
-    is at least 1e-3, so a feature constant in the sample does not divide by zero.
+    is at least 1e-3, so a feature constant in the sample does not divide by zero. ``read_features``: ``F``, the
+    first stored features the module reads (None: all of them).
 
     Raises:
       DatasetError: the batches hold no valid region (the message starts with ``owner``, whose pictures they
@@ -90,8 +98,8 @@ def input_statistics(batches: Callable[[], dict], num_batches: int,
         raise ValueError(f"input_statistics needs at least one batch, got num_batches={num_batches}")
     for _ in range(num_batches):
         b = batches()
-        x = np.concatenate([np.asarray(b["region_features"], np.float64), np.asarray(b["region_boxes"], np.float64)],
-                           -1)[np.asarray(b["region_mask"], bool)]
+        feats = np.asarray(b["region_features"], np.float64)[..., :read_features]
+        x = np.concatenate([feats, np.asarray(b["region_boxes"], np.float64)], -1)[np.asarray(b["region_mask"], bool)]
         n, total, squares = n + len(x), total + x.sum(0), squares + (x ** 2).sum(0)
     f = np.size(squares)
     local = np.concatenate([[float(n)], total, squares])

@@ -371,10 +371,9 @@ def _set_counter_statistics(state: TrainState, batches) -> TrainState:
     """``state`` with the region counter's input statistics (``counter/input_mean``, ``counter/input_std``,
     which the optimizer leaves as set) computed from 8 batches of counting questions (``batches()``), in each
     parameter's sharding; one log line."""
-    mean, std, n = counting_stream.input_statistics(batches, 8)
     params = state.params
-    f = int(params["counter"]["input_mean"][...].shape[0]) - 4  # the features it reads; then the box
-    mean, std = (np.concatenate([v[:f], v[-4:]]) for v in (mean, std))
+    mean, std, n = counting_stream.input_statistics(batches, 8,
+                                                    read_features=counting_stream.read_features(params["counter"]))
     for name, value in (("input_mean", mean), ("input_std", std)):
         var = params["counter"][name]
         var[...] = jax.device_put(value, var[...].sharding)

@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
-import numpy as np
 from absl import logging
 
 from openvivqa_jax.models.verifying import answer_piece_polarity
 from openvivqa_jax.training.state import TrainState
-from openvivqa_jax.vqa.counting_stream import input_statistics
+from openvivqa_jax.vqa.counting_stream import input_statistics, read_features
 
 __all__ = ["set_verifier_inputs"]
 
@@ -28,10 +27,9 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     Raises:
       openvivqa_jax.errors.DatasetError: the batches hold no valid region.
     """
-    mean, std, n = input_statistics(batches, 8, owner="model.verifier: the training questions'")
     params = state.params
-    f = int(params["verifier"]["input_mean"][...].shape[0]) - 4  # the features it reads; then the box
-    mean, std = (np.concatenate([v[:f], v[-4:]]) for v in (mean, std))
+    mean, std, n = input_statistics(batches, 8, owner="model.verifier: the training questions'",
+                                    read_features=read_features(params["verifier"]))
     polarity = answer_piece_polarity(tokenizer)
     for name, value in (("input_mean", mean), ("input_std", std), ("answer_polarity", polarity)):
         var = params["verifier"][name]

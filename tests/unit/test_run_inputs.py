@@ -122,6 +122,15 @@ def test_detect_language_on_the_evjvqa_public_test_never_contradicts_its_field()
     assert sum(f[1] is None for f in found) <= 5 and len(found) == 5015
 
 
+@pytest.mark.skipif(not os.path.isfile(os.path.join(SHARED, "data", "real", "viquad", "dev_ViQuAD.json")),
+                    reason="needs ../shared/data/real/viquad (the UIT-ViQuAD 1.0 release)")
+def test_detect_language_calls_every_viquad_dev_question_vietnamese():
+    with open(os.path.join(SHARED, "data", "real", "viquad", "dev_ViQuAD.json"), encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    found = [language.detect_language(q["question"]) for a in data for p in a["paragraphs"] for q in p["qas"]]
+    assert len(found) == 2285 and found.count("vi") == 2285
+
+
 def test_training_languages_keep_those_of_one_percent(tmp_path):
     class R:
         def __init__(self, q, lang=None):
