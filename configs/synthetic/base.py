@@ -153,9 +153,12 @@ def _region_modules(c: ml_collections.ConfigDict) -> None:
     # piece's logits whether what a yes/no question names is in the picture, flipped by the question's negation
     # from rules (text/polarity.py); hidden_dim its region embedding's width, learning_rate its own Adam's;
     # proposal_features 'objects' (a proposal's own colour, area and shape) or 'all' (with its box's and context's
-    # pixels) with vision kind proposals; ocr_tokens: the OCR tokens that the question names are candidates too.
+    # pixels) with vision kind proposals; ocr_tokens: the OCR tokens that the question names are candidates too;
+    # compare: its region scores also answer how-many, more/fewer and same-colour questions (models/comparing.py),
+    # counts told apart up to max_count; relate: what is left of / above ... a named thing (one more memory token).
     c.model.verifier = ml_collections.ConfigDict(dict(enabled=False, hidden_dim=32, learning_rate=1e-2,
-                                                      proposal_features="objects", ocr_tokens=False))
+                                                      proposal_features="objects", ocr_tokens=False,
+                                                      compare=False, max_count=10, relate=False))
 
 
 def _vision(c: ml_collections.ConfigDict) -> None:

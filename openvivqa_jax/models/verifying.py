@@ -32,6 +32,13 @@ batch, +1 or -1) and learns only the existence, by a structure that cannot do mu
   ``(V,)`` +1, -1 or 0 per piece (:func:`answer_piece_polarity`, set from the run's tokenizer before training
   and kept in the checkpoint).
 
+With ``model.verifier.compare`` the same region scores also answer *how many*, *more / fewer ... than* and *the
+same colour* questions (:mod:`openvivqa_jax.models.comparing`): a number word's first-piece logit gets ``c log
+P(count = n)``, ``c = sigmoid(mean of the pieces' count weights)``; and a yes/no question's logit becomes the
+mixture ``r_e logit(e) + r_m L_more + r_s L_same`` of the existence, the count comparison and the attribute
+comparison, ``r = softmax(mean of the pieces' route weights + (0, -2, -2))`` (so the existence leads at the
+start, with 0.79).
+
 The decoder's own logits still carry the question's prior over the answer words (which pair a template takes).
 The module is trained by the answer loss through the bias, with an optimizer of its own (Adam at the constant
 ``model.verifier.learning_rate``, given by :func:`openvivqa_jax.training.state.counter_optimizer` beside the
@@ -46,7 +53,8 @@ import numpy as np
 from flax import nnx
 
 from openvivqa_jax.data.proposals import read_feature_dim
-from openvivqa_jax.models.layers import dense
+from openvivqa_jax.models import comparing
+from openvivqa_jax.models.layers import dense, layer_norm
 from openvivqa_jax.text.polarity import answer_polarity
 
 __all__ = ["TEXT_GAIN", "RegionVerifier", "region_verifier", "verifier_enabled", "answer_piece_polarity",
@@ -54,6 +62,8 @@ __all__ = ["TEXT_GAIN", "RegionVerifier", "region_verifier", "verifier_enabled",
 
 #: The gain of the text weights' mean in the share of the written words (module doc).
 TEXT_GAIN = 10.0
+#: The route weights' starting offsets (existence, count comparison, attribute comparison; module doc).
+ROUTE_START = (0.0, -2.0, -2.0)
 #: The batch field of each question's polarity (+1, or -1 when negated), made by the input pipeline.
 POLARITY_FIELD = "question_polarity"
 
@@ -85,15 +95,33 @@ class RegionVerifier(nnx.Module):
       rngs: parameter RNGs.
       ocr_tokens: whether the OCR tokens the question names count too (module doc; the parameter
         ``text_weight`` ``(V,)`` exists only then, so that a checkpoint without it still restores).
+      compare: whether it also counts and compares (module doc; its parameters exist only then).
+      max_count: ``K``, the largest count it tells apart from larger ones (with ``compare``).
+      relate: whether it also answers *what is left of X?* (module doc of :mod:`openvivqa_jax.models.comparing`;
+        its parameters, and the memory token's projection to ``d_model``, exist only then).
+      d_model: the decoder memory's width (with ``relate``); dtype: the memory token's.
     """
 
     def __init__(self, *, feature_dim: int, vocab_size: int, hidden_dim: int, rngs: nnx.Rngs,
-                 ocr_tokens: bool = False):
+                 ocr_tokens: bool = False, compare: bool = False, max_count: int = 10, relate: bool = False,
+                 d_model: int = 0, dtype=jnp.float32):
         self.feature_dim = int(feature_dim)
         self.ocr_tokens = bool(ocr_tokens)
         if self.ocr_tokens:
             self.text_weight = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
         n_in = feature_dim + 4
+        self.compare = bool(compare)
+        self.max_count = int(max_count)
+        if self.compare:
+            self.count_gate = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+            self.route = nnx.Param(jnp.zeros((vocab_size, 3), jnp.float32))
+            self.attribute_weight = nnx.Param(jnp.zeros((vocab_size, n_in), jnp.float32))
+            self.same_bias = nnx.Param(jnp.ones((), jnp.float32))
+            # Set once from the tokenizer before training (vqa/verifier_start.py), then kept.
+            self.split_piece = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+            self.reverse_piece = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+            # float32, as every trained leaf is (the gradient is taken over all parameters); integers in value.
+            self.answer_number = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
         self.input_mean = nnx.Param(jnp.zeros((n_in,), jnp.float32))
         self.input_std = nnx.Param(jnp.ones((n_in,), jnp.float32))
         self.answer_polarity = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
@@ -101,6 +129,17 @@ class RegionVerifier(nnx.Module):
         self.detector = nnx.Param(jnp.zeros((vocab_size, hidden_dim), jnp.float32))
         self.detector_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
         self.gate = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+        self.relate = bool(relate)
+        if self.relate:  # made last, so that the parameters above start as without it
+            if d_model < 1:
+                raise ValueError(f"a region verifier that relates needs the memory's d_model >= 1, got {d_model}")
+            self.direction = nnx.Param(jnp.zeros((vocab_size, 2), jnp.float32))
+            self.object_weight = nnx.Param(jnp.zeros((hidden_dim,), jnp.float32))
+            self.object_bias = nnx.Param(jnp.full((), -3.0, jnp.float32))
+            self.relation_gate = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+            self.nothing_piece = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))  # set from the tokenizer
+            self.relation_proj = dense(n_in, d_model, rngs, dtype)
+            self.relation_norm = layer_norm(d_model, rngs, dtype)
 
     def existence(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
                   question_mask: jax.Array, text_match: jax.Array | None = None,
@@ -116,15 +155,10 @@ class RegionVerifier(nnx.Module):
         Raises:
           ValueError: a module that reads OCR tokens is given no ``text_match`` or ``text_mask``.
         """
-        x = jnp.concatenate([features[..., :self.feature_dim].astype(jnp.float32), boxes.astype(jnp.float32)], -1)
-        x = (x - self.input_mean[...]) / self.input_std[...]
+        x = self._inputs(features, boxes)
         qm = question_mask.astype(jnp.float32)
         mean = qm / jnp.maximum(qm.sum(1, keepdims=True), 1.0)
-        det = jnp.einsum("bl,blh->bh", mean, self.detector[...][question])
-        bias = jnp.einsum("bl,bl->b", mean, self.detector_bias[...][question]) - 3.0
-        h = jax.nn.relu(self.w1(x))
-        s = jax.nn.sigmoid(jnp.einsum("brh,bh->br", h, det) + bias[:, None])
-        s = jnp.where(mask.astype(bool), s, 0.0)
+        s = self._scores(jax.nn.relu(self.w1(x)), mask, question, qm)
         none = jnp.sum(jnp.log1p(-jnp.clip(s, 0.0, 1.0 - 1e-6)), 1)  # log prod (1 - s_r)
         e = -jnp.expm1(none)
         if self.ocr_tokens:
@@ -138,24 +172,97 @@ class RegionVerifier(nnx.Module):
         gate = jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.gate[...][question]))
         return jnp.log(e) - jnp.log1p(-e), gate
 
+    def _inputs(self, features: jax.Array, boxes: jax.Array) -> jax.Array:
+        """``(batch, R, F + 4)``: the read features and the box, standardized."""
+        x = jnp.concatenate([features[..., :self.feature_dim].astype(jnp.float32), boxes.astype(jnp.float32)], -1)
+        return (x - self.input_mean[...]) / self.input_std[...]
+
+    def _scores(self, h: jax.Array, mask: jax.Array, question: jax.Array, weights: jax.Array) -> jax.Array:
+        """``(batch, R)`` region scores ``s_r`` (0 at padding) for the detector that is the mean of the pieces'
+        where ``weights`` ``(batch, l)`` is 1; ``h`` ``(batch, R, H)`` the region embeddings."""
+        mean = weights / jnp.maximum(weights.sum(1, keepdims=True), 1.0)
+        det = jnp.einsum("bl,blh->bh", mean, self.detector[...][question])
+        bias = jnp.einsum("bl,bl->b", mean, self.detector_bias[...][question]) - 3.0
+        s = jax.nn.sigmoid(jnp.einsum("brh,bh->br", h, det) + bias[:, None])
+        return jnp.where(mask.astype(bool), s, 0.0)
+
+    def comparisons(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
+                    question_mask: jax.Array) -> dict[str, jax.Array]:
+        """The counting and comparing terms of the module doc (``compare`` only; arguments as :meth:`existence`):
+        ``log_count`` ``(batch, K + 1)`` the log-distribution of the count of the first thing the question names
+        (floored at -20), ``count_gate`` ``(batch,)``, ``more`` and ``same`` ``(batch,)`` the logits of the count
+        and attribute comparisons (turned round by a reversing word), ``route`` ``(batch, 3)``."""
+        x = self._inputs(features, boxes)
+        h = jax.nn.relu(self.w1(x))
+        stop = jax.lax.stop_gradient
+        first, second = comparing.question_segments(question, question_mask, stop(self.split_piece[...]))
+        s_a = self._scores(h, mask, question, first)
+        s_b = self._scores(h, mask, question, second) * (second.sum(1, keepdims=True) > 0)
+        p_a = comparing.count_distribution(s_a, mask, self.max_count)
+        p_b = comparing.count_distribution(s_b, mask, self.max_count)
+        qm = question_mask.astype(jnp.float32)
+        mean = qm / jnp.maximum(qm.sum(1, keepdims=True), 1.0)
+        reversed_ = jnp.mod(jnp.sum(stop(self.reverse_piece[...])[question] * qm, 1), 2.0) > 0.5
+        more = jnp.where(reversed_, comparing.greater_probability(p_b, p_a), comparing.greater_probability(p_a, p_b))
+        more = jnp.clip(more, 1e-6, 1.0 - 1e-6)
+        weights = jax.nn.softplus(jnp.einsum("bl,blf->bf", mean, self.attribute_weight[...][question]))
+        same = comparing.same_logit(comparing.soft_pointer(s_a, mask, x), comparing.soft_pointer(s_b, mask, x),
+                                    weights, self.same_bias[...])
+        route = jax.nn.softmax(jnp.einsum("bl,blk->bk", mean, self.route[...][question])
+                               + jnp.asarray(ROUTE_START, jnp.float32), -1)
+        return {"log_count": jnp.maximum(jnp.log(jnp.maximum(p_a, 1e-30)), -20.0),
+                "count_gate": jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.count_gate[...][question])),
+                "more": jnp.log(more) - jnp.log1p(-more), "same": jnp.where(reversed_, -same, same), "route": route}
+
+    def related(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
+                question_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``relate`` only: ``(memory token (batch, 1, d_model), nothing bias (batch, V))`` of the relation rule
+        (:func:`openvivqa_jax.models.comparing.relation_terms`; arguments as :meth:`existence`)."""
+        x = self._inputs(features, boxes)
+        h = jax.nn.relu(self.w1(x))
+        qm = question_mask.astype(jnp.float32)
+        mean = qm / jnp.maximum(qm.sum(1, keepdims=True), 1.0)
+        s = self._scores(h, mask, question, qm)
+        objectness = jax.nn.sigmoid(h @ self.object_weight[...] + self.object_bias[...])
+        direction = jnp.einsum("bl,blk->bk", mean, self.direction[...][question])
+        pointed, some = comparing.relation_terms(s, mask, boxes, x, objectness, direction)
+        gate = jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.relation_gate[...][question]) - 2.0)
+        token = self.relation_norm(self.relation_proj(pointed.astype(self.relation_proj.kernel[...].dtype)))
+        bias = -(gate * some)[:, None] * jax.lax.stop_gradient(self.nothing_piece[...])[None]
+        return token[:, None], bias
+
     def __call__(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
                  question_mask: jax.Array, polarity: jax.Array, text_match: jax.Array | None = None,
                  text_mask: jax.Array | None = None) -> jax.Array:
         """``(batch, V)`` float32 bias on the first answer piece's vocabulary logits; ``polarity`` ``(batch,)``
-        +1 or -1 (other arguments and errors as :meth:`existence`)."""
+        +1 or -1 (other arguments and errors as :meth:`existence`). With ``relate``, the *nothing* bias of
+        :meth:`related` is not in it (MLPAG adds it with the token)."""
         logit, gate = self.existence(features, boxes, mask, question, question_mask, text_match, text_mask)
+        count_bias = 0.0
+        if self.compare:
+            c = self.comparisons(features, boxes, mask, question, question_mask)
+            r = c["route"]
+            logit = r[:, 0] * logit + r[:, 1] * c["more"] + r[:, 2] * c["same"]
+            numbers = jax.lax.stop_gradient(self.answer_number[...]).astype(jnp.int32)
+            per_piece = jnp.take_along_axis(c["log_count"], jnp.broadcast_to(
+                jnp.clip(numbers, 0, self.max_count)[None], (logit.shape[0], numbers.shape[0])), 1)
+            said = (numbers > 0) & (numbers <= self.max_count)
+            count_bias = c["count_gate"][:, None] * jnp.where(said[None], per_piece, 0.0)
         scale = 0.5 * gate * polarity.astype(jnp.float32) * logit
-        return scale[:, None] * jax.lax.stop_gradient(self.answer_polarity[...])[None]
+        return scale[:, None] * jax.lax.stop_gradient(self.answer_polarity[...])[None] + count_bias
 
 
-def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs) -> RegionVerifier | None:
+def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs,
+                    dtype=jnp.float32) -> RegionVerifier | None:
     """The :class:`RegionVerifier` of ``config.model.verifier`` (``enabled``; ``hidden_dim``, default 32;
-    ``proposal_features``, ``"objects"`` (default) or ``"all"``; ``ocr_tokens``, default False; module doc) over
+    ``proposal_features``, ``"objects"`` (default) or ``"all"``; ``ocr_tokens``, default False; ``compare``,
+    default False, with ``max_count``, default 10; ``relate``, default False, its memory token of width
+    ``model.d_model`` in ``dtype``; module doc) over
     regions of ``feature_dim`` stored features, or None when it is off.
 
     Raises:
       ValueError: a verifier over a vision that has no regions (``model.vision.kind`` not ``proposals`` or
-        ``region``), a ``hidden_dim`` below 1 or an unknown ``proposal_features``.
+        ``region``), a ``hidden_dim`` or ``max_count`` below 1 or an unknown ``proposal_features``.
     """
     if not verifier_enabled(cfg):
         return None
@@ -167,7 +274,13 @@ def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs) -
     hidden = int(cfg.verifier.get("hidden_dim", 32))
     if hidden < 1:
         raise ValueError(f"model.verifier.hidden_dim must be >= 1, got {hidden}")
+    if int(cfg.verifier.get("max_count", 10)) < 1:
+        raise ValueError(f"model.verifier.max_count must be >= 1, got {cfg.verifier.max_count}")
     feature_dim = read_feature_dim(cfg.verifier.get("proposal_features", "objects"), kind, feature_dim,
                                    "model.verifier")
     return RegionVerifier(feature_dim=feature_dim, vocab_size=vocab_size, hidden_dim=hidden, rngs=rngs,
-                          ocr_tokens=bool(cfg.verifier.get("ocr_tokens", False)))
+                          ocr_tokens=bool(cfg.verifier.get("ocr_tokens", False)),
+                          compare=bool(cfg.verifier.get("compare", False)),
+                          max_count=int(cfg.verifier.get("max_count", 10)),
+                          relate=bool(cfg.verifier.get("relate", False)), d_model=int(cfg.d_model),
+                          dtype=dtype)

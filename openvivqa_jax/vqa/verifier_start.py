@@ -9,6 +9,7 @@ from typing import Callable
 import jax
 from absl import logging
 
+from openvivqa_jax.models.comparing import answer_piece_nothing, answer_piece_numbers, question_piece_roles
 from openvivqa_jax.models.verifying import answer_piece_polarity
 from openvivqa_jax.training.state import TrainState
 from openvivqa_jax.vqa.counting_stream import input_statistics, read_features
@@ -21,8 +22,12 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     of 8 training batches drawn by ``batches()``: :func:`openvivqa_jax.vqa.counting_stream.input_statistics`, of
     the features the verifier reads and the box) and
     ``verifier/answer_polarity`` (:func:`openvivqa_jax.models.verifying.answer_piece_polarity` of ``tokenizer``),
-    each in its parameter's sharding; one log line naming the affirming and denying pieces found, and a WARNING
-    when either kind has none.
+    and with ``compare`` ``verifier/split_piece``, ``verifier/reverse_piece``
+    (:func:`openvivqa_jax.models.comparing.question_piece_roles`) and ``verifier/answer_number``
+    (:func:`openvivqa_jax.models.comparing.answer_piece_numbers`), with ``relate`` ``verifier/nothing_piece``
+    (:func:`openvivqa_jax.models.comparing.answer_piece_nothing`), each in its parameter's sharding; one log line
+    naming the affirming and denying pieces found (and the comparison and number pieces), and a WARNING when
+    either of the first two kinds has none.
 
     Raises:
       openvivqa_jax.errors.DatasetError: the batches hold no valid region.
@@ -31,11 +36,29 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     mean, std, n = input_statistics(batches, 8, owner="model.verifier: the training questions'",
                                     read_features=read_features(params["verifier"]))
     polarity = answer_piece_polarity(tokenizer)
-    for name, value in (("input_mean", mean), ("input_std", std), ("answer_polarity", polarity)):
+    values = {"input_mean": mean, "input_std": std, "answer_polarity": polarity}
+    if "split_piece" in params["verifier"]:
+        values["split_piece"], values["reverse_piece"] = question_piece_roles(tokenizer)
+        # Every number up to 20: the model leaves those above its max_count without a bias.
+        values["answer_number"] = answer_piece_numbers(tokenizer, 20).astype("float32")
+    if "nothing_piece" in params["verifier"]:
+        values["nothing_piece"] = answer_piece_nothing(tokenizer)
+    for name, value in values.items():
         var = params["verifier"][name]
         var[...] = jax.device_put(value, var[...].sharding)
-    pieces = {s: [tokenizer.id_to_piece(int(i)).lstrip("\u2581") for i in (polarity == s).nonzero()[0]]
-              for s in (1, -1)}
+
+    def named(table, want=None):
+        return [tokenizer.id_to_piece(int(i)).lstrip("\u2581")
+                for i in ((table != 0) if want is None else (table == want)).nonzero()[0]]
+
+    pieces = {s: named(polarity, s) for s in (1, -1)}
+    if "split_piece" in values:
+        logging.info("Region verifier, counting and comparing: split pieces %s, reversing %s, number answers %s",
+                     named(values["split_piece"]) or "none", named(values["reverse_piece"]) or "none",
+                     named(values["answer_number"]) or "none")
+    if "nothing_piece" in values:
+        logging.info("Region verifier, relating: answer pieces saying nothing is there %s",
+                     named(values["nothing_piece"]) or "none")
     logging.info("Region verifier: input statistics from %d regions of 8 training batches; affirming answer "
                  "pieces %s, denying %s", n, pieces[1] or "none", pieces[-1] or "none")
     missing = [name for s, name in ((1, "an affirming (yes, có, đúng, ...)"),

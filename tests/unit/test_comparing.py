@@ -1,0 +1,275 @@
+"""Counting and comparing with the region verifier's scores (openvivqa_jax/models/comparing.py), checked against
+brute-force enumeration and a numpy transcription of the module doc's formulas."""
+
+from __future__ import annotations
+
+import itertools
+import types
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from conftest import random_batch, tiny_model_config
+from openvivqa_jax.config_check import ConfigError, check_config
+from openvivqa_jax.models import build_model, comparing
+from openvivqa_jax.models.verifying import ROUTE_START, RegionVerifier
+
+
+def _np(x):
+    return np.asarray(x, np.float64)
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def _enumerated_counts(s, m, k):
+    """P(count = n), n < k, and P(count >= k) by summing over every on/off assignment of the valid regions."""
+    out = np.zeros(k + 1)
+    valid = np.nonzero(m)[0]
+    for bits in itertools.product([0, 1], repeat=len(valid)):
+        p = np.prod([s[i] if b else 1 - s[i] for i, b in zip(valid, bits)])
+        out[min(sum(bits), k)] += p
+    return out
+
+
+def test_count_distribution_equals_enumeration_over_the_valid_regions():
+    rng = np.random.default_rng(0)
+    s = rng.random((4, 7)).astype(np.float32)
+    m = rng.random((4, 7)) < 0.7
+    m[3] = False  # no valid region: the count is 0
+    got = np.asarray(comparing.count_distribution(jnp.asarray(s), jnp.asarray(m), 3))
+    for b in range(4):
+        np.testing.assert_allclose(got[b], _enumerated_counts(s[b].astype(np.float64), m[b], 3), atol=1e-6)
+    np.testing.assert_allclose(got[3], [1, 0, 0, 0])
+    with pytest.raises(ValueError, match="max_count must be >= 1"):
+        comparing.count_distribution(jnp.asarray(s), jnp.asarray(m), 0)
+
+
+def test_greater_probability_is_the_sum_over_pairs_of_counts():
+    rng = np.random.default_rng(1)
+    p_a = rng.dirichlet(np.ones(5), 3)
+    p_b = rng.dirichlet(np.ones(5), 3)
+    want = [sum(p_a[b, i] * p_b[b, j] for i in range(5) for j in range(5) if i > j) for b in range(3)]
+    np.testing.assert_allclose(np.asarray(comparing.greater_probability(jnp.asarray(p_a), jnp.asarray(p_b))), want,
+                               rtol=1e-6)
+    # certain counts: 2 > 1, not 1 > 2
+    two, one = np.eye(5)[[2]], np.eye(5)[[1]]
+    assert float(comparing.greater_probability(jnp.asarray(two), jnp.asarray(one))[0]) == 1.0
+    assert float(comparing.greater_probability(jnp.asarray(one), jnp.asarray(two))[0]) == 0.0
+
+
+def test_question_segments_cut_at_the_first_split_piece():
+    split = np.zeros(10, np.float32)
+    split[7] = 1.0  # "than"
+    q = np.array([[1, 2, 7, 3, 4, 0], [1, 2, 3, 4, 0, 0], [7, 5, 7, 6, 0, 0]], np.int32)
+    qm = q > 0
+    first, second = (np.asarray(a) for a in comparing.question_segments(jnp.asarray(q), jnp.asarray(qm),
+                                                                        jnp.asarray(split)))
+    np.testing.assert_array_equal(first, [[1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(second, [[0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 0], [0, 1, 0, 1, 0, 0]])
+
+
+def test_soft_pointer_and_same_logit():
+    rng = np.random.default_rng(2)
+    s = rng.random((2, 4))
+    m = np.array([[1, 1, 0, 1], [1, 0, 0, 0]], bool)
+    x = rng.standard_normal((2, 4, 3))
+    w = np.where(m, s / (1 - s), 0)
+    want = np.einsum("br,brd->bd", w / w.sum(1, keepdims=True), x)
+    got = np.asarray(comparing.soft_pointer(jnp.asarray(s, jnp.float32), jnp.asarray(m), jnp.asarray(x, jnp.float32)))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    a, b, f = rng.standard_normal((3, 2, 3))
+    f = np.abs(f)
+    np.testing.assert_allclose(
+        np.asarray(comparing.same_logit(*(jnp.asarray(v, jnp.float32) for v in (a, b, f)), jnp.float32(0.5))),
+        0.5 - (f * (a - b) ** 2).mean(-1), rtol=1e-5)
+
+
+def test_piece_tables_are_read_from_whole_word_pieces():
+    pieces = ["<pad>", "\u2581than", "\u2581hơn", "\u2581và", "\u2581fewer", "\u2581khác", "than", "\u2581three",
+              "\u2581ba", "\u25817", "\u2581twenty", "\u2581mươi", "\u2581Một"]
+    tok = types.SimpleNamespace(vocab_size=len(pieces), id_to_piece=lambda i: pieces[i])
+    split, reverse = comparing.question_piece_roles(tok)
+    np.testing.assert_array_equal(split, [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(reverse, [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0])
+    # "mươi" (tens) is not a count by itself; twenty is above max_count 10
+    np.testing.assert_array_equal(comparing.answer_piece_numbers(tok, 10), [0] * 7 + [3, 3, 7, 0, 0, 1])
+
+
+def _randomized(seed: int, vocab: int = 12, feature_dim: int = 5) -> RegionVerifier:
+    v = RegionVerifier(feature_dim=feature_dim, vocab_size=vocab, hidden_dim=8, rngs=nnx.Rngs(0), compare=True,
+                       max_count=3)
+    rng = np.random.default_rng(seed)
+    for name in ("detector", "detector_bias", "gate", "input_mean", "count_gate", "route", "attribute_weight"):
+        p = getattr(v, name)
+        p[...] = jnp.asarray(rng.standard_normal(p[...].shape), jnp.float32)
+    v.input_std[...] = jnp.asarray(rng.random(v.input_std[...].shape) + 0.5, jnp.float32)
+    v.answer_polarity[...] = jnp.asarray(rng.integers(-1, 2, vocab), jnp.float32)
+    v.same_bias[...] = jnp.float32(0.3)
+    v.split_piece[...] = jnp.zeros((vocab,), jnp.float32).at[1].set(1.0)
+    v.reverse_piece[...] = jnp.zeros((vocab,), jnp.float32).at[2].set(1.0)
+    v.answer_number[...] = jnp.asarray([0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0][:vocab], jnp.float32)
+    return v
+
+
+def _numpy_compare_bias(v, feats, boxes, mask, q, qm, pol):
+    """The module docs' formulas (verifying.py and comparing.py) in numpy, with the counts enumerated."""
+    x = (np.concatenate([feats, boxes], -1) - _np(v.input_mean[...])) / _np(v.input_std[...])
+    h = np.maximum(x @ _np(v.w1.kernel[...]) + _np(v.w1.bias[...]), 0)
+
+    def scores(weights):
+        w = weights / np.maximum(weights.sum(1, keepdims=True), 1)
+        det = np.einsum("bl,blh->bh", w, _np(v.detector[...])[q])
+        b = (w * _np(v.detector_bias[...])[q]).sum(1) - 3.0
+        return np.where(mask, _sigmoid(np.einsum("brh,bh->br", h, det) + b[:, None]), 0.0)
+
+    qmf = qm.astype(np.float64)
+    mean = qmf / qmf.sum(1, keepdims=True)
+    s = scores(qmf)
+    e = 1 - np.prod(1 - s, axis=1)
+    out = np.zeros((len(q), v.answer_polarity[...].shape[0]))
+    for b in range(len(q)):
+        words = [int(t) for t, m in zip(q[b], qm[b]) if m]
+        cut = words.index(1) if 1 in words else len(words)
+        first = np.array([[m and i < cut and t != 1 for i, (t, m) in enumerate(zip(q[b], qm[b]))]], np.float64)
+        second = np.array([[m and i > cut and t != 1 for i, (t, m) in enumerate(zip(q[b], qm[b]))]], np.float64)
+        sb = scores_b = None
+        s_a = scores(np.repeat(first, len(q), 0))[b]
+        scores_b = scores(np.repeat(second, len(q), 0))[b] if second.sum() else np.zeros_like(s_a)
+        sb = scores_b
+        p_a, p_b = _enumerated_counts(s_a, mask[b], 3), _enumerated_counts(sb, mask[b], 3)
+        rev = words.count(2) % 2 == 1
+        gt = sum(p_a[i] * p_b[j] for i in range(4) for j in range(4) if i > j)
+        lt = sum(p_a[i] * p_b[j] for i in range(4) for j in range(4) if i < j)
+        more = lt if rev else gt
+        wts = np.log1p(np.exp((mean[b][:, None] * _np(v.attribute_weight[...])[q[b]]).sum(0)))
+        odds_a, odds_b = np.where(mask[b], s_a / (1 - s_a), 0), np.where(mask[b], sb / (1 - sb), 0)
+        xa = (odds_a[:, None] * x[b]).sum(0) / (odds_a.sum() + 1e-6)
+        xb = (odds_b[:, None] * x[b]).sum(0) / (odds_b.sum() + 1e-6)
+        same = 0.3 - (wts * (xa - xb) ** 2).mean()
+        same = -same if rev else same
+        r = (mean[b][:, None] * _np(v.route[...])[q[b]]).sum(0) + np.array(ROUTE_START)
+        r = np.exp(r - r.max()) / np.exp(r - r.max()).sum()
+        logit = r[0] * np.log(e[b] / (1 - e[b])) + r[1] * np.log(more / (1 - more)) + r[2] * same
+        g = _sigmoid((mean[b] * _np(v.gate[...])[q[b]]).sum())
+        out[b] = 0.5 * g * pol[b] * logit * _np(v.answer_polarity[...])
+        c = _sigmoid((mean[b] * _np(v.count_gate[...])[q[b]]).sum())
+        for piece, n in enumerate(_np(v.answer_number[...]).astype(int)):
+            if 1 <= n <= 3:
+                out[b, piece] += c * max(np.log(p_a[n]), -20.0)
+    return out
+
+
+def test_compare_bias_matches_the_formulas():
+    rng = np.random.default_rng(3)
+    v = _randomized(4)
+    v.answer_polarity[...] = v.answer_polarity[...].at[3:7].set(0.0)  # the number pieces: no yes/no bias
+    feats = rng.standard_normal((4, 5, 5)).astype(np.float32)
+    boxes = rng.random((4, 5, 4)).astype(np.float32)
+    mask = rng.random((4, 5)) < 0.8
+    mask[:, 0] = True
+    # piece 1 splits, piece 2 reverses; one plain question, one comparison, one reversed, one with two reversals
+    q = np.array([[5, 6, 7, 8, 0], [5, 6, 1, 7, 8], [2, 6, 1, 7, 0], [2, 2, 1, 9, 0]], np.int32)
+    qm = q > 0
+    pol = np.array([1.0, -1.0, 1.0, 1.0], np.float32)
+    got = np.asarray(v(feats, boxes, mask, q, qm, pol))
+    np.testing.assert_allclose(got, _numpy_compare_bias(v, feats, boxes, mask, q, qm, pol), rtol=1e-3, atol=1e-4)
+    # a piece numbering 4 (above max_count 3) gets no bias; those numbering 1-3 get their count's log-probability
+    np.testing.assert_array_equal(got[:, 6], 0.0)
+    assert np.all(got[:, 3:6] < 0)
+
+
+def test_without_compare_the_verifier_has_none_of_its_parameters():
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    assert not hasattr(build_model(cfg.model, 40).verifier, "route")
+    cfg.model.verifier.compare = True
+    cfg.model.verifier.max_count = 4
+    v = build_model(cfg.model, 40).verifier
+    assert v.route[...].shape == (40, 3) and v.max_count == 4
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("compare", 1, "True or False"),
+    ("max_count", 0, ">= 1"),
+])
+def test_config_check_names_bad_compare_settings(key, value, message):
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.verifier.enabled = True
+    cfg.model.verifier = ml_collections.ConfigDict({**cfg.model.verifier.to_dict(), key: value})
+    with pytest.raises(ConfigError, match=f"model.verifier.{key}.*{message}"):
+        check_config(cfg)
+
+
+def test_the_training_loop_sets_the_comparison_and_number_pieces():
+    from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
+
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    cfg.model.verifier.compare = True
+    model = build_model(cfg.model, 40)
+    params = nnx.state(model, nnx.Param)
+    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
+    batch = random_batch(cfg, 40, batch=3)
+    batch["region_mask"][:] = True
+    pieces = ["<pad>", "\u2581than", "\u2581ít", "\u2581two", "\u2581sáu"] + [f"\u2581w{i}" for i in range(35)]
+    tok = types.SimpleNamespace(vocab_size=40, id_to_piece=lambda i: pieces[i])
+    out = set_verifier_inputs(state, lambda: batch, tok).params["verifier"]
+    np.testing.assert_array_equal(np.asarray(out["split_piece"][...])[:5], [0, 1, 0, 0, 0])
+    np.testing.assert_array_equal(np.asarray(out["reverse_piece"][...])[:5], [0, 0, 1, 0, 0])
+    np.testing.assert_array_equal(np.asarray(out["answer_number"][...])[:5], [0, 0, 0, 2, 6])
+
+
+def test_relation_terms_point_past_the_named_region_on_the_asked_side():
+    # region 0 is named; region 1 lies to its left, region 2 to its right, region 3 is padding
+    boxes = np.array([[[0.5, 0.4, 0.7, 0.6], [0.1, 0.4, 0.3, 0.6], [0.8, 0.4, 0.9, 0.6], [0.0, 0.0, 0.1, 0.1]]],
+                     np.float32)
+    s = np.array([[0.9, 0.1, 0.2, 0.9]], np.float32)
+    mask = np.array([[True, True, True, False]])
+    x = np.arange(12, dtype=np.float32).reshape(1, 4, 3)
+    obj = np.array([[0.5, 0.8, 0.6, 0.9]], np.float32)
+    left = np.array([[-1.0, 0.0]], np.float32)
+    pointed, some = (np.asarray(a, np.float64) for a in comparing.relation_terms(
+        *(jnp.asarray(a) for a in (s, mask, boxes, x, obj, left))))
+    centre = 0.5 * (boxes[0, :, :2] + boxes[0, :, 2:])
+    anchor = (centre[:3] * (s[0, :3] / (1 - s[0, :3]))[:, None]).sum(0) / (s[0, :3] / (1 - s[0, :3])).sum()
+    t = obj[0, :3] * (1 - s[0, :3]) * _sigmoid(comparing.RELATION_GAIN * ((centre[:3] - anchor) @ left[0]))
+    p = 1 - np.prod(1 - t)
+    np.testing.assert_allclose(some, [np.log(p / (1 - p))], rtol=1e-4)
+    odds = t / (1 - t)
+    np.testing.assert_allclose(pointed, [(odds[:, None] * x[0, :3]).sum(0) / odds.sum()], rtol=1e-4)
+    # to the left, the left region is the candidate
+    assert t[1] > 0.5 and t[2] < 0.1
+
+
+def test_mlpag_with_relate_appends_one_memory_token_and_biases_the_nothing_pieces():
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    batch = random_batch(cfg, 40, batch=2)
+    batch["question_polarity"] = np.array([1.0, -1.0], np.float32)
+    plain = build_model(cfg.model, 40).encode(batch)
+    cfg.model.verifier.relate = True
+    model = build_model(cfg.model, 40)
+    model.verifier.nothing_piece[...] = jnp.zeros((40,), jnp.float32).at[7].set(1.0)
+    out = model.encode(batch)
+    assert out["memory"].shape[1] == plain["memory"].shape[1] + 1 and bool(out["memory_mask"][:, -1].all())
+    regions = (batch["region_features"], batch["region_boxes"], batch["region_mask"], batch["question"],
+               batch["question_mask"].astype(bool))
+    tok, nothing = model.verifier.related(*regions)
+    np.testing.assert_allclose(np.asarray(out["memory"][:, -1]), np.asarray(tok[:, 0]), rtol=1e-5)
+    yes_no = np.asarray(model.verifier(*regions, batch["question_polarity"]))
+    np.testing.assert_allclose(np.asarray(out["first_logit_bias"]), yes_no + np.asarray(nothing), rtol=1e-5,
+                               atol=1e-6)
+    assert np.all(np.asarray(nothing)[:, [i for i in range(40) if i != 7]] == 0)
+    assert np.all(np.asarray(nothing)[:, 7] != 0)
