@@ -19,12 +19,13 @@ of question, each by a rule that has nothing left to learn but the scores:
   learned from the words, so *colour* picks the colour features; *different* / *khác* negates the logit.
 
 * **what is left of X** (``model.verifier.relate``; *what is above the red circle?*, *bên trái hình tròn là
-  gì?*): ``X`` is pointed at by the question's scores, and each other region ``r`` is a candidate with
-  ``t_r = o_r (1 - s_r) sigmoid(RELATION_GAIN u . (c_r - c_X))``: ``o_r`` a learned objectness of its embedding
-  (starting at 0.047), ``c`` the box centres, ``u`` ``(2,)`` the mean of the question pieces' direction weights
-  (*left* learns to point along -x). The answer *nothing* (:data:`openvivqa_jax.text.polarity.NOTHING`) has the
-  first-piece logit ``-g_rel logit(1 - prod_r (1 - t_r))``; the candidates' inputs averaged by ``t`` become one
-  decoder memory token (:func:`relation_terms`), from which the decoder names the thing (*blue square*).
+  gì?*): ``X`` is pointed at by the question's scores, and the other thing by ``softmax_r(a_r + log(1 - s_r))``
+  over the regions, ``a_r`` a learned objectness of the region's embedding; the answer *nothing*
+  (:data:`openvivqa_jax.text.polarity.NOTHING`) has the first-piece logit ``-g_rel RELATION_GAIN u . (c_O -
+  c_X)``, ``c`` the pointed box centres and ``u`` ``(2,)`` the mean of the question pieces' direction weights
+  (*left* learns to point along -x); the other thing's inputs become one decoder memory token
+  (:func:`relation_terms`), from which the decoder names it (*blue square*), and whose answer loss is what
+  teaches the objectness which region that is.
 
 Why rules for the cut and the direction: learned from the answers alone, *fewer* and *different* are an
 exclusive-or with what the words name, as a negation is (:mod:`openvivqa_jax.text.polarity`). Which of the
@@ -119,16 +120,17 @@ def relation_terms(scores: jax.Array, mask: jax.Array, boxes: jax.Array, x: jax.
     Args:
       scores: ``(batch, R)`` the regions' scores against the question (``s_r``); mask: ``(batch, R)`` bool.
       boxes: ``(batch, R, 4)`` xyxy in picture units; x: ``(batch, R, D)`` the regions' inputs.
-      objectness: ``(batch, R)`` ``o_r`` in ``[0, 1]``; direction: ``(batch, 2)`` ``u``.
+      objectness: ``(batch, R)`` the regions' objectness logits ``a_r``; direction: ``(batch, 2)`` ``u``.
     """
     valid = mask.astype(bool)
     centre = 0.5 * (boxes[..., :2] + boxes[..., 2:]).astype(jnp.float32)
     anchor = soft_pointer(scores, mask, centre)
-    side = jax.nn.sigmoid(RELATION_GAIN * jnp.einsum("brk,bk->br", centre - anchor[:, None], direction))
-    t = jnp.where(valid, objectness * (1.0 - scores) * side, 0.0)
-    some = -jnp.expm1(jnp.sum(jnp.log1p(-jnp.clip(t, 0.0, 1.0 - 1e-6)), 1))
-    some = jnp.clip(some, 1e-6, 1.0 - 1e-6)
-    return soft_pointer(t, mask, x), jnp.log(some) - jnp.log1p(-some)
+    logits = objectness + jnp.log1p(-jnp.clip(scores, 0.0, 1.0 - 1e-6))
+    w = jax.nn.softmax(jnp.where(valid, logits, -1e9), -1)
+    w = jnp.where(valid, w, 0.0)
+    other = jnp.einsum("br,brk->bk", w, centre)
+    some = RELATION_GAIN * jnp.einsum("bk,bk->b", other - anchor, direction)
+    return jnp.einsum("br,brd->bd", w, x), some
 
 
 def answer_piece_nothing(tokenizer) -> np.ndarray:

@@ -34,10 +34,12 @@ batch, +1 or -1) and learns only the existence, by a structure that cannot do mu
 
 With ``model.verifier.compare`` the same region scores also answer *how many*, *more / fewer ... than* and *the
 same colour* questions (:mod:`openvivqa_jax.models.comparing`): a number word's first-piece logit gets ``c log
-P(count = n)``, ``c = sigmoid(mean of the pieces' count weights)``; and a yes/no question's logit becomes the
-mixture ``r_e logit(e) + r_m L_more + r_s L_same`` of the existence, the count comparison and the attribute
-comparison, ``r = softmax(mean of the pieces' route weights + (0, -2, -2))`` (so the existence leads at the
-start, with 0.79).
+P(count = n)``, ``c = sigmoid(mean of the pieces' count weights)``; and a yes/no question's probability becomes
+the mixture ``r_e e + r_m sigmoid(L_more) + r_s sigmoid(L_same)`` of the existence, the count comparison and the
+attribute comparison, ``r = softmax(ROUTE_GAIN * mean of the pieces' route weights + (0, -2, -2))`` (so the
+existence leads at the start, with 0.79). The mixture is of probabilities, not of logits, so that a head that
+does not apply to the question, sure of its own answer (an existence logit of -14 for *are the circle and the
+square the same colour?*), moves the answer by its share at most.
 
 The decoder's own logits still carry the question's prior over the answer words (which pair a template takes).
 The module is trained by the answer loss through the bias, with an optimizer of its own (Adam at the constant
@@ -57,11 +59,13 @@ from openvivqa_jax.models import comparing
 from openvivqa_jax.models.layers import dense, layer_norm
 from openvivqa_jax.text.polarity import answer_polarity
 
-__all__ = ["TEXT_GAIN", "RegionVerifier", "region_verifier", "verifier_enabled", "answer_piece_polarity",
-           "POLARITY_FIELD"]
+__all__ = ["TEXT_GAIN", "ROUTE_GAIN", "ROUTE_START", "RegionVerifier", "region_verifier", "verifier_enabled",
+           "answer_piece_polarity", "POLARITY_FIELD"]
 
 #: The gain of the text weights' mean in the share of the written words (module doc).
 TEXT_GAIN = 10.0
+#: The gain of the route weights' mean (module doc), as :data:`TEXT_GAIN` for the same reason.
+ROUTE_GAIN = 10.0
 #: The route weights' starting offsets (existence, count comparison, attribute comparison; module doc).
 ROUTE_START = (0.0, -2.0, -2.0)
 #: The batch field of each question's polarity (+1, or -1 when negated), made by the input pipeline.
@@ -135,7 +139,6 @@ class RegionVerifier(nnx.Module):
                 raise ValueError(f"a region verifier that relates needs the memory's d_model >= 1, got {d_model}")
             self.direction = nnx.Param(jnp.zeros((vocab_size, 2), jnp.float32))
             self.object_weight = nnx.Param(jnp.zeros((hidden_dim,), jnp.float32))
-            self.object_bias = nnx.Param(jnp.full((), -3.0, jnp.float32))
             self.relation_gate = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
             self.nothing_piece = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))  # set from the tokenizer
             self.relation_proj = dense(n_in, d_model, rngs, dtype)
@@ -208,7 +211,7 @@ class RegionVerifier(nnx.Module):
         weights = jax.nn.softplus(jnp.einsum("bl,blf->bf", mean, self.attribute_weight[...][question]))
         same = comparing.same_logit(comparing.soft_pointer(s_a, mask, x), comparing.soft_pointer(s_b, mask, x),
                                     weights, self.same_bias[...])
-        route = jax.nn.softmax(jnp.einsum("bl,blk->bk", mean, self.route[...][question])
+        route = jax.nn.softmax(ROUTE_GAIN * jnp.einsum("bl,blk->bk", mean, self.route[...][question])
                                + jnp.asarray(ROUTE_START, jnp.float32), -1)
         return {"log_count": jnp.maximum(jnp.log(jnp.maximum(p_a, 1e-30)), -20.0),
                 "count_gate": jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.count_gate[...][question])),
@@ -223,7 +226,7 @@ class RegionVerifier(nnx.Module):
         qm = question_mask.astype(jnp.float32)
         mean = qm / jnp.maximum(qm.sum(1, keepdims=True), 1.0)
         s = self._scores(h, mask, question, qm)
-        objectness = jax.nn.sigmoid(h @ self.object_weight[...] + self.object_bias[...])
+        objectness = h @ self.object_weight[...]
         direction = jnp.einsum("bl,blk->bk", mean, self.direction[...][question])
         pointed, some = comparing.relation_terms(s, mask, boxes, x, objectness, direction)
         gate = jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.relation_gate[...][question]) - 2.0)
@@ -242,7 +245,10 @@ class RegionVerifier(nnx.Module):
         if self.compare:
             c = self.comparisons(features, boxes, mask, question, question_mask)
             r = c["route"]
-            logit = r[:, 0] * logit + r[:, 1] * c["more"] + r[:, 2] * c["same"]
+            p = (r[:, 0] * jax.nn.sigmoid(logit) + r[:, 1] * jax.nn.sigmoid(c["more"])
+                 + r[:, 2] * jax.nn.sigmoid(c["same"]))
+            p = jnp.clip(p, 1e-6, 1.0 - 1e-6)
+            logit = jnp.log(p) - jnp.log1p(-p)
             numbers = jax.lax.stop_gradient(self.answer_number[...]).astype(jnp.int32)
             per_piece = jnp.take_along_axis(c["log_count"], jnp.broadcast_to(
                 jnp.clip(numbers, 0, self.max_count)[None], (logit.shape[0], numbers.shape[0])), 1)

@@ -128,7 +128,7 @@ COUNTER_STATS = r"(.*/)?counter/input_(mean|std)(/.*)?"
 #: follows the model's optimizer), and of what the training loop sets once: its input statistics, the answer
 #: pieces' polarity, numbers and absence, and the question pieces' comparison roles.
 VERIFIER_PARAMS = (r"(.*/)?verifier/(w1|detector|detector_bias|gate|count_gate|route|attribute_weight|same_bias"
-                   r"|direction|object_weight|object_bias|relation_gate)(/.*)?")
+                   r"|direction|object_weight|relation_gate)(/.*)?")
 VERIFIER_STATS = (r"(.*/)?verifier/(input_mean|input_std|answer_polarity|split_piece|reverse_piece|answer_number"
                   r"|nothing_piece)(/.*)?")
 

@@ -15,7 +15,7 @@ from flax import nnx
 from conftest import random_batch, tiny_model_config
 from openvivqa_jax.config_check import ConfigError, check_config
 from openvivqa_jax.models import build_model, comparing
-from openvivqa_jax.models.verifying import ROUTE_START, RegionVerifier
+from openvivqa_jax.models.verifying import ROUTE_GAIN, ROUTE_START, RegionVerifier
 
 
 def _np(x):
@@ -152,9 +152,10 @@ def _numpy_compare_bias(v, feats, boxes, mask, q, qm, pol):
         xb = (odds_b[:, None] * x[b]).sum(0) / (odds_b.sum() + 1e-6)
         same = 0.3 - (wts * (xa - xb) ** 2).mean()
         same = -same if rev else same
-        r = (mean[b][:, None] * _np(v.route[...])[q[b]]).sum(0) + np.array(ROUTE_START)
+        r = ROUTE_GAIN * (mean[b][:, None] * _np(v.route[...])[q[b]]).sum(0) + np.array(ROUTE_START)
         r = np.exp(r - r.max()) / np.exp(r - r.max()).sum()
-        logit = r[0] * np.log(e[b] / (1 - e[b])) + r[1] * np.log(more / (1 - more)) + r[2] * same
+        p = r[0] * e[b] + r[1] * more + r[2] * _sigmoid(same)
+        logit = np.log(p / (1 - p))
         g = _sigmoid((mean[b] * _np(v.gate[...])[q[b]]).sum())
         out[b] = 0.5 * g * pol[b] * logit * _np(v.answer_polarity[...])
         c = _sigmoid((mean[b] * _np(v.count_gate[...])[q[b]]).sum())
@@ -229,26 +230,28 @@ def test_the_training_loop_sets_the_comparison_and_number_pieces():
     np.testing.assert_array_equal(np.asarray(out["answer_number"][...])[:5], [0, 0, 0, 2, 6])
 
 
-def test_relation_terms_point_past_the_named_region_on_the_asked_side():
+def test_relation_terms_point_at_the_most_object_like_other_region_and_its_side():
     # region 0 is named; region 1 lies to its left, region 2 to its right, region 3 is padding
     boxes = np.array([[[0.5, 0.4, 0.7, 0.6], [0.1, 0.4, 0.3, 0.6], [0.8, 0.4, 0.9, 0.6], [0.0, 0.0, 0.1, 0.1]]],
                      np.float32)
     s = np.array([[0.9, 0.1, 0.2, 0.9]], np.float32)
     mask = np.array([[True, True, True, False]])
     x = np.arange(12, dtype=np.float32).reshape(1, 4, 3)
-    obj = np.array([[0.5, 0.8, 0.6, 0.9]], np.float32)
+    obj = np.array([[0.5, 2.0, -1.0, 9.0]], np.float32)
     left = np.array([[-1.0, 0.0]], np.float32)
     pointed, some = (np.asarray(a, np.float64) for a in comparing.relation_terms(
         *(jnp.asarray(a) for a in (s, mask, boxes, x, obj, left))))
     centre = 0.5 * (boxes[0, :, :2] + boxes[0, :, 2:])
-    anchor = (centre[:3] * (s[0, :3] / (1 - s[0, :3]))[:, None]).sum(0) / (s[0, :3] / (1 - s[0, :3])).sum()
-    t = obj[0, :3] * (1 - s[0, :3]) * _sigmoid(comparing.RELATION_GAIN * ((centre[:3] - anchor) @ left[0]))
-    p = 1 - np.prod(1 - t)
-    np.testing.assert_allclose(some, [np.log(p / (1 - p))], rtol=1e-4)
-    odds = t / (1 - t)
-    np.testing.assert_allclose(pointed, [(odds[:, None] * x[0, :3]).sum(0) / odds.sum()], rtol=1e-4)
-    # to the left, the left region is the candidate
-    assert t[1] > 0.5 and t[2] < 0.1
+    odds = s[0, :3] / (1 - s[0, :3])
+    anchor = (centre[:3] * odds[:, None]).sum(0) / odds.sum()
+    w = np.exp(obj[0, :3]) * (1 - s[0, :3])
+    w /= w.sum()
+    np.testing.assert_allclose(pointed, [(w[:, None] * x[0, :3]).sum(0)], rtol=1e-4)
+    np.testing.assert_allclose(some, [comparing.RELATION_GAIN * ((w @ centre[:3] - anchor) @ left[0])], rtol=1e-4)
+    # the left region is the most object-like other one, and it lies to the left: something is there
+    assert w[1] > 0.7 and some[0] > 0
+    right = -left
+    assert float(comparing.relation_terms(*(jnp.asarray(a) for a in (s, mask, boxes, x, obj, right)))[1][0]) < 0
 
 
 def test_mlpag_with_relate_appends_one_memory_token_and_biases_the_nothing_pieces():
@@ -262,6 +265,7 @@ def test_mlpag_with_relate_appends_one_memory_token_and_biases_the_nothing_piece
     cfg.model.verifier.relate = True
     model = build_model(cfg.model, 40)
     model.verifier.nothing_piece[...] = jnp.zeros((40,), jnp.float32).at[7].set(1.0)
+    model.verifier.direction[...] = jnp.asarray(np.random.default_rng(0).standard_normal((40, 2)), jnp.float32)
     out = model.encode(batch)
     assert out["memory"].shape[1] == plain["memory"].shape[1] + 1 and bool(out["memory_mask"][:, -1].all())
     regions = (batch["region_features"], batch["region_boxes"], batch["region_mask"], batch["question"],
