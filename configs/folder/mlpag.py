@@ -18,7 +18,9 @@ is configs/synthetic/base.py: the small MLPAG (d_model 128) at batch 32, with tw
 * yes/no questions about what is in the photo (*is there a red circle?*, *hình tròn có màu đỏ không?*) go
   through MLPAG's region verifier (``model.verifier``), with the negation read by rules; so do those about the
   words written in it (*is the word milk written in the picture?*), whose answer is whether an OCR token is a
-  word of the question (``model.verifier.ocr_tokens``; nothing changes for a folder without OCR tokens).
+  word of the question (``model.verifier.ocr_tokens``; nothing changes for a folder without OCR tokens);
+* the verifier's region scores also count (*how many red circles are there?*) and compare (*are there more
+  circles than squares?*, *are the circle and the square the same colour?*) (``model.verifier.compare``).
 
 Any number of steps: ``--config.train.num_train_steps=N``. The CNN over the pixels instead of the proposals:
 ``--config.model.vision.kind=cnn --config.model.verifier.enabled=False``.
@@ -77,4 +79,9 @@ def get_config() -> ml_collections.ConfigDict:
     # The verifier also finds the words a question names among the OCR tokens (is the word milk written?); with
     # no OCR tokens this adds nothing.
     c.model.verifier.ocr_tokens = True
+    # Its region scores also answer how-many questions (a number word's first-piece logit is the log-probability
+    # of that many matching regions) and more/fewer and same-colour questions about two named things
+    # (models/comparing.py). On other yes/no questions the existence leads from the start (a share of 0.79,
+    # learned from the words), and number words are moved only on the first answer piece.
+    c.model.verifier.compare = True
     return c
