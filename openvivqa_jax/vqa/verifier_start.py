@@ -9,7 +9,7 @@ from typing import Callable
 import jax
 from absl import logging
 
-from openvivqa_jax.models.comparing import answer_piece_nothing, answer_piece_numbers, question_piece_roles
+from openvivqa_jax.models.comparing import answer_piece_numbers, question_piece_roles
 from openvivqa_jax.models.verifying import answer_piece_polarity
 from openvivqa_jax.training.state import TrainState
 from openvivqa_jax.vqa.counting_stream import input_statistics, read_features
@@ -24,8 +24,7 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     ``verifier/answer_polarity`` (:func:`openvivqa_jax.models.verifying.answer_piece_polarity` of ``tokenizer``),
     and with ``compare`` ``verifier/split_piece``, ``verifier/reverse_piece``
     (:func:`openvivqa_jax.models.comparing.question_piece_roles`) and ``verifier/answer_number``
-    (:func:`openvivqa_jax.models.comparing.answer_piece_numbers`), with ``relate`` ``verifier/nothing_piece``
-    (:func:`openvivqa_jax.models.comparing.answer_piece_nothing`), each in its parameter's sharding; one log line
+    (:func:`openvivqa_jax.models.comparing.answer_piece_numbers`), each in its parameter's sharding; one log line
     naming the affirming and denying pieces found (and the comparison and number pieces), and a WARNING when
     either of the first two kinds has none.
 
@@ -41,8 +40,6 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
         values["split_piece"], values["reverse_piece"] = question_piece_roles(tokenizer)
         # Every number up to 20: the model leaves those above its max_count without a bias.
         values["answer_number"] = answer_piece_numbers(tokenizer, 20).astype("float32")
-    if "nothing_piece" in params["verifier"]:
-        values["nothing_piece"] = answer_piece_nothing(tokenizer)
     for name, value in values.items():
         var = params["verifier"][name]
         var[...] = jax.device_put(value, var[...].sharding)
@@ -56,9 +53,7 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
         logging.info("Region verifier, counting and comparing: split pieces %s, reversing %s, number answers %s",
                      named(values["split_piece"]) or "none", named(values["reverse_piece"]) or "none",
                      named(values["answer_number"]) or "none")
-    if "nothing_piece" in values:
-        logging.info("Region verifier, relating: answer pieces saying nothing is there %s",
-                     named(values["nothing_piece"]) or "none")
+
     logging.info("Region verifier: input statistics from %d regions of 8 training batches; affirming answer "
                  "pieces %s, denying %s", n, pieces[1] or "none", pieces[-1] or "none")
     missing = [name for s, name in ((1, "an affirming (yes, có, đúng, ...)"),
