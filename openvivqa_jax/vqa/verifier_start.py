@@ -53,6 +53,14 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
         logging.info("Region verifier, counting and comparing: split pieces %s, reversing %s, number answers %s",
                      named(values["split_piece"]) or "none", named(values["reverse_piece"]) or "none",
                      named(values["answer_number"]) or "none")
+        effects = [effect for key, effect in (
+            ("split_piece", "compares no two things (no whole piece for than, and, hơn or và)"),
+            ("answer_number", "counts nothing (no whole piece for a number answer: one, two, một, hai, ...)"))
+            if not values[key].any()]
+        if effects:
+            # A small tokenizer splits even frequent words into pieces; the rules read whole-word pieces only.
+            logging.warning("Region verifier: it %s; a larger tokenizer.vocab_size keeps such words whole",
+                            " and ".join(effects))
 
     logging.info("Region verifier: input statistics from %d regions of 8 training batches; affirming answer "
                  "pieces %s, denying %s", n, pieces[1] or "none", pieces[-1] or "none")

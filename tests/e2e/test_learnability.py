@@ -281,10 +281,11 @@ def test_folder_config_counts_and_compares_counts_from_the_region_scores(tmp_pat
     region scores (``model.verifier.compare``, on in the folder config): the count's Poisson-binomial distribution
     and the comparison of the two things' counts. Without it the model answers the most frequent count and is at
     chance on the comparisons (about one half of these questions together). The region scores are learned from
-    all six kinds; trained on the two kinds alone for 1,500 steps they stay at chance (102 of 188). Measured:
-    MEASURED."""
+    all six kinds. The folder config's tokenizer (1,000 pieces) keeps the number words and *than* / *hơn* whole,
+    which the rules read; the narrowed runs' 400 pieces do not (then 89 of 188, at chance, and a warning).
+    Measured: MEASURED."""
     hits, n, chance = _second_world_kinds(tmp_path, (*OBJECT_YES_NO_KINDS, "count", "compare_count"), 1500,
-                                          scored=("count", "compare_count"))
+                                          "--config.tokenizer.vocab_size=1000", scored=("count", "compare_count"))
     assert n >= 100, n
     assert hits / n >= chance + 0.3, (hits, n, chance)
     assert binomial_tail(n, hits, chance) < 1e-9, (hits, n, chance)

@@ -229,3 +229,31 @@ def test_the_training_loop_sets_the_comparison_and_number_pieces():
     np.testing.assert_array_equal(np.asarray(out["reverse_piece"][...])[:5], [0, 0, 1, 0, 0])
     np.testing.assert_array_equal(np.asarray(out["answer_number"][...])[:5], [0, 0, 0, 2, 6])
 
+
+
+def test_the_start_warns_when_the_tokenizer_splits_the_comparison_and_number_words(caplog, absl_info):
+    import logging
+
+    from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
+
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    cfg.model.verifier.compare = True
+    params = nnx.state(build_model(cfg.model, 40), nnx.Param)
+    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
+    batch = random_batch(cfg, 40, batch=3)
+    batch["region_mask"][:] = True
+    for whole, expected in ((["than", "two"], []), (["th", "two"], ["compares no two things"]),
+                            (["t", "w"], ["compares no two things", "counts nothing"])):
+        pieces = ["<pad>"] + [f"\u2581{w}" for w in whole] + [f"\u2581w{i}" for i in range(39 - len(whole))]
+        tok = types.SimpleNamespace(vocab_size=40, id_to_piece=lambda i, pieces=pieces: pieces[i])
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="absl"):
+            set_verifier_inputs(state, lambda: batch, tok)
+        warned = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+        for text in expected:
+            assert text in warned, (whole, warned)
+        assert ("counts nothing" in warned) == ("counts nothing" in expected)
+        assert ("compares no two things" in warned) == ("compares no two things" in expected)
