@@ -283,7 +283,8 @@ def test_folder_config_counts_and_compares_counts_from_the_region_scores(tmp_pat
     chance on the comparisons (about one half of these questions together). The region scores are learned from
     all six kinds. The folder config's tokenizer (1,000 pieces) keeps the number words and *than* / *hơn* whole,
     which the rules read; the narrowed runs' 400 pieces do not (then 89 of 188, at chance, and a warning).
-    Measured: MEASURED."""
+    Measured: 173 of 188 (92.0%; count 89 of 100, compare_count 84 of 88), in 10 minutes on two cores shared with
+    three training runs."""
     hits, n, chance = _second_world_kinds(tmp_path, (*OBJECT_YES_NO_KINDS, "count", "compare_count"), 1500,
                                           "--config.tokenizer.vocab_size=1000", scored=("count", "compare_count"))
     assert n >= 100, n
