@@ -14,9 +14,10 @@ of question, each by a rule that has nothing left to learn but the scores:
   ``P(count_A > count_B)`` of the two distributions (:func:`greater_probability`), or ``P(count_A < count_B)``
   when a word of :data:`openvivqa_jax.text.polarity.REVERSING` turns it round (*fewer*, *ít*);
 * **the same attribute** (*are the circle and the square the same colour?*): each thing's regions are averaged
-  by their scores' odds into one input vector (a soft pointer, :func:`soft_pointer`), and ``logit P(same) = c - mean_f w_f (x_A,f -
-  x_B,f)^2`` (:func:`same_logit`), the feature weights ``w = softplus(mean of the pieces' attribute weights)``
-  learned from the words, so *colour* picks the colour features; *different* / *khác* negates the logit.
+  by their scores' odds into one input vector (a soft pointer, :func:`soft_pointer`), and
+  ``logit P(same) = c - mean_f w_f (x_A,f - x_B,f)^2`` (:func:`same_logit`), the feature weights
+  ``w = softplus(mean of the pieces' attribute weights)`` learned from the words, so *colour* picks the colour
+  features; *different* / *khác* negates the logit.
 
 Why rules for the cut and the direction: learned from the answers alone, *fewer* and *different* are an
 exclusive-or with what the words name, as a negation is (:mod:`openvivqa_jax.text.polarity`). Which of the
@@ -112,8 +113,8 @@ def _whole_word(tokenizer, words) -> np.ndarray:
 
 def question_piece_roles(tokenizer) -> tuple[np.ndarray, np.ndarray]:
     """``(split, reverse)``, each ``(V,)`` float32 1 for a whole-word piece of
-    :data:`openvivqa_jax.text.polarity.COMPARISON_SPLIT` (``split``) or :data:`~openvivqa_jax.text.polarity.REVERSING`
-    (``reverse``), 0 else."""
+    :data:`openvivqa_jax.text.polarity.COMPARISON_SPLIT` (``split``) or
+    :data:`openvivqa_jax.text.polarity.REVERSING` (``reverse``), 0 else."""
     return _whole_word(tokenizer, COMPARISON_SPLIT), _whole_word(tokenizer, REVERSING)
 
 

@@ -25,8 +25,9 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     and with ``compare`` ``verifier/split_piece``, ``verifier/reverse_piece``
     (:func:`openvivqa_jax.models.comparing.question_piece_roles`) and ``verifier/answer_number``
     (:func:`openvivqa_jax.models.comparing.answer_piece_numbers`), each in its parameter's sharding; one log line
-    naming the affirming and denying pieces found (and the comparison and number pieces), and a WARNING when
-    either of the first two kinds has none.
+    naming the affirming and denying pieces found (and the comparison and number pieces), and a WARNING when the
+    tokenizer has no whole piece for an affirming or a denying answer word, or, with ``compare``, for the split
+    words or a number answer.
 
     Raises:
       openvivqa_jax.errors.DatasetError: the batches hold no valid region.

@@ -137,10 +137,8 @@ def _numpy_compare_bias(v, feats, boxes, mask, q, qm, pol):
         cut = words.index(1) if 1 in words else len(words)
         first = np.array([[m and i < cut and t != 1 for i, (t, m) in enumerate(zip(q[b], qm[b]))]], np.float64)
         second = np.array([[m and i > cut and t != 1 for i, (t, m) in enumerate(zip(q[b], qm[b]))]], np.float64)
-        sb = scores_b = None
         s_a = scores(np.repeat(first, len(q), 0))[b]
-        scores_b = scores(np.repeat(second, len(q), 0))[b] if second.sum() else np.zeros_like(s_a)
-        sb = scores_b
+        sb = scores(np.repeat(second, len(q), 0))[b] if second.sum() else np.zeros_like(s_a)
         p_a, p_b = _enumerated_counts(s_a, mask[b], 3), _enumerated_counts(sb, mask[b], 3)
         rev = words.count(2) % 2 == 1
         gt = sum(p_a[i] * p_b[j] for i in range(4) for j in range(4) if i > j)
