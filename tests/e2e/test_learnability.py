@@ -251,8 +251,13 @@ def test_folder_config_answers_the_second_worlds_yes_no_object_questions(tmp_pat
     ocr.json and the verifier reads its tokens as well (5.5 minutes beside two training runs); the same run with
     ``model.verifier.enabled=False`` stays at chance (170 of 348, its training loss 0.33 where the verifier's is
     0.06), so the test fails without the verifier or with a polarity field that does not reach it. On 300
-    training pictures both runs stay at chance: the model memorizes their 1,070 questions first."""
-    hits, n, chance = _second_world_kinds(tmp_path, OBJECT_YES_NO_KINDS, 1500)
+    training pictures both runs stay at chance: the model memorizes their 1,070 questions first.
+
+    It runs with ``model.verifier.compare=False``: with counting and comparing on (the folder config's default
+    since), these four kinds alone for 1,500 steps at this width and a 400-piece tokenizer stayed at chance (183
+    of 348); on the full world and width they are answered better with it than without (docs/results.md)."""
+    hits, n, chance = _second_world_kinds(tmp_path, OBJECT_YES_NO_KINDS, 1500,
+                                          "--config.model.verifier.compare=False")
     assert n >= 300, n
     assert 0.4 < chance < 0.6, chance
     assert hits / n >= chance + 0.3, (hits, n, chance)
