@@ -246,11 +246,12 @@ def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs) -
     hidden = int(cfg.verifier.get("hidden_dim", 32))
     if hidden < 1:
         raise ValueError(f"model.verifier.hidden_dim must be >= 1, got {hidden}")
-    if int(cfg.verifier.get("max_count", 10)) < 1:
-        raise ValueError(f"model.verifier.max_count must be >= 1, got {cfg.verifier.max_count}")
+    max_count = int(cfg.verifier.get("max_count", 10))
+    if max_count < 1:
+        raise ValueError(f"model.verifier.max_count must be >= 1, got {max_count}")
     feature_dim = read_feature_dim(cfg.verifier.get("proposal_features", "objects"), kind, feature_dim,
                                    "model.verifier")
     return RegionVerifier(feature_dim=feature_dim, vocab_size=vocab_size, hidden_dim=hidden, rngs=rngs,
                           ocr_tokens=bool(cfg.verifier.get("ocr_tokens", False)),
                           compare=bool(cfg.verifier.get("compare", False)),
-                          max_count=int(cfg.verifier.get("max_count", 10)))
+                          max_count=max_count)
