@@ -26,6 +26,26 @@ def _sigmoid(z):
     return 1 / (1 + np.exp(-z))
 
 
+def _verifier_config(**verifier):
+    """The tiny MLPAG config over 5 proposals with its verifier on and ``verifier`` set."""
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    for key, value in verifier.items():
+        cfg.model.verifier[key] = value
+    return cfg
+
+
+def _start_inputs(cfg):
+    """``(state, batch)`` for ``set_verifier_inputs``: the model's parameters and a batch of all-valid regions."""
+    params = nnx.state(build_model(cfg.model, 40), nnx.Param)
+    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
+    batch = random_batch(cfg, 40, batch=3)
+    batch["region_mask"][:] = True
+    return state, batch
+
+
 def _enumerated_counts(s, m, k):
     """P(count = n), n < k, and P(count >= k) by summing over every on/off assignment of the valid regions."""
     out = np.zeros(k + 1)
@@ -183,10 +203,7 @@ def test_compare_bias_matches_the_formulas():
 
 
 def test_without_compare_the_verifier_has_none_of_its_parameters():
-    cfg = tiny_model_config("mlpag")
-    cfg.model.vision.kind = "proposals"
-    cfg.model.vision.num_regions = 5
-    cfg.model.verifier.enabled = True
+    cfg = _verifier_config()
     assert not hasattr(build_model(cfg.model, 40).verifier, "route")
     cfg.model.verifier.compare = True
     cfg.model.verifier.max_count = 4
@@ -199,9 +216,7 @@ def test_without_compare_the_verifier_has_none_of_its_parameters():
     ("max_count", 0, ">= 1"),
 ])
 def test_config_check_names_bad_compare_settings(key, value, message):
-    cfg = tiny_model_config("mlpag")
-    cfg.model.vision.kind = "proposals"
-    cfg.model.verifier.enabled = True
+    cfg = _verifier_config()
     cfg.model.verifier = ml_collections.ConfigDict({**cfg.model.verifier.to_dict(), key: value})
     with pytest.raises(ConfigError, match=f"model.verifier.{key}.*{message}"):
         check_config(cfg)
@@ -210,16 +225,7 @@ def test_config_check_names_bad_compare_settings(key, value, message):
 def test_the_training_loop_sets_the_comparison_and_number_pieces():
     from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
 
-    cfg = tiny_model_config("mlpag")
-    cfg.model.vision.kind = "proposals"
-    cfg.model.vision.num_regions = 5
-    cfg.model.verifier.enabled = True
-    cfg.model.verifier.compare = True
-    model = build_model(cfg.model, 40)
-    params = nnx.state(model, nnx.Param)
-    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
-    batch = random_batch(cfg, 40, batch=3)
-    batch["region_mask"][:] = True
+    state, batch = _start_inputs(_verifier_config(compare=True))
     pieces = ["<pad>", "\u2581than", "\u2581ít", "\u2581two", "\u2581sáu"] + [f"\u2581w{i}" for i in range(35)]
     tok = types.SimpleNamespace(vocab_size=40, id_to_piece=lambda i: pieces[i])
     out = set_verifier_inputs(state, lambda: batch, tok).params["verifier"]
@@ -234,15 +240,7 @@ def test_the_start_warns_when_the_tokenizer_splits_the_comparison_and_number_wor
 
     from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
 
-    cfg = tiny_model_config("mlpag")
-    cfg.model.vision.kind = "proposals"
-    cfg.model.vision.num_regions = 5
-    cfg.model.verifier.enabled = True
-    cfg.model.verifier.compare = True
-    params = nnx.state(build_model(cfg.model, 40), nnx.Param)
-    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
-    batch = random_batch(cfg, 40, batch=3)
-    batch["region_mask"][:] = True
+    state, batch = _start_inputs(_verifier_config(compare=True))
     for whole, expected in ((["than", "two"], []), (["th", "two"], ["compares no two things"]),
                             (["t", "w"], ["compares no two things", "counts nothing"])):
         pieces = ["<pad>"] + [f"\u2581{w}" for w in whole] + [f"\u2581w{i}" for i in range(39 - len(whole))]
