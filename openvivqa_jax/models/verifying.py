@@ -37,7 +37,8 @@ same colour* questions (:mod:`openvivqa_jax.models.comparing`): a number word's 
 P(count = n)``, ``c = sigmoid(mean of the pieces' count weights)``; and a yes/no question's probability becomes
 the mixture ``r_e e + r_m sigmoid(L_more) + r_s sigmoid(L_same)`` of the existence, the count comparison and the
 attribute comparison, ``r = softmax(ROUTE_GAIN * mean of the pieces' route weights + (0, -2, -2))`` (so the
-existence leads at the start, with 0.79). The mixture is of probabilities, not of logits, so that a head that
+existence leads at the start, with 0.79) for a question cut in two things by a split word, and ``r = (1, 0, 0)``
+for one that is not (it names one thing, so it compares nothing). The mixture is of probabilities, not of logits, so that a head that
 does not apply to the question, sure of its own answer (an existence logit of -14 for *are the circle and the
 square the same colour?*), moves the answer by its share at most.
 
@@ -197,8 +198,12 @@ class RegionVerifier(nnx.Module):
         weights = jax.nn.softplus(jnp.einsum("bl,blf->bf", mean, self.attribute_weight[...][question]))
         same = comparing.same_logit(comparing.soft_pointer(s_a, mask, x), comparing.soft_pointer(s_b, mask, x),
                                     weights, self.same_bias[...])
-        route = jax.nn.softmax(ROUTE_GAIN * jnp.einsum("bl,blk->bk", mean, self.route[...][question])
-                               + jnp.asarray(ROUTE_START, jnp.float32), -1)
+        # A question that names one thing compares nothing: only its existence answers it, so a folder of
+        # yes/no questions without a split word trains the existence exactly as without ``compare``.
+        two = second.sum(1) > 0
+        start = jnp.where(two[:, None], jnp.asarray(ROUTE_START, jnp.float32),
+                          jnp.asarray([0.0, -1e4, -1e4], jnp.float32))
+        route = jax.nn.softmax(ROUTE_GAIN * jnp.einsum("bl,blk->bk", mean, self.route[...][question]) + start, -1)
         return {"log_count": jnp.maximum(jnp.log(jnp.maximum(p_a, 1e-30)), -20.0),
                 "count_gate": jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.count_gate[...][question])),
                 "more": jnp.log(more) - jnp.log1p(-more), "same": jnp.where(reversed_, -same, same), "route": route}

@@ -171,7 +171,7 @@ def _numpy_compare_bias(v, feats, boxes, mask, q, qm, pol):
         same = 0.3 - (wts * (xa - xb) ** 2).mean()
         same = -same if rev else same
         r = ROUTE_GAIN * (mean[b][:, None] * _np(v.route[...])[q[b]]).sum(0) + np.array(ROUTE_START)
-        r = np.exp(r - r.max()) / np.exp(r - r.max()).sum()
+        r = np.exp(r - r.max()) / np.exp(r - r.max()).sum() if second.sum() else np.array([1.0, 0.0, 0.0])
         p = r[0] * e[b] + r[1] * more + r[2] * _sigmoid(same)
         logit = np.log(p / (1 - p))
         g = _sigmoid((mean[b] * _np(v.gate[...])[q[b]]).sum())
@@ -200,6 +200,11 @@ def test_compare_bias_matches_the_formulas():
     # a piece numbering 4 (above max_count 3) gets no bias; those numbering 1-3 get their count's log-probability
     np.testing.assert_array_equal(got[:, 6], 0.0)
     assert np.all(got[:, 3:6] < 0)
+    # a question naming one thing (no split piece) is answered by its existence alone, as without compare
+    logit, gate = v.existence(feats, boxes, mask, q, qm)
+    alone = 0.5 * np.asarray(gate) * pol * np.asarray(logit)
+    yes_no = _np(v.answer_polarity[...]) != 0
+    np.testing.assert_allclose(got[0, yes_no], alone[0] * _np(v.answer_polarity[...])[yes_no], rtol=1e-4)
 
 
 def test_without_compare_the_verifier_has_none_of_its_parameters():
