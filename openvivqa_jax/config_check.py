@@ -89,6 +89,7 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.verifier.ocr_tokens", (lambda v: isinstance(v, bool)), "True or False"),
     ("model.verifier.compare", (lambda v: isinstance(v, bool)), "True or False"),
     ("model.verifier.max_count", *_at_least(1)),
+    ("model.verifier.relate", (lambda v: isinstance(v, bool)), "True or False"),
     ("model.counter.proposal_features", (lambda v: v in ("all", "objects")), "'all' or 'objects'"),
     ("model.word_region_loss.temperature", *_POSITIVE_NUMBER),
     ("model.word_region_loss.sharpness", *_POSITIVE_NUMBER),

@@ -20,7 +20,8 @@ is configs/synthetic/base.py: the small MLPAG (d_model 128) at batch 32, with tw
   words written in it (*is the word milk written in the picture?*), whose answer is whether an OCR token is a
   word of the question (``model.verifier.ocr_tokens``; nothing changes for a folder without OCR tokens);
 * the verifier's region scores also count (*how many red circles are there?*) and compare (*are there more
-  circles than squares?*, *are the circle and the square the same colour?*) (``model.verifier.compare``).
+  circles than squares?*, *are the circle and the square the same colour?*) (``model.verifier.compare``), and
+  point at what lies beside a named thing (*what is left of the red circle?*) (``model.verifier.relate``).
 
 Any number of steps: ``--config.train.num_train_steps=N``. The CNN over the pixels instead of the proposals:
 ``--config.model.vision.kind=cnn --config.model.verifier.enabled=False``.
@@ -81,7 +82,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.verifier.ocr_tokens = True
     # Its region scores also answer how-many questions (a number word's first-piece logit is the log-probability
     # of that many matching regions) and more/fewer and same-colour questions about two named things
-    # (models/comparing.py). On other yes/no questions the existence leads from the start (a share of 0.79,
-    # learned from the words), and number words are moved only on the first answer piece.
+    # (models/comparing.py). A yes/no question that names one thing is answered by the existence alone; on one
+    # that names two, the existence leads from the start (a share of 0.79, learned from the words). Number words
+    # are moved only on the first answer piece.
     c.model.verifier.compare = True
+    # And what is left of / above ... a named thing: the thing named after the side word is found by its region
+    # scores, the most object-like other region becomes one more decoder memory token (from which the answer
+    # names it), and the answer "nothing" is moved by which side of the thing that region lies on.
+    c.model.verifier.relate = True
     return c

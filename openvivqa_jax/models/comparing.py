@@ -19,6 +19,17 @@ of question, each by a rule that has nothing left to learn but the scores:
   ``w = softplus(mean of the pieces' attribute weights)`` learned from the words, so *colour* picks the colour
   features; *different* / *khác* negates the logit.
 
+* **what is left of X** (``model.verifier.relate``; *what is above the red circle?*, *bên trái hình tròn là
+  gì?*): ``X`` is pointed at by the scores of the question's words after its side word
+  (:data:`openvivqa_jax.text.polarity.RELATION_WORDS`: *left of* **the red circle**, *bên trái* **hình tròn**;
+  all its words when it has none), since the words before it (*what is*) name no region; the other thing by
+  ``softmax_r(a_r + log(1 - s_r))`` over the regions, ``a_r`` a learned objectness of the region's embedding; the answer *nothing*
+  (:data:`openvivqa_jax.text.polarity.NOTHING`) has the first-piece logit ``-g_rel RELATION_GAIN u . (c_O -
+  c_X)``, ``c`` the pointed box centres and ``u`` ``(2,)`` the mean of the question pieces' direction weights
+  (*left* learns to point along -x); the other thing's inputs become one decoder memory token
+  (:func:`relation_terms`), from which the decoder names it (*blue square*), and whose answer loss is what
+  teaches the objectness which region that is.
+
 Why rules for the cut and the direction: learned from the answers alone, *fewer* and *different* are an
 exclusive-or with what the words name, as a negation is (:mod:`openvivqa_jax.text.polarity`). Which of the
 three answers a yes/no question takes (exists, more, same) is learned from its words.
@@ -34,12 +45,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from openvivqa_jax.text.counts import ENGLISH_NUMBER_WORDS, NUMBER_WORDS
-from openvivqa_jax.text.polarity import COMPARISON_SPLIT, REVERSING
+from openvivqa_jax.text.polarity import COMPARISON_SPLIT, NOTHING, RELATION_WORDS, REVERSING
 
-__all__ = ["count_distribution", "greater_probability", "question_segments", "soft_pointer", "same_logit",
-           "question_piece_roles", "answer_piece_numbers"]
+__all__ = ["RELATION_GAIN", "relation_terms", "answer_piece_nothing", "relation_pieces", "count_distribution",
+           "greater_probability", "question_segments", "soft_pointer", "same_logit", "question_piece_roles",
+           "answer_piece_numbers"]
 
 _WORD_START = "\u2581"
+#: The gain of the direction weights on the box centres' offsets (in picture widths): a few steps of the
+#: verifier's Adam move a side's candidates well apart.
+RELATION_GAIN = 10.0
 
 
 def count_distribution(scores: jax.Array, mask: jax.Array, max_count: int) -> jax.Array:
@@ -100,6 +115,36 @@ def same_logit(x_a: jax.Array, x_b: jax.Array, weights: jax.Array, bias: jax.Arr
     """``(batch,)``: ``bias - mean_f weights_f (x_a,f - x_b,f)^2`` for two pointed inputs ``(batch, D)`` and
     per-question feature weights ``(batch, D)`` (non-negative)."""
     return bias - jnp.mean(weights * jnp.square(x_a - x_b), -1)
+
+
+def relation_terms(scores: jax.Array, mask: jax.Array, boxes: jax.Array, x: jax.Array, objectness: jax.Array,
+                   direction: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(pointed (batch, D), something logit (batch,))`` of the relation rule (module doc).
+
+    Args:
+      scores: ``(batch, R)`` the regions' scores against the question (``s_r``); mask: ``(batch, R)`` bool.
+      boxes: ``(batch, R, 4)`` xyxy in picture units; x: ``(batch, R, D)`` the regions' inputs.
+      objectness: ``(batch, R)`` the regions' objectness logits ``a_r``; direction: ``(batch, 2)`` ``u``.
+    """
+    valid = mask.astype(bool)
+    centre = 0.5 * (boxes[..., :2] + boxes[..., 2:]).astype(jnp.float32)
+    anchor = soft_pointer(scores, mask, centre)
+    logits = objectness + jnp.log1p(-jnp.clip(scores, 0.0, 1.0 - 1e-6))
+    w = jax.nn.softmax(jnp.where(valid, logits, -1e9), -1)
+    w = jnp.where(valid, w, 0.0)
+    other = jnp.einsum("br,brk->bk", w, centre)
+    some = RELATION_GAIN * jnp.einsum("bk,bk->b", other - anchor, direction)
+    return jnp.einsum("br,brd->bd", w, x), some
+
+
+def relation_pieces(tokenizer) -> np.ndarray:
+    """``(V,)`` float32, 1 for a whole-word piece of :data:`openvivqa_jax.text.polarity.RELATION_WORDS`."""
+    return _whole_word(tokenizer, RELATION_WORDS)
+
+
+def answer_piece_nothing(tokenizer) -> np.ndarray:
+    """``(V,)`` float32, 1 for a whole-word piece of :data:`openvivqa_jax.text.polarity.NOTHING`, 0 else."""
+    return _whole_word(tokenizer, NOTHING)
 
 
 def _whole_word(tokenizer, words) -> np.ndarray:

@@ -297,7 +297,8 @@ class MLPAG(MemoryDecoderGenerator):
             self.question_summary = dense(d, d, rngs, dtype)
         # Made last, as the options above. It reads the stored region features (with proposals, by default their
         # first OBJECT_FEATURE_DIM), whatever part the vision encoder embeds.
-        self.verifier = region_verifier(cfg, feature_dim=self.vision.input_dim, vocab_size=vocab_size, rngs=rngs)
+        self.verifier = region_verifier(cfg, feature_dim=self.vision.input_dim, vocab_size=vocab_size, rngs=rngs,
+                                        dtype=dtype)
 
     def decoder_memory_layout(self, num_vision: int, num_ocr: int) -> tuple[int, int]:
         """Eq. 9 sum fusion: memory position ``j`` is OCR token ``j`` + image cell ``j`` (zero-padded), so the
@@ -354,9 +355,14 @@ class MLPAG(MemoryDecoderGenerator):
             if self.verifier.ocr_tokens:
                 text = dict(text_match=question_match(batch["ocr_pieces"], batch["ocr_piece_mask"],
                                                       batch["question"], batch["question_mask"]), text_mask=s_mask)
-            out["first_logit_bias"] = self.verifier(batch["region_features"], batch["region_boxes"],
-                                                    batch["region_mask"], batch["question"], q_mask,
-                                                    batch[POLARITY_FIELD], **text)
+            regions = (batch["region_features"], batch["region_boxes"], batch["region_mask"], batch["question"], q_mask)
+            out["first_logit_bias"] = self.verifier(*regions, batch[POLARITY_FIELD], **text)
+            if self.verifier.relate:
+                tok, nothing = self.verifier.related(*regions)
+                out["first_logit_bias"] = out["first_logit_bias"] + nothing
+                out["memory"] = jnp.concatenate([out["memory"], tok.astype(out["memory"].dtype)], 1)
+                out["memory_mask"] = jnp.concatenate([out["memory_mask"], jnp.ones_like(out["memory_mask"][:, :1])],
+                                                     1)
         return out
 
     def _with_named_tokens(self, batch, vis, x_s, s_mask, memory, mem_mask):

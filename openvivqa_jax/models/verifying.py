@@ -57,7 +57,7 @@ from flax import nnx
 
 from openvivqa_jax.data.proposals import read_feature_dim
 from openvivqa_jax.models import comparing
-from openvivqa_jax.models.layers import dense
+from openvivqa_jax.models.layers import dense, layer_norm
 from openvivqa_jax.text.polarity import answer_polarity
 
 __all__ = ["TEXT_GAIN", "ROUTE_GAIN", "ROUTE_START", "RegionVerifier", "region_verifier", "verifier_enabled",
@@ -102,10 +102,14 @@ class RegionVerifier(nnx.Module):
         ``text_weight`` ``(V,)`` exists only then, so that a checkpoint without it still restores).
       compare: whether it also counts and compares (module doc; its parameters exist only then).
       max_count: ``K``, the largest count it tells apart from larger ones (with ``compare``).
+      relate: whether it also answers *what is left of X?* (module doc of :mod:`openvivqa_jax.models.comparing`;
+        its parameters, and the memory token's projection to ``d_model``, exist only then).
+      d_model: the decoder memory's width (with ``relate``); dtype: the memory token's.
     """
 
     def __init__(self, *, feature_dim: int, vocab_size: int, hidden_dim: int, rngs: nnx.Rngs,
-                 ocr_tokens: bool = False, compare: bool = False, max_count: int = 10):
+                 ocr_tokens: bool = False, compare: bool = False, max_count: int = 10, relate: bool = False,
+                 d_model: int = 0, dtype=jnp.float32):
         self.feature_dim = int(feature_dim)
         self.ocr_tokens = bool(ocr_tokens)
         if self.ocr_tokens:
@@ -130,6 +134,17 @@ class RegionVerifier(nnx.Module):
         self.detector = nnx.Param(jnp.zeros((vocab_size, hidden_dim), jnp.float32))
         self.detector_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
         self.gate = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+        self.relate = bool(relate)
+        if self.relate:  # made last, so that the parameters above start as without it
+            if d_model < 1:
+                raise ValueError(f"a region verifier that relates needs the memory's d_model >= 1, got {d_model}")
+            self.direction = nnx.Param(jnp.zeros((vocab_size, 2), jnp.float32))
+            self.object_weight = nnx.Param(jnp.zeros((hidden_dim,), jnp.float32))
+            self.relation_gate = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+            self.nothing_piece = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))  # set from the tokenizer
+            self.relation_piece = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))  # set from the tokenizer
+            self.relation_proj = dense(n_in, d_model, rngs, dtype)
+            self.relation_norm = layer_norm(d_model, rngs, dtype)
 
     def existence(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
                   question_mask: jax.Array, text_match: jax.Array | None = None,
@@ -208,11 +223,31 @@ class RegionVerifier(nnx.Module):
                 "count_gate": jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.count_gate[...][question])),
                 "more": jnp.log(more) - jnp.log1p(-more), "same": jnp.where(reversed_, -same, same), "route": route}
 
+    def related(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
+                question_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``relate`` only: ``(memory token (batch, 1, d_model), nothing bias (batch, V))`` of the relation rule
+        (:func:`openvivqa_jax.models.comparing.relation_terms`; arguments as :meth:`existence`)."""
+        x = self._inputs(features, boxes)
+        h = jax.nn.relu(self.w1(x))
+        qm = question_mask.astype(jnp.float32)
+        mean = qm / jnp.maximum(qm.sum(1, keepdims=True), 1.0)
+        _, named = comparing.question_segments(question, question_mask,
+                                               jax.lax.stop_gradient(self.relation_piece[...]))
+        s = self._scores(h, mask, question, jnp.where(named.sum(1, keepdims=True) > 0, named, qm))
+        objectness = h @ self.object_weight[...]
+        direction = jnp.einsum("bl,blk->bk", mean, self.direction[...][question])
+        pointed, some = comparing.relation_terms(s, mask, boxes, x, objectness, direction)
+        gate = jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.relation_gate[...][question]) - 2.0)
+        token = self.relation_norm(self.relation_proj(pointed.astype(self.relation_proj.kernel[...].dtype)))
+        bias = -(gate * some)[:, None] * jax.lax.stop_gradient(self.nothing_piece[...])[None]
+        return token[:, None], bias
+
     def __call__(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
                  question_mask: jax.Array, polarity: jax.Array, text_match: jax.Array | None = None,
                  text_mask: jax.Array | None = None) -> jax.Array:
         """``(batch, V)`` float32 bias on the first answer piece's vocabulary logits; ``polarity`` ``(batch,)``
-        +1 or -1 (other arguments and errors as :meth:`existence`)."""
+        +1 or -1 (other arguments and errors as :meth:`existence`). With ``relate``, the *nothing* bias of
+        :meth:`related` is not in it (MLPAG adds it with the token)."""
         logit, gate = self.existence(features, boxes, mask, question, question_mask, text_match, text_mask)
         count_bias = 0.0
         if self.compare:
@@ -231,10 +266,12 @@ class RegionVerifier(nnx.Module):
         return scale[:, None] * jax.lax.stop_gradient(self.answer_polarity[...])[None] + count_bias
 
 
-def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs) -> RegionVerifier | None:
+def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs,
+                    dtype=jnp.float32) -> RegionVerifier | None:
     """The :class:`RegionVerifier` of ``config.model.verifier`` (``enabled``; ``hidden_dim``, default 32;
     ``proposal_features``, ``"objects"`` (default) or ``"all"``; ``ocr_tokens``, default False; ``compare``,
-    default False, with ``max_count``, default 10; module doc) over
+    default False, with ``max_count``, default 10; ``relate``, default False, its memory token of width
+    ``model.d_model`` in ``dtype``; module doc) over
     regions of ``feature_dim`` stored features, or None when it is off.
 
     Raises:
@@ -259,4 +296,6 @@ def region_verifier(cfg, *, feature_dim: int, vocab_size: int, rngs: nnx.Rngs) -
     return RegionVerifier(feature_dim=feature_dim, vocab_size=vocab_size, hidden_dim=hidden, rngs=rngs,
                           ocr_tokens=bool(cfg.verifier.get("ocr_tokens", False)),
                           compare=bool(cfg.verifier.get("compare", False)),
-                          max_count=max_count)
+                          max_count=max_count,
+                          relate=bool(cfg.verifier.get("relate", False)), d_model=int(cfg.d_model),
+                          dtype=dtype)

@@ -25,6 +25,10 @@ Answer polarity (:func:`answer_polarity`): +1 for an affirming answer (*yes*, *c
 are ignored. A Vietnamese tag question (*không có hình đỏ nào, đúng không?*) is answered *đúng* when its statement
 holds, so its affirming answer, like *có* and *yes*, says the question's (negated) statement is true.
 
+Absence answers (:data:`NOTHING`): the first word of an answer that says nothing is there, to *what is left of
+the circle?*: *nothing*, *none*, *không* (*không có gì*). Side words (:data:`RELATION_WORDS`): *left*, *right*,
+*above*, *below*, *trái*, *phải*, *trên*, *dưới*; the thing such a question names follows its side word.
+
 Comparison words, for questions about two named things (*are there more circles than squares?*, *are the circle
 and the square the same colour?*, *có nhiều hình tròn hơn hình vuông không?*, *hình tròn và hình vuông có cùng
 màu không?*): a word of :data:`COMPARISON_SPLIT` (*than*, *and*, *hơn*, *và*) ends the first thing's words and
@@ -41,7 +45,7 @@ import re
 from openvivqa_jax.text.language import detect_language
 
 __all__ = ["negation_cues", "polarity", "answer_polarity", "AFFIRMING", "DENYING", "NEGATION_EN",
-           "NEGATION_VI", "KHONG_COMPOUNDS", "COMPARISON_SPLIT", "REVERSING"]
+           "NEGATION_VI", "KHONG_COMPOUNDS", "COMPARISON_SPLIT", "REVERSING", "NOTHING", "RELATION_WORDS"]
 
 #: English negation words; a word ending in ``n't`` is one too.
 NEGATION_EN = frozenset({"no", "not", "never", "none", "nor", "cannot", "nothing", "nobody", "neither"})
@@ -53,10 +57,14 @@ KHONG_COMPOUNDS = frozenset({"gian", "khí", "quân", "trung", "phận", "lưu",
 #: Answers that affirm the question's statement, and answers that deny it.
 AFFIRMING = frozenset({"yes", "có", "đúng", "phải", "vâng", "true"})
 DENYING = frozenset({"no", "không", "sai", "chưa", "false"})
+#: First words of an answer saying that nothing is there (module doc).
+NOTHING = frozenset({"nothing", "none", "không"})
 #: Words between the two things a comparison names (module doc).
 COMPARISON_SPLIT = frozenset({"than", "and", "hơn", "và"})
 #: Words that turn a comparison round: fewer / less for more, different for the same (module doc).
 REVERSING = frozenset({"fewer", "less", "different", "ít", "khác"})
+#: Side words after which a relation question names its thing (*left of the red circle*, *bên trái hình tròn*).
+RELATION_WORDS = frozenset({"left", "right", "above", "below", "trái", "phải", "trên", "dưới"})
 
 _TOKENS = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
 _PARTICLE_FOLLOWERS = frozenset({"?", ",", "!", "."})

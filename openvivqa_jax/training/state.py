@@ -123,12 +123,14 @@ def frozen_param_regex(cfg) -> str | None:
 #: are read by the decoder and trained by the answer loss, so they follow the model's own optimizer.
 COUNTER_PARAMS = r"(.*/)?counter/(w1|w2|score|q_add|q_mul)(/.*)?"
 COUNTER_STATS = r"(.*/)?counter/input_(mean|std)(/.*)?"
-#: Parameter paths of the region verifier's region embedding, detectors, gate and counting and comparing weights
-#: (:mod:`openvivqa_jax.models.verifying`), and of what the training loop sets once: its input statistics, the
-#: answer pieces' polarity and numbers, and the question pieces' comparison roles.
-VERIFIER_PARAMS = r"(.*/)?verifier/(w1|detector|detector_bias|gate|count_gate|route|attribute_weight|same_bias)(/.*)?"
-VERIFIER_STATS = (r"(.*/)?verifier/(input_mean|input_std|answer_polarity|split_piece|reverse_piece|answer_number)"
-                  r"(/.*)?")
+#: Parameter paths of the region verifier's region embedding, detectors, gate and counting, comparing and relating
+#: weights (:mod:`openvivqa_jax.models.verifying`; its relation token's projection is read by the decoder and
+#: follows the model's optimizer), and of what the training loop sets once: its input statistics, the answer
+#: pieces' polarity, numbers and absence, and the question pieces' comparison roles.
+VERIFIER_PARAMS = (r"(.*/)?verifier/(w1|detector|detector_bias|gate|count_gate|route|attribute_weight|same_bias"
+                   r"|direction|object_weight|relation_gate)(/.*)?")
+VERIFIER_STATS = (r"(.*/)?verifier/(input_mean|input_std|answer_polarity|split_piece|reverse_piece|answer_number"
+                  r"|nothing_piece|relation_piece)(/.*)?")
 
 
 def counter_optimizer(tx: optax.GradientTransformation, params, cfg) -> optax.GradientTransformation:

@@ -9,7 +9,8 @@ from typing import Callable
 import jax
 from absl import logging
 
-from openvivqa_jax.models.comparing import answer_piece_numbers, question_piece_roles
+from openvivqa_jax.models.comparing import (answer_piece_nothing, answer_piece_numbers, question_piece_roles,
+                                           relation_pieces)
 from openvivqa_jax.models.verifying import answer_piece_polarity
 from openvivqa_jax.training.state import TrainState
 from openvivqa_jax.vqa.counting_stream import input_statistics, read_features
@@ -24,10 +25,12 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     ``verifier/answer_polarity`` (:func:`openvivqa_jax.models.verifying.answer_piece_polarity` of ``tokenizer``),
     and with ``compare`` ``verifier/split_piece``, ``verifier/reverse_piece``
     (:func:`openvivqa_jax.models.comparing.question_piece_roles`) and ``verifier/answer_number``
-    (:func:`openvivqa_jax.models.comparing.answer_piece_numbers`), each in its parameter's sharding; one log line
-    naming the affirming and denying pieces found (and the comparison and number pieces), and a WARNING when the
-    tokenizer has no whole piece for an affirming or a denying answer word, or, with ``compare``, for the split
-    words or a number answer.
+    (:func:`openvivqa_jax.models.comparing.answer_piece_numbers`), and with ``relate`` ``verifier/nothing_piece``
+    and ``verifier/relation_piece`` (:func:`openvivqa_jax.models.comparing.answer_piece_nothing`,
+    :func:`openvivqa_jax.models.comparing.relation_pieces`), each in its parameter's sharding; one log line
+    naming the affirming and denying pieces found (and the comparison, number, absence and side pieces), and a
+    WARNING when the tokenizer has no whole piece for an affirming or a denying answer word, or, with
+    ``compare``, for the split words or a number answer, or, with ``relate``, for a side word.
 
     Raises:
       openvivqa_jax.errors.DatasetError: the batches hold no valid region.
@@ -41,6 +44,9 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
         values["split_piece"], values["reverse_piece"] = question_piece_roles(tokenizer)
         # Every number up to 20: the model leaves those above its max_count without a bias.
         values["answer_number"] = answer_piece_numbers(tokenizer, 20).astype("float32")
+    if "nothing_piece" in params["verifier"]:
+        values["nothing_piece"] = answer_piece_nothing(tokenizer)
+        values["relation_piece"] = relation_pieces(tokenizer)
     for name, value in values.items():
         var = params["verifier"][name]
         var[...] = jax.device_put(value, var[...].sharding)
@@ -63,6 +69,13 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
             logging.warning("Region verifier: it %s; a larger tokenizer.vocab_size keeps such words whole",
                             " and ".join(effects))
 
+    if "nothing_piece" in values:
+        logging.info("Region verifier, relating: answer pieces saying nothing is there %s, side pieces %s",
+                     named(values["nothing_piece"]) or "none", named(values["relation_piece"]) or "none")
+        if not values["relation_piece"].any():
+            logging.warning("Region verifier: no whole piece for a side word (left, right, above, below, trái, "
+                            "phải, trên, dưới), so a relation question's thing is scored by all its words; a "
+                            "larger tokenizer.vocab_size keeps such words whole")
     logging.info("Region verifier: input statistics from %d regions of 8 training batches; affirming answer "
                  "pieces %s, denying %s", n, pieces[1] or "none", pieces[-1] or "none")
     missing = [name for s, name in ((1, "an affirming (yes, có, đúng, ...)"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import types
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -258,3 +259,73 @@ def test_the_start_warns_when_the_tokenizer_splits_the_comparison_and_number_wor
             assert text in warned, (whole, warned)
         assert ("counts nothing" in warned) == ("counts nothing" in expected)
         assert ("compares no two things" in warned) == ("compares no two things" in expected)
+
+def test_relation_terms_point_at_the_most_object_like_other_region_and_its_side():
+    # region 0 is named; region 1 lies to its left, region 2 to its right, region 3 is padding
+    boxes = np.array([[[0.5, 0.4, 0.7, 0.6], [0.1, 0.4, 0.3, 0.6], [0.8, 0.4, 0.9, 0.6], [0.0, 0.0, 0.1, 0.1]]],
+                     np.float32)
+    s = np.array([[0.9, 0.1, 0.2, 0.9]], np.float32)
+    mask = np.array([[True, True, True, False]])
+    x = np.arange(12, dtype=np.float32).reshape(1, 4, 3)
+    obj = np.array([[0.5, 2.0, -1.0, 9.0]], np.float32)
+    left = np.array([[-1.0, 0.0]], np.float32)
+    pointed, some = (np.asarray(a, np.float64) for a in comparing.relation_terms(
+        *(jnp.asarray(a) for a in (s, mask, boxes, x, obj, left))))
+    centre = 0.5 * (boxes[0, :, :2] + boxes[0, :, 2:])
+    odds = s[0, :3] / (1 - s[0, :3])
+    anchor = (centre[:3] * odds[:, None]).sum(0) / odds.sum()
+    w = np.exp(obj[0, :3]) * (1 - s[0, :3])
+    w /= w.sum()
+    np.testing.assert_allclose(pointed, [(w[:, None] * x[0, :3]).sum(0)], rtol=1e-4)
+    np.testing.assert_allclose(some, [comparing.RELATION_GAIN * ((w @ centre[:3] - anchor) @ left[0])], rtol=1e-4)
+    # the left region is the most object-like other one, and it lies to the left: something is there
+    assert w[1] > 0.7 and some[0] > 0
+    right = -left
+    assert float(comparing.relation_terms(*(jnp.asarray(a) for a in (s, mask, boxes, x, obj, right)))[1][0]) < 0
+
+
+def test_mlpag_with_relate_appends_one_memory_token_and_biases_the_nothing_pieces():
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    batch = random_batch(cfg, 40, batch=2)
+    batch["question_polarity"] = np.array([1.0, -1.0], np.float32)
+    plain = build_model(cfg.model, 40).encode(batch)
+    cfg.model.verifier.relate = True
+    model = build_model(cfg.model, 40)
+    model.verifier.nothing_piece[...] = jnp.zeros((40,), jnp.float32).at[7].set(1.0)
+    model.verifier.direction[...] = jnp.asarray(np.random.default_rng(0).standard_normal((40, 2)), jnp.float32)
+    out = model.encode(batch)
+    assert out["memory"].shape[1] == plain["memory"].shape[1] + 1 and bool(out["memory_mask"][:, -1].all())
+    regions = (batch["region_features"], batch["region_boxes"], batch["region_mask"], batch["question"],
+               batch["question_mask"].astype(bool))
+    tok, nothing = model.verifier.related(*regions)
+    np.testing.assert_allclose(np.asarray(out["memory"][:, -1]), np.asarray(tok[:, 0]), rtol=1e-5)
+    yes_no = np.asarray(model.verifier(*regions, batch["question_polarity"]))
+    np.testing.assert_allclose(np.asarray(out["first_logit_bias"]), yes_no + np.asarray(nothing), rtol=1e-5,
+                               atol=1e-6)
+    assert np.all(np.asarray(nothing)[:, [i for i in range(40) if i != 7]] == 0)
+    assert np.all(np.asarray(nothing)[:, 7] != 0)
+
+
+def test_relation_names_its_thing_by_the_words_after_the_side_word():
+    cfg = _verifier_config(relate=True)
+    model = build_model(cfg.model, 40)
+    v = model.verifier
+    rng = np.random.default_rng(1)
+    v.detector[...] = jnp.asarray(rng.standard_normal(v.detector[...].shape), jnp.float32)
+    v.relation_piece[...] = jnp.zeros((40,), jnp.float32).at[3].set(1.0)
+    batch = random_batch(cfg, 40, batch=2)
+    feats, boxes, mask = batch["region_features"], batch["region_boxes"], batch["region_mask"]
+    # "what is LEFT of the red circle": piece 3 is the side word; the thing is pieces 8, 9 after it
+    q = np.array([[5, 6, 3, 7, 8, 9], [5, 6, 7, 8, 9, 0]], np.int32)
+    qm = q > 0
+    x = v._inputs(jnp.asarray(feats), jnp.asarray(boxes))
+    h = jax.nn.relu(v.w1(x))
+    after = np.array([[0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 0]], np.float32)  # no side word: the whole question
+    want = comparing.relation_terms(v._scores(h, mask, q, after), mask, boxes, x,
+                                    h @ v.object_weight[...], jnp.zeros((2, 2)))[0]
+    tok, _ = v.related(feats, boxes, mask, q, qm)
+    np.testing.assert_allclose(np.asarray(tok[:, 0]), np.asarray(
+        v.relation_norm(v.relation_proj(want))), rtol=1e-5, atol=1e-6)
