@@ -70,7 +70,10 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
                             " and ".join(effects))
 
     if "nothing_piece" in values:
-        logging.info("Region verifier, relating: answer pieces saying nothing is there %s, side pieces %s",
+        # "không" also denies and "phải" also affirms: the tables are read in different places (answers'
+        # first pieces, questions' pieces), so one piece may have a role in each.
+        logging.info("Region verifier, relating: answers' first pieces saying nothing is there %s; questions' "
+                     "side pieces %s",
                      named(values["nothing_piece"]) or "none", named(values["relation_piece"]) or "none")
         if not values["relation_piece"].any():
             logging.warning("Region verifier: no whole piece for a side word (left, right, above, below, trái, "

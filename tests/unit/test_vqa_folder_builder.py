@@ -166,6 +166,10 @@ BAD_CSV = {
     "no header": ("blue.jpeg,what?,blue\n", readers.DatasetInputError,
                   r"line 1: header 'blue\.jpeg,what\?,blue' lacks the columns image and question"),
     "empty file": ("", readers.DatasetInputError, r"empty file"),
+    "misspelt question column": ("image,qestion,answer\nblue.jpeg,what?,blue\n", readers.DatasetInputError,
+                                 r"line 1: header 'image,qestion,answer' lacks the column question \("),
+    "no image column": ("picture;question;answer\nblue.jpeg;what?;blue\n", readers.DatasetInputError,
+                        r"lacks the column image \(.*image_file"),
 }
 
 

@@ -225,6 +225,7 @@ def _csv_header(path: Path, text: str) -> tuple[str, list[str]]:
     first = next((ln for ln in text.splitlines() if ln.strip()), None)
     if first is None:
         raise readers.DatasetInputError(f"{path}: empty file; expected a header row such as image,question,answer")
+    widest: list[str] = []
     for delimiter in _DELIMITERS:
         try:
             header = [c.strip().lower() for c in next(csv.reader([first], delimiter=delimiter))]
@@ -232,9 +233,15 @@ def _csv_header(path: Path, text: str) -> tuple[str, list[str]]:
             continue
         if "question" in header and any(c in header for c in IMAGE_COLUMNS):
             return delimiter, header
+        widest = max(widest, header, key=len)
+    # Name only what the header lacks, read with the delimiter that splits it most: a misspelt "qestion" beside
+    # a good "image" should not be reported as both missing.
+    missing = [name for name, found in (("image", any(c in widest for c in IMAGE_COLUMNS)),
+                                         ("question", "question" in widest)) if not found]
     raise readers.DatasetInputError(
-        f"{path}: line 1: header {first.strip()!r} lacks the columns image and question (expected a header such "
-        "as image,question,answer; separated by ',', ';' or tabs)")
+        f"{path}: line 1: header {first.strip()!r} lacks the column{'s' if len(missing) > 1 else ''} "
+        f"{' and '.join(missing)} (expected a header such as image,question,answer; an image column may also be "
+        f"named {', '.join(IMAGE_COLUMNS[1:])}; separated by ',', ';' or tabs)")
 
 
 def parse_csv(path: Path, *, answers_required: bool, policy: readers.ErrorPolicy, unknown: readers.UnknownFields,
