@@ -23,12 +23,12 @@ of question, each by a rule that has nothing left to learn but the scores:
   gì?*): ``X`` is pointed at by the scores of the question's words after its side word
   (:data:`openvivqa_jax.text.polarity.RELATION_WORDS`: *left of* **the red circle**, *bên trái* **hình tròn**;
   all its words when it has none), since the words before it (*what is*) name no region; the other thing by
-  ``softmax_r(a_r + log(1 - s_r))`` over the regions, ``a_r`` a learned objectness of the region's embedding; the answer *nothing*
-  (:data:`openvivqa_jax.text.polarity.NOTHING`) has the first-piece logit ``-g_rel RELATION_GAIN u . (c_O -
-  c_X)``, ``c`` the pointed box centres and ``u`` ``(2,)`` the mean of the question pieces' direction weights
-  (*left* learns to point along -x); the other thing's inputs become one decoder memory token
-  (:func:`relation_terms`), from which the decoder names it (*blue square*), and whose answer loss is what
-  teaches the objectness which region that is.
+  ``softmax_r(a_r + log(1 - s_r))`` over the regions, ``a_r`` a learned objectness of the region's embedding;
+  the answer *nothing* (:data:`openvivqa_jax.text.polarity.NOTHING`) has the first-piece logit ``-g_rel
+  RELATION_GAIN u . (c_O - c_X)``, ``c`` the pointed box centres and ``u`` ``(2,)`` the mean of the question
+  pieces' direction weights (*left* learns to point along -x); the other thing's inputs become one decoder
+  memory token (:func:`relation_terms`), from which the decoder names it (*blue square*), and whose answer loss
+  is what teaches the objectness which region that is.
 
 Why rules for the cut and the direction: learned from the answers alone, *fewer* and *different* are an
 exclusive-or with what the words name, as a negation is (:mod:`openvivqa_jax.text.polarity`). Which of the

@@ -38,9 +38,9 @@ P(count = n)``, ``c = sigmoid(mean of the pieces' count weights)``; and a yes/no
 the mixture ``r_e e + r_m sigmoid(L_more) + r_s sigmoid(L_same)`` of the existence, the count comparison and the
 attribute comparison, ``r = softmax(ROUTE_GAIN * mean of the pieces' route weights + (0, -2, -2))`` (so the
 existence leads at the start, with 0.79) for a question cut in two things by a split word, and ``r = (1, 0, 0)``
-for one that is not (it names one thing, so it compares nothing). The mixture is of probabilities, not of logits, so that a head that
-does not apply to the question, sure of its own answer (an existence logit of -14 for *are the circle and the
-square the same colour?*), moves the answer by its share at most.
+for one that is not (it names one thing, so it compares nothing). The mixture is of probabilities, not of
+logits, so that a head that does not apply to the question, sure of its own answer (an existence logit of -14
+for *are the circle and the square the same colour?*), moves the answer by its share at most.
 
 The decoder's own logits still carry the question's prior over the answer words (which pair a template takes).
 The module is trained by the answer loss through the bias, with an optimizer of its own (Adam at the constant
