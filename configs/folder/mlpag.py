@@ -13,7 +13,7 @@ is configs/synthetic/base.py: the small MLPAG (d_model 128) at batch 32, with tw
 
 * the number of steps follows the folder's size: 20 epochs of its training questions, between 500 and 4,000 steps
   (``train.num_train_steps = 0``, rule ``train.steps_from_data``; the log says how many), so a few hundred photos
-  get the epochs they need and a large folder stops at 4,000 steps (12-14 minutes on 2 CPU cores for 800 drawn
+  get the epochs they need and a large folder stops at 4,000 steps (about 14 minutes on 2 CPU cores for 800 drawn
   pictures);
 * yes/no questions about what is in the photo (*is there a red circle?*, *hình tròn có màu đỏ không?*) go
   through MLPAG's region verifier (``model.verifier``), with the negation read by rules; so do those about the
@@ -70,7 +70,8 @@ def get_config() -> ml_collections.ConfigDict:
     # The steps follow the folder's size (openvivqa_jax/vqa/run_length.py, one log line): 20 epochs of its training
     # questions, at least 500 steps and at most 4,000 (raise max_steps on an accelerator). On a world of 800 drawn
     # pictures (6,429 questions) the yes/no kinds were 69-85% after 2,000 steps and 89-96% after 4,000, which took
-    # 12-14 minutes on 2 CPU cores (docs/results.md).
+    # 12-14 minutes on 2 CPU cores; with the verifier's counting, comparing and relating, 14 minutes
+    # (docs/results.md).
     c.train.num_train_steps = 0
     c.train.steps_from_data = ml_collections.ConfigDict(dict(epochs=20.0, min_steps=500, max_steps=4000))
     # Yes/no questions about what is in the photo: the region verifier (openvivqa_jax/models/verifying.py) on the
