@@ -260,6 +260,7 @@ def test_the_start_warns_when_the_tokenizer_splits_the_comparison_and_number_wor
         assert ("counts nothing" in warned) == ("counts nothing" in expected)
         assert ("compares no two things" in warned) == ("compares no two things" in expected)
 
+
 def test_relation_terms_point_at_the_most_object_like_other_region_and_its_side():
     # region 0 is named; region 1 lies to its left, region 2 to its right, region 3 is padding
     boxes = np.array([[[0.5, 0.4, 0.7, 0.6], [0.1, 0.4, 0.3, 0.6], [0.8, 0.4, 0.9, 0.6], [0.0, 0.0, 0.1, 0.1]]],
@@ -285,10 +286,7 @@ def test_relation_terms_point_at_the_most_object_like_other_region_and_its_side(
 
 
 def test_mlpag_with_relate_appends_one_memory_token_and_biases_the_nothing_pieces():
-    cfg = tiny_model_config("mlpag")
-    cfg.model.vision.kind = "proposals"
-    cfg.model.vision.num_regions = 5
-    cfg.model.verifier.enabled = True
+    cfg = _verifier_config()
     batch = random_batch(cfg, 40, batch=2)
     batch["question_polarity"] = np.array([1.0, -1.0], np.float32)
     plain = build_model(cfg.model, 40).encode(batch)
@@ -318,7 +316,7 @@ def test_relation_names_its_thing_by_the_words_after_the_side_word():
     v.relation_piece[...] = jnp.zeros((40,), jnp.float32).at[3].set(1.0)
     batch = random_batch(cfg, 40, batch=2)
     feats, boxes, mask = batch["region_features"], batch["region_boxes"], batch["region_mask"]
-    # "what is LEFT of the red circle": piece 3 is the side word; the thing is pieces 8, 9 after it
+    # "what is LEFT of the red circle": piece 3 is the side word; the thing is pieces 7, 8, 9 after it
     q = np.array([[5, 6, 3, 7, 8, 9], [5, 6, 7, 8, 9, 0]], np.int32)
     qm = q > 0
     x = v._inputs(jnp.asarray(feats), jnp.asarray(boxes))
@@ -329,3 +327,7 @@ def test_relation_names_its_thing_by_the_words_after_the_side_word():
     tok, _ = v.related(feats, boxes, mask, q, qm)
     np.testing.assert_allclose(np.asarray(tok[:, 0]), np.asarray(
         v.relation_norm(v.relation_proj(want))), rtol=1e-5, atol=1e-6)
+    # scored by the whole first question instead, the token would differ
+    whole = comparing.relation_terms(v._scores(h, mask, q, qm.astype(np.float32)), mask, boxes, x,
+                                     h @ v.object_weight[...], jnp.zeros((2, 2)))[0]
+    assert not np.allclose(np.asarray(want[0]), np.asarray(whole[0]), rtol=1e-3)
