@@ -129,7 +129,7 @@ def relation_terms(scores: jax.Array, mask: jax.Array, boxes: jax.Array, x: jax.
     valid = mask.astype(bool)
     centre = 0.5 * (boxes[..., :2] + boxes[..., 2:]).astype(jnp.float32)
     anchor = soft_pointer(scores, mask, centre)
-    logits = objectness + jnp.log1p(-jnp.clip(scores, 0.0, 1.0 - 1e-6))
+    logits = jax.nn.log_sigmoid(objectness) + jnp.log1p(-jnp.clip(scores, 0.0, 1.0 - 1e-6))
     w = jax.nn.softmax(jnp.where(valid, logits, -1e9), -1)
     w = jnp.where(valid, w, 0.0)
     other = jnp.einsum("br,brk->bk", w, centre)
