@@ -23,7 +23,9 @@ of question, each by a rule that has nothing left to learn but the scores:
   gì?*): ``X`` is pointed at by the scores of the question's words after its side word
   (:data:`openvivqa_jax.text.polarity.RELATION_WORDS`: *left of* **the red circle**, *bên trái* **hình tròn**;
   all its words when it has none), since the words before it (*what is*) name no region; the other thing by
-  ``softmax_r(a_r + log(1 - s_r))`` over the regions, ``a_r`` a learned objectness of the region's embedding;
+  ``softmax_r(log sigmoid(a_r) + log(1 - s_r))`` over the regions, ``a_r`` a learned objectness of the region's
+  embedding, bounded above by 0 so that however sure the objectness grows, it cannot outweigh the named thing's
+  exclusion ``log(1 - s_r)`` and point back at ``X``;
   the answer *nothing* (:data:`openvivqa_jax.text.polarity.NOTHING`) has the first-piece logit ``-g_rel
   RELATION_GAIN u . (c_O - c_X)``, ``c`` the pointed box centres and ``u`` ``(2,)`` the mean of the question
   pieces' direction weights (*left* learns to point along -x); the other thing's inputs become one decoder
@@ -125,6 +127,8 @@ def relation_terms(scores: jax.Array, mask: jax.Array, boxes: jax.Array, x: jax.
       scores: ``(batch, R)`` the regions' scores against the question (``s_r``); mask: ``(batch, R)`` bool.
       boxes: ``(batch, R, 4)`` xyxy in picture units; x: ``(batch, R, D)`` the regions' inputs.
       objectness: ``(batch, R)`` the regions' objectness logits ``a_r``; direction: ``(batch, 2)`` ``u``.
+
+    The other thing's weights are ``sigmoid(a_r) (1 - s_r)`` normalised over the valid regions.
     """
     valid = mask.astype(bool)
     centre = 0.5 * (boxes[..., :2] + boxes[..., 2:]).astype(jnp.float32)

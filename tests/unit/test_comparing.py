@@ -275,7 +275,7 @@ def test_relation_terms_point_at_the_most_object_like_other_region_and_its_side(
     centre = 0.5 * (boxes[0, :, :2] + boxes[0, :, 2:])
     odds = s[0, :3] / (1 - s[0, :3])
     anchor = (centre[:3] * odds[:, None]).sum(0) / odds.sum()
-    w = np.exp(obj[0, :3]) * (1 - s[0, :3])
+    w = (1 - s[0, :3]) / (1 + np.exp(-obj[0, :3]))
     w /= w.sum()
     np.testing.assert_allclose(pointed, [(w[:, None] * x[0, :3]).sum(0)], rtol=1e-4)
     np.testing.assert_allclose(some, [comparing.RELATION_GAIN * ((w @ centre[:3] - anchor) @ left[0])], rtol=1e-4)
@@ -283,6 +283,21 @@ def test_relation_terms_point_at_the_most_object_like_other_region_and_its_side(
     assert w[1] > 0.7 and some[0] > 0
     right = -left
     assert float(comparing.relation_terms(*(jnp.asarray(a) for a in (s, mask, boxes, x, obj, right)))[1][0]) < 0
+
+
+def test_relation_pointer_does_not_return_to_the_named_thing_however_large_its_objectness():
+    # the named region (0, s = 0.99) has grown a huge objectness; the other region a plain one. A plain softmax of
+    # a_r + log(1 - s_r) would put 0.99 of the weight back on the named thing; sigmoid(a_r) caps it at 1.
+    boxes = np.array([[[0.5, 0.4, 0.7, 0.6], [0.1, 0.4, 0.3, 0.6]]], np.float32)
+    s = np.array([[0.99, 0.05]], np.float32)
+    mask = np.array([[True, True]])
+    x = np.array([[[1.0, 0.0], [0.0, 1.0]]], np.float32)
+    obj = np.array([[40.0, 0.0]], np.float32)
+    u = np.zeros((1, 2), np.float32)
+    pointed, _ = comparing.relation_terms(*(jnp.asarray(a) for a in (s, mask, boxes, x, obj, u)))
+    w_named = 0.01 / (0.01 + 0.95 * 0.5)
+    np.testing.assert_allclose(np.asarray(pointed)[0], [w_named, 1 - w_named], rtol=1e-3)
+    assert float(pointed[0, 1]) > 0.97
 
 
 def test_mlpag_with_relate_appends_one_memory_token_and_biases_the_nothing_pieces():
