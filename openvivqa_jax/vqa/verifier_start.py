@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
+import numpy as np
 from absl import logging
 
 from openvivqa_jax.models.comparing import (answer_piece_nothing, answer_piece_numbers, question_piece_roles,
@@ -30,14 +31,28 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     :func:`openvivqa_jax.models.comparing.relation_pieces`), each in its parameter's sharding; one log line
     naming the affirming and denying pieces found (and the comparison, number, absence and side pieces), and a
     WARNING when the tokenizer has no whole piece for an affirming or a denying answer word, or, with
-    ``compare``, for the split words or a number answer, or, with ``relate``, for a side word.
+    ``compare``, for the split words or a number answer, or, with ``relate``, for a side word, or, with
+    ``ocr_tokens``, when the sampled batches hold no OCR token (a folder without ``ocr.json``).
 
     Raises:
       openvivqa_jax.errors.DatasetError: the batches hold no valid region.
     """
     params = state.params
-    mean, std, n = input_statistics(batches, 8, owner="model.verifier: the training questions'",
+    ocr_tokens = []
+
+    def counted() -> dict:
+        b = batches()
+        ocr_tokens.append(int(np.sum(np.asarray(b["ocr_mask"], bool))) if "ocr_mask" in b else 0)
+        return b
+
+    mean, std, n = input_statistics(counted, 8, owner="model.verifier: the training questions'",
                                     read_features=read_features(params["verifier"]))
+    if "text_weight" in params["verifier"] and not sum(ocr_tokens):
+        # Nothing fails without OCR tokens: the questions about written words just train on pixels alone.
+        logging.warning("Region verifier: it reads OCR tokens (model.verifier.ocr_tokens), but the %d training "
+                        "batches sampled hold none, so questions about written words are answered from the pixels "
+                        "alone; give the folder an ocr.json, or build it with "
+                        "--config.data.builder_config=detector_tesseract", len(ocr_tokens))
     polarity = answer_piece_polarity(tokenizer)
     values = {"input_mean": mean, "input_std": std, "answer_polarity": polarity}
     if "split_piece" in params["verifier"]:

@@ -331,3 +331,31 @@ def test_the_start_line_says_which_answer_words_the_tokenizer_lacks(words, expec
     info = [r.getMessage() for r in caplog.records if "affirming answer pieces" in r.getMessage()]
     assert len(info) == 1 and f"denying {['sai'] if 'sai' in words else 'none'}" in info[0], info
     assert (warnings == []) if expected is None else (len(warnings) == 1 and expected in warnings[0]), warnings
+
+
+@pytest.mark.parametrize("ocr_tokens, has_ocr, warned", [(True, False, True), (True, True, False),
+                                                         (False, False, False)])
+def test_the_start_warns_when_a_verifier_that_reads_ocr_tokens_is_given_none(ocr_tokens, has_ocr, warned, caplog,
+                                                                             absl_info):
+    from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
+
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    cfg.model.verifier.ocr_tokens = ocr_tokens
+    params = nnx.state(build_model(cfg.model, 40), nnx.Param)
+    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
+    batch = random_batch(cfg, 40, batch=3)
+    batch["region_mask"][:] = True
+    batch["ocr_mask"][:] = False
+    batch["ocr_mask"][1, 0] = has_ocr  # one token in 3 questions is enough
+    pieces = ["<pad>", "\u2581có", "\u2581sai"] + [f"\u2581w{i}" for i in range(37)]
+    tok = types.SimpleNamespace(vocab_size=40, id_to_piece=lambda i: pieces[i])
+    with caplog.at_level(logging.INFO, logger="absl"):
+        set_verifier_inputs(state, lambda: batch, tok)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    expected = ["Region verifier: it reads OCR tokens (model.verifier.ocr_tokens), but the 8 training batches "
+                "sampled hold none, so questions about written words are answered from the pixels alone; give the "
+                "folder an ocr.json, or build it with --config.data.builder_config=detector_tesseract"]
+    assert warnings == (expected if warned else []), warnings
