@@ -178,13 +178,21 @@ def score(
     return _finish(result, names, report, ctx, per_question)
 
 
+#: The rule texts already logged by this process: a training run scores dev at every evaluation and then test,
+#: with the same rules each time, and one copy in the log is enough (each metrics file keeps its own).
+_LOGGED_RULES: set[tuple[str, ...]] = set()
+
+
 def _rules(names: list[str], text_mode: str, answer_rules: str, text: PreparedText) -> dict[str, Any]:
-    """Each metric's rule (:func:`.rules.metric_rules`), logged."""
+    """Each metric's rule (:func:`.rules.metric_rules`), logged the first time this process scores with them."""
     rules = metric_rules(names, text_mode, answer_rules, text.ptb_unavailable)
-    # One log record per rule: a record spanning lines would read as untagged messages to a log reader.
-    logging.info("evaluation rules (text mode %s):", text_mode)
-    for line in format_rules(rules):
-        logging.info("  %s", line)
+    lines = (text_mode, *format_rules(rules))
+    if lines not in _LOGGED_RULES:
+        _LOGGED_RULES.add(lines)
+        # One log record per rule: a record spanning lines would read as untagged messages to a log reader.
+        logging.info("evaluation rules (text mode %s):", text_mode)
+        for line in lines[1:]:
+            logging.info("  %s", line)
     return rules
 
 

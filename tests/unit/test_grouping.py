@@ -116,3 +116,22 @@ def test_field_scalars_name_every_part_by_field_and_value(tmp_path):
         "dev/kind/count/exact_match": 0.5, "dev/kind/colour/exact_match": 0.5, "dev/kind/name/exact_match": 1.0,
         "dev/language/vi/exact_match": 0.6})
     assert grouping.field_scalars({}, "dev") == {}
+
+
+def test_the_rules_are_logged_once_per_process_and_again_when_they_change(caplog, absl_info):
+    import logging
+
+    evaluator._LOGGED_RULES.clear()
+    refs = {"1": ["a red sign"], "2": ["two"]}
+    preds = {"1": "a red sign", "2": "three"}
+
+    def headers():
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluation rules")]
+
+    with caplog.at_level(logging.INFO, logger="absl"):
+        for _ in range(3):  # a training run scores dev at each evaluation with the same rules
+            out = evaluator.score(preds, refs, metrics=["EM", "F1"])
+        assert headers() == ["evaluation rules (text mode openvivqa):"]
+        assert out["rules"], out  # every result still carries its rules
+        evaluator.score(preds, refs, metrics=["EM", "F1"], text_mode="official")
+    assert headers() == ["evaluation rules (text mode openvivqa):", "evaluation rules (text mode official):"]
