@@ -38,14 +38,9 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
       openvivqa_jax.errors.DatasetError: the batches hold no valid region.
     """
     params = state.params
-    ocr_tokens = []
-
-    def counted() -> dict:
-        b = batches()
-        ocr_tokens.append(int(np.sum(np.asarray(b["ocr_mask"], bool))) if "ocr_mask" in b else 0)
-        return b
-
-    mean, std, n = input_statistics(counted, 8, owner="model.verifier: the training questions'",
+    ocr_tokens: list[int] = []
+    mean, std, n = input_statistics(_counting_ocr_tokens(batches, ocr_tokens), 8,
+                                    owner="model.verifier: the training questions'",
                                     read_features=read_features(params["verifier"]))
     if "text_weight" in params["verifier"] and not sum(ocr_tokens):
         # Nothing fails without OCR tokens: the questions about written words just train on pixels alone.
@@ -104,3 +99,14 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
                         "(fine where the training answers are seldom yes or no)", " nor ".join(missing),
                         "moves no answer" if len(missing) == 2 else "moves only the pieces listed above")
     return state.replace(params=params)
+
+
+def _counting_ocr_tokens(batches: Callable[[], dict], counts: list[int]) -> Callable[[], dict]:
+    """``batches``, appending to ``counts`` the number of real OCR tokens (``ocr_mask``) of each batch drawn."""
+
+    def draw() -> dict:
+        b = batches()
+        counts.append(int(np.sum(np.asarray(b["ocr_mask"], bool))) if "ocr_mask" in b else 0)
+        return b
+
+    return draw
