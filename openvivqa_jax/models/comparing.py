@@ -15,7 +15,8 @@ of question, each by a rule that has nothing left to learn but the scores:
   when a word of :data:`openvivqa_jax.text.polarity.REVERSING` turns it round (*fewer*, *ít*);
 * **the same attribute** (*are the circle and the square the same colour?*): each thing's regions are averaged
   by their scores' odds into one input vector (a soft pointer, :func:`soft_pointer`), and
-  ``logit P(same) = c - mean_f w_f (x_A,f - x_B,f)^2`` (:func:`same_logit`), the feature weights
+  ``logit P(same) = g_same (c - mean_f w_f (x_A,f - x_B,f)^2)`` (:func:`same_logit`, times
+  :data:`openvivqa_jax.models.verifying.SAME_GAIN`), the feature weights
   ``w = softplus(mean of the pieces' attribute weights)`` learned from the words, so *colour* picks the colour
   features; *different* / *khác* negates the logit.
 

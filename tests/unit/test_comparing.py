@@ -16,7 +16,7 @@ from flax import nnx
 from conftest import random_batch, tiny_model_config
 from openvivqa_jax.config_check import ConfigError, check_config
 from openvivqa_jax.models import build_model, comparing
-from openvivqa_jax.models.verifying import ROUTE_GAIN, ROUTE_START, RegionVerifier
+from openvivqa_jax.models.verifying import ROUTE_GAIN, ROUTE_START, SAME_GAIN, RegionVerifier
 
 
 def _np(x):
@@ -169,7 +169,7 @@ def _numpy_compare_bias(v, feats, boxes, mask, q, qm, pol):
         odds_a, odds_b = np.where(mask[b], s_a / (1 - s_a), 0), np.where(mask[b], sb / (1 - sb), 0)
         xa = (odds_a[:, None] * x[b]).sum(0) / (odds_a.sum() + 1e-6)
         xb = (odds_b[:, None] * x[b]).sum(0) / (odds_b.sum() + 1e-6)
-        same = 0.3 - (wts * (xa - xb) ** 2).mean()
+        same = SAME_GAIN * (0.3 - (wts * (xa - xb) ** 2).mean())
         same = -same if rev else same
         r = ROUTE_GAIN * (mean[b][:, None] * _np(v.route[...])[q[b]]).sum(0) + np.array(ROUTE_START)
         r = np.exp(r - r.max()) / np.exp(r - r.max()).sum() if second.sum() else np.array([1.0, 0.0, 0.0])
