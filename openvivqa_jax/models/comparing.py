@@ -15,7 +15,8 @@ of question, each by a rule that has nothing left to learn but the scores:
   when a word of :data:`openvivqa_jax.text.polarity.REVERSING` turns it round (*fewer*, *ít*);
 * **the same attribute** (*are the circle and the square the same colour?*): each thing's regions are averaged
   by their scores' odds into one input vector (a soft pointer, :func:`soft_pointer`), and
-  ``logit P(same) = c - mean_f w_f (x_A,f - x_B,f)^2`` (:func:`same_logit`), the feature weights
+  ``logit P(same) = g_same (c - mean_f w_f (x_A,f - x_B,f)^2)`` (:func:`same_logit`, times
+  :data:`openvivqa_jax.models.verifying.SAME_GAIN`), the feature weights
   ``w = softplus(mean of the pieces' attribute weights)`` learned from the words, so *colour* picks the colour
   features; *different* / *khác* negates the logit.
 
@@ -47,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from openvivqa_jax.text.counts import ENGLISH_NUMBER_WORDS, NUMBER_WORDS
-from openvivqa_jax.text.polarity import COMPARISON_SPLIT, NOTHING, RELATION_WORDS, REVERSING
+from openvivqa_jax.text.polarity import COMPARISON_END, COMPARISON_SPLIT, NOTHING, RELATION_WORDS, REVERSING
 
 __all__ = ["RELATION_GAIN", "relation_terms", "answer_piece_nothing", "relation_pieces", "count_distribution",
            "greater_probability", "question_segments", "soft_pointer", "same_logit", "question_piece_roles",
@@ -92,14 +93,19 @@ def greater_probability(p_a: jax.Array, p_b: jax.Array) -> jax.Array:
 def question_segments(question: jax.Array, question_mask: jax.Array,
                       split_piece: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(first, second)`` float32 masks ``(batch, l)`` of a question's pieces before and after its first split
-    piece (``split_piece`` ``(V,)`` 1 for the pieces of :data:`openvivqa_jax.text.polarity.COMPARISON_SPLIT`),
-    split pieces excluded; a question without one is all ``first``, and its ``second`` is empty. ``question``
+    piece (``split_piece`` ``(V,)``: 1 for the pieces of :data:`openvivqa_jax.text.polarity.COMPARISON_SPLIT`,
+    2 for those of :data:`openvivqa_jax.text.polarity.COMPARISON_END`), split pieces excluded, ``second`` ending
+    before the first end piece after the split (*the circle and* **the square the** *same colour*); a question
+    without a split piece is all ``first``, and its ``second`` is empty. ``question``
     ``(batch, l)`` int, ``question_mask`` ``(batch, l)`` bool."""
     qm = question_mask.astype(jnp.float32)
-    split = split_piece[question] * qm
+    role = split_piece[question]
+    split = (role == 1.0) * qm
+    end = (role == 2.0) * qm
     after = (jnp.cumsum(split, 1) - split) > 0
+    ended = jnp.cumsum(end * after, 1) > 0
     keep = qm * (1.0 - split)
-    return keep * (~after), keep * after
+    return keep * (~after), keep * after * (~ended)
 
 
 def soft_pointer(scores: jax.Array, mask: jax.Array, x: jax.Array) -> jax.Array:
@@ -161,10 +167,13 @@ def _whole_word(tokenizer, words) -> np.ndarray:
 
 
 def question_piece_roles(tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    """``(split, reverse)``, each ``(V,)`` float32 1 for a whole-word piece of
-    :data:`openvivqa_jax.text.polarity.COMPARISON_SPLIT` (``split``) or
-    :data:`openvivqa_jax.text.polarity.REVERSING` (``reverse``), 0 else."""
-    return _whole_word(tokenizer, COMPARISON_SPLIT), _whole_word(tokenizer, REVERSING)
+    """``(split, reverse)``, each ``(V,)`` float32: ``split`` 1 for a whole-word piece of
+    :data:`openvivqa_jax.text.polarity.COMPARISON_SPLIT` and 2 for one of
+    :data:`openvivqa_jax.text.polarity.COMPARISON_END` (:func:`question_segments`), ``reverse`` 1 for one of
+    :data:`openvivqa_jax.text.polarity.REVERSING`; 0 else."""
+    split = _whole_word(tokenizer, COMPARISON_SPLIT)
+    split = np.where(split > 0, split, 2.0 * _whole_word(tokenizer, COMPARISON_END)).astype(np.float32)
+    return split, _whole_word(tokenizer, REVERSING)
 
 
 def answer_piece_numbers(tokenizer, max_count: int) -> np.ndarray:

@@ -60,7 +60,7 @@ from openvivqa_jax.models import comparing
 from openvivqa_jax.models.layers import dense, layer_norm
 from openvivqa_jax.text.polarity import answer_polarity
 
-__all__ = ["TEXT_GAIN", "ROUTE_GAIN", "ROUTE_START", "RegionVerifier", "region_verifier", "verifier_enabled",
+__all__ = ["TEXT_GAIN", "ROUTE_GAIN", "ROUTE_START", "SAME_GAIN", "RegionVerifier", "region_verifier", "verifier_enabled",
            "answer_piece_polarity", "POLARITY_FIELD"]
 
 #: The gain of the text weights' mean in the share of the written words (module doc).
@@ -69,6 +69,11 @@ TEXT_GAIN = 10.0
 ROUTE_GAIN = 10.0
 #: The route weights' starting offsets (existence, count comparison, attribute comparison; module doc).
 ROUTE_START = (0.0, -2.0, -2.0)
+#: The gain of the attribute comparison's logit (module doc of :mod:`openvivqa_jax.models.comparing`): the
+#: squared distance is never negative, so without it two things of one colour reach at most ``c`` (about 1.5
+#: when trained, a probability of 0.8) while two of different colours reach -10; the gain lets *same* be as sure
+#: as *different* at the learning rate of the rest.
+SAME_GAIN = 4.0
 #: The batch field of each question's polarity (+1, or -1 when negated), made by the input pipeline.
 POLARITY_FIELD = "question_polarity"
 
@@ -211,8 +216,8 @@ class RegionVerifier(nnx.Module):
         more = jnp.where(reversed_, comparing.greater_probability(p_b, p_a), comparing.greater_probability(p_a, p_b))
         more = jnp.clip(more, 1e-6, 1.0 - 1e-6)
         weights = jax.nn.softplus(jnp.einsum("bl,blf->bf", mean, self.attribute_weight[...][question]))
-        same = comparing.same_logit(comparing.soft_pointer(s_a, mask, x), comparing.soft_pointer(s_b, mask, x),
-                                    weights, self.same_bias[...])
+        same = SAME_GAIN * comparing.same_logit(comparing.soft_pointer(s_a, mask, x),
+                                                comparing.soft_pointer(s_b, mask, x), weights, self.same_bias[...])
         # A question that names one thing compares nothing: only its existence answers it, so a folder of
         # yes/no questions without a split word trains the existence exactly as without ``compare``.
         two = second.sum(1) > 0

@@ -33,7 +33,9 @@ Comparison words, for questions about two named things (*are there more circles 
 and the square the same colour?*, *có nhiều hình tròn hơn hình vuông không?*, *hình tròn và hình vuông có cùng
 màu không?*): a word of :data:`COMPARISON_SPLIT` (*than*, *and*, *hơn*, *và*) ends the first thing's words and
 begins the second's, and a word of :data:`REVERSING` (*fewer*, *less*, *different*, *ít*, *khác*) turns the
-comparison round (*fewer* is *more* with the two swapped, *different colours* is *not the same colour*). Like the
+comparison round (*fewer* is *more* with the two swapped, *different colours* is *not the same colour*). A word
+of :data:`COMPARISON_END` (*same*, *different*, *cùng*, *khác*, *giống*) ends the second thing's words: what
+follows it (*colour*, *màu không*) names no thing. Like the
 negation, the direction of a comparison is an exclusive-or with what the words name when it is learned from the
 answers alone, so it is read by rule.
 """
@@ -45,7 +47,7 @@ import re
 from openvivqa_jax.text.language import detect_language
 
 __all__ = ["negation_cues", "polarity", "answer_polarity", "AFFIRMING", "DENYING", "NEGATION_EN",
-           "NEGATION_VI", "KHONG_COMPOUNDS", "COMPARISON_SPLIT", "REVERSING", "NOTHING", "RELATION_WORDS"]
+           "NEGATION_VI", "KHONG_COMPOUNDS", "COMPARISON_SPLIT", "COMPARISON_END", "REVERSING", "NOTHING", "RELATION_WORDS"]
 
 #: English negation words; a word ending in ``n't`` is one too.
 NEGATION_EN = frozenset({"no", "not", "never", "none", "nor", "cannot", "nothing", "nobody", "neither"})
@@ -61,6 +63,8 @@ DENYING = frozenset({"no", "không", "sai", "chưa", "false"})
 NOTHING = frozenset({"nothing", "none", "không"})
 #: Words between the two things a comparison names (module doc).
 COMPARISON_SPLIT = frozenset({"than", "and", "hơn", "và"})
+#: Words after the second thing of an attribute comparison, which end its words (module doc).
+COMPARISON_END = frozenset({"same", "different", "cùng", "khác", "giống"})
 #: Words that turn a comparison round: fewer / less for more, different for the same (module doc).
 REVERSING = frozenset({"fewer", "less", "different", "ít", "khác"})
 #: Side words after which a relation question names its thing (*left of the red circle*, *bên trái hình tròn*).

@@ -67,13 +67,14 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
 
     pieces = {s: named(polarity, s) for s in (1, -1)}
     if "split_piece" in values:
-        logging.info("Region verifier, counting and comparing: split pieces %s, reversing %s, number answers %s",
-                     named(values["split_piece"]) or "none", named(values["reverse_piece"]) or "none",
+        logging.info("Region verifier, counting and comparing: split pieces %s, ending the second thing %s, "
+                     "reversing %s, number answers %s", named(values["split_piece"], 1) or "none",
+                     named(values["split_piece"], 2) or "none", named(values["reverse_piece"]) or "none",
                      named(values["answer_number"]) or "none")
-        effects = [effect for key, effect in (
-            ("split_piece", "compares no two things (no whole piece for than, and, hơn or và)"),
-            ("answer_number", "counts nothing (no whole piece for a number answer: one, two, một, hai, ...)"))
-            if not values[key].any()]
+        effects = [effect for found, effect in (
+            ((values["split_piece"] == 1).any(), "compares no two things (no whole piece for than, and, hơn or và)"),
+            (values["answer_number"].any(),
+             "counts nothing (no whole piece for a number answer: one, two, một, hai, ...)")) if not found]
         if effects:
             # A small tokenizer splits even frequent words into pieces; the rules read whole-word pieces only.
             logging.warning("Region verifier: it %s; a larger tokenizer.vocab_size keeps such words whole",

@@ -16,7 +16,7 @@ from flax import nnx
 from conftest import random_batch, tiny_model_config
 from openvivqa_jax.config_check import ConfigError, check_config
 from openvivqa_jax.models import build_model, comparing
-from openvivqa_jax.models.verifying import ROUTE_GAIN, ROUTE_START, RegionVerifier
+from openvivqa_jax.models.verifying import ROUTE_GAIN, ROUTE_START, SAME_GAIN, RegionVerifier
 
 
 def _np(x):
@@ -94,6 +94,21 @@ def test_question_segments_cut_at_the_first_split_piece():
     np.testing.assert_array_equal(second, [[0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 0], [0, 1, 0, 1, 0, 0]])
 
 
+def test_the_second_thing_ends_at_an_end_piece_after_the_split():
+    # "are the circle and the square the same colour ?": 7 "and" splits, 8 "same" ends the second thing
+    roles = np.zeros(12, np.float32)
+    roles[7], roles[8] = 1.0, 2.0
+    q = np.array([[1, 2, 7, 3, 4, 3, 8, 9, 10], [1, 8, 2, 7, 3, 4, 0, 0, 0], [1, 8, 2, 3, 0, 0, 0, 0, 0]], np.int32)
+    qm = q > 0
+    first, second = (np.asarray(a) for a in comparing.question_segments(jnp.asarray(q), jnp.asarray(qm),
+                                                                        jnp.asarray(roles)))
+    np.testing.assert_array_equal(first, [[1, 1, 0, 0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0, 0],
+                                          [1, 1, 1, 1, 0, 0, 0, 0, 0]])
+    # an end piece before the split, or in a question without one, ends nothing
+    np.testing.assert_array_equal(second, [[0, 0, 0, 1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0, 0],
+                                           [0, 0, 0, 0, 0, 0, 0, 0, 0]])
+
+
 def test_soft_pointer_and_same_logit():
     rng = np.random.default_rng(2)
     s = rng.random((2, 4))
@@ -115,7 +130,7 @@ def test_piece_tables_are_read_from_whole_word_pieces():
               "\u2581ba", "\u25817", "\u2581twenty", "\u2581mươi", "\u2581Một"]
     tok = types.SimpleNamespace(vocab_size=len(pieces), id_to_piece=lambda i: pieces[i])
     split, reverse = comparing.question_piece_roles(tok)
-    np.testing.assert_array_equal(split, [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(split, [0, 1, 1, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0])  # khác also ends the second
     np.testing.assert_array_equal(reverse, [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0])
     # "mươi" (tens) is not a count by itself; twenty is above max_count 10
     np.testing.assert_array_equal(comparing.answer_piece_numbers(tok, 10), [0] * 7 + [3, 3, 7, 0, 0, 1])
@@ -131,7 +146,7 @@ def _randomized(seed: int, vocab: int = 12, feature_dim: int = 5) -> RegionVerif
     v.input_std[...] = jnp.asarray(rng.random(v.input_std[...].shape) + 0.5, jnp.float32)
     v.answer_polarity[...] = jnp.asarray(rng.integers(-1, 2, vocab), jnp.float32)
     v.same_bias[...] = jnp.float32(0.3)
-    v.split_piece[...] = jnp.zeros((vocab,), jnp.float32).at[1].set(1.0)
+    v.split_piece[...] = jnp.zeros((vocab,), jnp.float32).at[1].set(1.0).at[8].set(2.0)  # 8 ends the second
     v.reverse_piece[...] = jnp.zeros((vocab,), jnp.float32).at[2].set(1.0)
     v.answer_number[...] = jnp.asarray([0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0][:vocab], jnp.float32)
     return v
@@ -157,7 +172,8 @@ def _numpy_compare_bias(v, feats, boxes, mask, q, qm, pol):
         words = [int(t) for t, m in zip(q[b], qm[b]) if m]
         cut = words.index(1) if 1 in words else len(words)
         first = np.array([[m and i < cut and t != 1 for i, (t, m) in enumerate(zip(q[b], qm[b]))]], np.float64)
-        second = np.array([[m and i > cut and t != 1 for i, (t, m) in enumerate(zip(q[b], qm[b]))]], np.float64)
+        end = next((i for i, t in enumerate(words) if i > cut and t == 8), len(words))
+        second = np.array([[m and cut < i < end for i, (t, m) in enumerate(zip(q[b], qm[b]))]], np.float64)
         s_a = scores(np.repeat(first, len(q), 0))[b]
         sb = scores(np.repeat(second, len(q), 0))[b] if second.sum() else np.zeros_like(s_a)
         p_a, p_b = _enumerated_counts(s_a, mask[b], 3), _enumerated_counts(sb, mask[b], 3)
@@ -169,7 +185,7 @@ def _numpy_compare_bias(v, feats, boxes, mask, q, qm, pol):
         odds_a, odds_b = np.where(mask[b], s_a / (1 - s_a), 0), np.where(mask[b], sb / (1 - sb), 0)
         xa = (odds_a[:, None] * x[b]).sum(0) / (odds_a.sum() + 1e-6)
         xb = (odds_b[:, None] * x[b]).sum(0) / (odds_b.sum() + 1e-6)
-        same = 0.3 - (wts * (xa - xb) ** 2).mean()
+        same = SAME_GAIN * (0.3 - (wts * (xa - xb) ** 2).mean())
         same = -same if rev else same
         r = ROUTE_GAIN * (mean[b][:, None] * _np(v.route[...])[q[b]]).sum(0) + np.array(ROUTE_START)
         r = np.exp(r - r.max()) / np.exp(r - r.max()).sum() if second.sum() else np.array([1.0, 0.0, 0.0])
