@@ -42,12 +42,8 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     mean, std, n = input_statistics(_counting_ocr_tokens(batches, ocr_tokens), 8,
                                     owner="model.verifier: the training questions'",
                                     read_features=read_features(params["verifier"]))
-    if "text_weight" in params["verifier"] and not sum(ocr_tokens):
-        # Nothing fails without OCR tokens: the questions about written words just train on pixels alone.
-        logging.warning("Region verifier: it reads OCR tokens (model.verifier.ocr_tokens), but the %d training "
-                        "batches sampled hold none, so questions about written words are answered from the pixels "
-                        "alone; give the folder an ocr.json, or build it with "
-                        "--config.data.builder_config=detector_tesseract", len(ocr_tokens))
+    if "text_weight" in params["verifier"]:
+        _warn_without_ocr_tokens(ocr_tokens)
     polarity = answer_piece_polarity(tokenizer)
     values = {"input_mean": mean, "input_std": std, "answer_polarity": polarity}
     if "split_piece" in params["verifier"]:
@@ -111,3 +107,13 @@ def _counting_ocr_tokens(batches: Callable[[], dict], counts: list[int]) -> Call
         return b
 
     return draw
+
+
+def _warn_without_ocr_tokens(counts: list[int]) -> None:
+    """A WARNING when the batches counted by :func:`_counting_ocr_tokens` held no OCR token."""
+    if not sum(counts):
+        # Nothing fails without OCR tokens: the questions about written words just train on pixels alone.
+        logging.warning("Region verifier: it reads OCR tokens (model.verifier.ocr_tokens), but the %d training "
+                        "batches sampled hold none, so questions about written words are answered from the pixels "
+                        "alone; give the folder an ocr.json, or build it with "
+                        "--config.data.builder_config=detector_tesseract", len(counts))
