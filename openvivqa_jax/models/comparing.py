@@ -13,12 +13,14 @@ of question, each by a rule that has nothing left to learn but the scores:
   (:func:`question_segments`), each scored by the mean of its own pieces' detectors; the answer's probability is
   ``P(count_A > count_B)`` of the two distributions (:func:`greater_probability`), or ``P(count_A < count_B)``
   when a word of :data:`openvivqa_jax.text.polarity.REVERSING` turns it round (*fewer*, *ít*);
-* **the same attribute** (*are the circle and the square the same colour?*): each thing's regions are averaged
-  by their scores' odds into one input vector (a soft pointer, :func:`soft_pointer`), and
-  ``logit P(same) = g_same (c - mean_f w_f (x_A,f - x_B,f)^2)`` (:func:`same_logit`, times
-  :data:`openvivqa_jax.models.verifying.SAME_GAIN`), the feature weights
-  ``w = softplus(mean of the pieces' attribute weights)`` learned from the words, so *colour* picks the colour
-  features; *different* / *khác* negates the logit.
+* **the same attribute** (*are the circle and the square the same colour?*): the second thing's words end at a
+  word of :data:`openvivqa_jax.text.polarity.COMPARISON_END` (*and* **the square the** *same colour*; *và*
+  **hình vuông có** *cùng màu không*), since the words after it name no thing and would pull its regions' scores
+  towards 0; each thing's regions are averaged by their scores' odds into one input vector (a soft pointer,
+  :func:`soft_pointer`), and ``logit P(same) = g_same (c - mean_f w_f (x_A,f - x_B,f)^2)`` (:func:`same_logit`
+  times :data:`openvivqa_jax.models.verifying.SAME_GAIN`), the feature weights ``w = softplus(mean of the
+  pieces' attribute weights)`` learned from the words, so *colour* picks the colour features; *different* /
+  *khác* negates the logit.
 
 * **what is left of X** (``model.verifier.relate``; *what is above the red circle?*, *bên trái hình tròn là
   gì?*): ``X`` is pointed at by the scores of the question's words after its side word
