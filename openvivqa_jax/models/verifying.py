@@ -60,8 +60,8 @@ from openvivqa_jax.models import comparing
 from openvivqa_jax.models.layers import dense, layer_norm
 from openvivqa_jax.text.polarity import answer_polarity
 
-__all__ = ["TEXT_GAIN", "ROUTE_GAIN", "ROUTE_START", "SAME_GAIN", "RegionVerifier", "region_verifier", "verifier_enabled",
-           "answer_piece_polarity", "POLARITY_FIELD"]
+__all__ = ["TEXT_GAIN", "ROUTE_GAIN", "ROUTE_START", "SAME_GAIN", "RegionVerifier", "region_verifier",
+           "verifier_enabled", "answer_piece_polarity", "POLARITY_FIELD"]
 
 #: The gain of the text weights' mean in the share of the written words (module doc).
 TEXT_GAIN = 10.0

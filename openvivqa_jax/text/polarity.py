@@ -47,7 +47,8 @@ import re
 from openvivqa_jax.text.language import detect_language
 
 __all__ = ["negation_cues", "polarity", "answer_polarity", "AFFIRMING", "DENYING", "NEGATION_EN",
-           "NEGATION_VI", "KHONG_COMPOUNDS", "COMPARISON_SPLIT", "COMPARISON_END", "REVERSING", "NOTHING", "RELATION_WORDS"]
+           "NEGATION_VI", "KHONG_COMPOUNDS", "COMPARISON_SPLIT", "COMPARISON_END", "REVERSING", "NOTHING",
+           "RELATION_WORDS"]
 
 #: English negation words; a word ending in ``n't`` is one too.
 NEGATION_EN = frozenset({"no", "not", "never", "none", "nor", "cannot", "nothing", "nobody", "neither"})
