@@ -70,9 +70,9 @@ ROUTE_GAIN = 10.0
 #: The route weights' starting offsets (existence, count comparison, attribute comparison; module doc).
 ROUTE_START = (0.0, -2.0, -2.0)
 #: The gain of the attribute comparison's logit (module doc of :mod:`openvivqa_jax.models.comparing`): the
-#: squared distance is never negative, so without it two things of one colour reach at most ``c`` (about 1.5
-#: when trained, a probability of 0.8) while two of different colours reach -10; the gain lets *same* be as sure
-#: as *different* at the learning rate of the rest.
+#: squared distance is never negative, so without it two things of one colour reach at most ``c`` (about 1.6
+#: when trained, a probability of 0.8) while two of different colours reach -4 to -12; the gain lets *same* be
+#: as sure as *different* at the learning rate of the rest.
 SAME_GAIN = 4.0
 #: The batch field of each question's polarity (+1, or -1 when negated), made by the input pipeline.
 POLARITY_FIELD = "question_polarity"
