@@ -30,10 +30,13 @@ of question, each by a rule that has nothing left to learn but the scores:
   embedding, bounded above by 0 so that however sure the objectness grows, it cannot outweigh the named thing's
   exclusion ``log(1 - s_r)`` and point back at ``X``;
   the answer *nothing* (:data:`openvivqa_jax.text.polarity.NOTHING`) has the first-piece logit ``-g_rel
-  RELATION_GAIN u . (c_O - c_X)``, ``c`` the pointed box centres and ``u`` ``(2,)`` the mean of the question
-  pieces' direction weights (*left* learns to point along -x); the other thing's inputs become one decoder
-  memory token (:func:`relation_terms`), from which the decoder names it (*blue square*), and whose answer loss
-  is what teaches the objectness which region that is.
+  RELATION_GAIN (u . d - |u_perp . d|)``, ``d = c_O - c_X`` the offset of the pointed box centres, ``u`` ``(2,)``
+  the mean of the question pieces' direction weights (*left* learns to point along -x) and ``u_perp`` ``u``
+  turned a quarter: something is on that side when the other thing lies within 45 degrees of ``u`` (the
+  cone-shaped model of direction relations, Peuquet and Zhan, Pattern Recognition 1987; Frank, 1991), so a
+  thing mostly below ``X`` and a little to its left is below it and not left of it, as a person says; the
+  other thing's inputs become one decoder memory token (:func:`relation_terms`), from which the decoder names it
+  (*blue square*), and whose answer loss is what teaches the objectness which region that is.
 
 Why rules for the cut and the direction: learned from the answers alone, *fewer* and *different* are an
 exclusive-or with what the words name, as a negation is (:mod:`openvivqa_jax.text.polarity`). Which of the
@@ -136,7 +139,8 @@ def relation_terms(scores: jax.Array, mask: jax.Array, boxes: jax.Array, x: jax.
       boxes: ``(batch, R, 4)`` xyxy in picture units; x: ``(batch, R, D)`` the regions' inputs.
       objectness: ``(batch, R)`` the regions' objectness logits ``a_r``; direction: ``(batch, 2)`` ``u``.
 
-    The other thing's weights are ``sigmoid(a_r) (1 - s_r)`` normalised over the valid regions.
+    The other thing's weights are ``sigmoid(a_r) (1 - s_r)`` normalised over the valid regions; the logit is
+    ``RELATION_GAIN (u . d - |u_perp . d|)`` of the cone rule, ``u_perp = (-u_y, u_x)``.
     """
     valid = mask.astype(bool)
     centre = 0.5 * (boxes[..., :2] + boxes[..., 2:]).astype(jnp.float32)
@@ -145,7 +149,9 @@ def relation_terms(scores: jax.Array, mask: jax.Array, boxes: jax.Array, x: jax.
     w = jax.nn.softmax(jnp.where(valid, logits, -1e9), -1)
     w = jnp.where(valid, w, 0.0)
     other = jnp.einsum("br,brk->bk", w, centre)
-    some = RELATION_GAIN * jnp.einsum("bk,bk->b", other - anchor, direction)
+    d = other - anchor
+    across = direction[:, 0] * d[:, 1] - direction[:, 1] * d[:, 0]  # u_perp . d
+    some = RELATION_GAIN * (jnp.einsum("bk,bk->b", d, direction) - jnp.abs(across))
     return jnp.einsum("br,brd->bd", w, x), some
 
 

@@ -56,7 +56,8 @@ Components (Figure 10):
 * Option: ``verifier`` (``enabled``, region vision) adds to the first answer piece's logits the existence of
   what a yes/no question names, flipped by the question's negation from rules
   (:mod:`openvivqa_jax.models.verifying`): affirming pieces up, denying ones down, or the reverse; with
-  ``verifier.ocr_tokens`` the OCR tokens that the question names count as well (*is the word milk written?*).
+  ``verifier.ocr_tokens`` the OCR tokens that the question names count as well (*is the word milk written?*),
+  and the regions inside an OCR token's box are not scored as things.
 * Answer generator: transformer decoder over ``x_f`` (eq. 10) with the dynamic pointer network over
   ``x_S`` (eq. 11) and ``argmax [h', ocr]`` (eq. 12).
 """
@@ -355,7 +356,9 @@ class MLPAG(MemoryDecoderGenerator):
             if self.verifier.ocr_tokens:
                 text = dict(text_match=question_match(batch["ocr_pieces"], batch["ocr_piece_mask"],
                                                       batch["question"], batch["question_mask"]), text_mask=s_mask)
-            regions = (batch["region_features"], batch["region_boxes"], batch["region_mask"], batch["question"], q_mask)
+            scored = self.verifier.scored_regions(batch["region_mask"], batch["region_boxes"], batch["ocr_boxes"],
+                                                  s_mask)
+            regions = (batch["region_features"], batch["region_boxes"], scored, batch["question"], q_mask)
             out["first_logit_bias"] = self.verifier(*regions, batch[POLARITY_FIELD], **text)
             if self.verifier.relate:
                 tok, nothing = self.verifier.related(*regions)

@@ -24,7 +24,12 @@ batch, +1 or -1) and learns only the existence, by a structure that cannot do mu
   ``pi = sigmoid(TEXT_GAIN * mean of the pieces' text weights - 4)`` says whether the question asks about the
   written words (its wording: *word*, *written*, *chữ*); it starts near 0 (0.018), so the regions decide until
   the text questions are learned, and its gain lets a few pieces move it as fast as the regions' detectors,
-  whose scores are ``H``-wide products, move theirs;
+  whose scores are ``H``-wide products, move theirs; and a region whose box lies at least
+  :data:`TEXT_REGION_SHARE` inside one real OCR token's box (:func:`text_region_share`: a printed letter, the
+  label it is printed on) is not scored at all, in any of the rules below (:meth:`RegionVerifier.scored_regions`,
+  applied by the model): the written words are the OCR tokens' to answer, and class-free proposals cut a word
+  into letter-sized regions that a size word (*the small square*) scores above every drawn thing, since a linear
+  detector reads *small* as *the smaller, the better*;
 * its logit (``e`` clipped to ``[1e-6, 1 - 1e-6]``), times the polarity and a learned gate
   ``g = sigmoid(mean of the pieces' gate weights)`` (which questions are yes/no questions), is added, halved, to
   the first answer piece's logits of the affirming answer pieces (``yes``, ``có``, ``đúng``, ...) and taken from
@@ -60,8 +65,8 @@ from openvivqa_jax.models import comparing
 from openvivqa_jax.models.layers import dense, layer_norm
 from openvivqa_jax.text.polarity import answer_polarity
 
-__all__ = ["TEXT_GAIN", "ROUTE_GAIN", "ROUTE_START", "SAME_GAIN", "RegionVerifier", "region_verifier",
-           "verifier_enabled", "answer_piece_polarity", "POLARITY_FIELD"]
+__all__ = ["TEXT_GAIN", "ROUTE_GAIN", "ROUTE_START", "SAME_GAIN", "TEXT_REGION_SHARE", "RegionVerifier",
+           "region_verifier", "verifier_enabled", "answer_piece_polarity", "text_region_share", "POLARITY_FIELD"]
 
 #: The gain of the text weights' mean in the share of the written words (module doc).
 TEXT_GAIN = 10.0
@@ -74,6 +79,10 @@ ROUTE_START = (0.0, -2.0, -2.0)
 #: when trained, a probability of 0.8) while two of different colours reach -4 to -12; the gain lets *same* be
 #: as sure as *different* at the learning rate of the rest.
 SAME_GAIN = 4.0
+#: The share of a region's box inside one OCR token's box from which the region is taken for text and not scored
+#: (module doc): a letter lies wholly inside its word's box and a word's label nearly so, while a sign whose words
+#: fill half of it is still a thing.
+TEXT_REGION_SHARE = 0.5
 #: The batch field of each question's polarity (+1, or -1 when negated), made by the input pipeline.
 POLARITY_FIELD = "question_polarity"
 
@@ -81,6 +90,23 @@ POLARITY_FIELD = "question_polarity"
 def verifier_enabled(model_cfg) -> bool:
     """``model.verifier.enabled`` of a model config (False without a ``verifier`` entry)."""
     return bool((model_cfg.get("verifier") or {}).get("enabled", False))
+
+
+def text_region_share(boxes: jax.Array, text_boxes: jax.Array, text_mask: jax.Array) -> jax.Array:
+    """``(batch, R)`` float32: for each region, the largest share of its box's area inside one real OCR token's
+    box, ``max_t area(b_r & t_t) / area(b_r)`` (0 without OCR tokens, and for a region of no area).
+
+    Args:
+      boxes: ``(batch, R, 4)`` the regions' boxes, xyxy in [0, 1]; text_boxes: ``(batch, N, 4)`` the OCR tokens',
+        xyxy in [0, 1]; text_mask: ``(batch, N)`` bool, the real OCR tokens.
+    """
+    b = boxes.astype(jnp.float32)[:, :, None]
+    t = text_boxes.astype(jnp.float32)[:, None]
+    w = jnp.clip(jnp.minimum(b[..., 2], t[..., 2]) - jnp.maximum(b[..., 0], t[..., 0]), 0.0)
+    h = jnp.clip(jnp.minimum(b[..., 3], t[..., 3]) - jnp.maximum(b[..., 1], t[..., 1]), 0.0)
+    area = jnp.clip(b[..., 2] - b[..., 0], 0.0) * jnp.clip(b[..., 3] - b[..., 1], 0.0)
+    share = jnp.where(area > 0, w * h / jnp.maximum(area, 1e-12), 0.0)
+    return jnp.max(jnp.where(text_mask.astype(bool)[:, None], share, 0.0), -1, initial=0.0)
 
 
 def answer_piece_polarity(tokenizer) -> np.ndarray:
@@ -150,6 +176,16 @@ class RegionVerifier(nnx.Module):
             self.relation_piece = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))  # set from the tokenizer
             self.relation_proj = dense(n_in, d_model, rngs, dtype)
             self.relation_norm = layer_norm(d_model, rngs, dtype)
+
+    def scored_regions(self, mask: jax.Array, boxes: jax.Array, text_boxes: jax.Array,
+                       text_mask: jax.Array) -> jax.Array:
+        """``(batch, R)`` bool: the regions of ``mask`` it scores. With ``ocr_tokens``, those whose box lies less
+        than :data:`TEXT_REGION_SHARE` inside every real OCR token's box (:func:`text_region_share`; module doc);
+        without, ``mask`` as given. Arguments as :func:`text_region_share`, ``mask`` ``(batch, R)``."""
+        mask = mask.astype(bool)
+        if not self.ocr_tokens:
+            return mask
+        return mask & (text_region_share(boxes, text_boxes, text_mask) < TEXT_REGION_SHARE)
 
     def existence(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
                   question_mask: jax.Array, text_match: jax.Array | None = None,

@@ -12,7 +12,7 @@ from absl import logging
 
 from openvivqa_jax.models.comparing import (answer_piece_nothing, answer_piece_numbers, question_piece_roles,
                                            relation_pieces)
-from openvivqa_jax.models.verifying import answer_piece_polarity
+from openvivqa_jax.models.verifying import TEXT_REGION_SHARE, answer_piece_polarity, text_region_share
 from openvivqa_jax.training.state import TrainState
 from openvivqa_jax.vqa.counting_stream import input_statistics, read_features
 
@@ -32,18 +32,23 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     naming the affirming and denying pieces found (and the comparison, number, absence and side pieces), and a
     WARNING when the tokenizer has no whole piece for an affirming or a denying answer word, or, with
     ``compare``, for the split words or a number answer, or, with ``relate``, for a side word, or, with
-    ``ocr_tokens``, when the sampled batches hold no OCR token (a folder without ``ocr.json``).
+    ``ocr_tokens``, when the sampled batches hold no OCR token (a folder without ``ocr.json``); with
+    ``ocr_tokens``, one line counting the sampled regions it does not score for lying inside an OCR token's box.
 
     Raises:
       openvivqa_jax.errors.DatasetError: the batches hold no valid region.
     """
     params = state.params
     ocr_tokens: list[int] = []
-    mean, std, n = input_statistics(_counting_ocr_tokens(batches, ocr_tokens), 8,
+    text_regions: list[int] = []
+    mean, std, n = input_statistics(_counting_ocr_tokens(batches, ocr_tokens, text_regions), 8,
                                     owner="model.verifier: the training questions'",
                                     read_features=read_features(params["verifier"]))
     if "text_weight" in params["verifier"]:
         _warn_without_ocr_tokens(ocr_tokens)
+        logging.info("Region verifier: %d of the %d regions of 8 training batches lie at least %.0f%% inside an "
+                     "OCR token's box (letters, the labels they are printed on) and are not scored as things",
+                     sum(text_regions), n, 100 * TEXT_REGION_SHARE)
     polarity = answer_piece_polarity(tokenizer)
     values = {"input_mean": mean, "input_std": std, "answer_polarity": polarity}
     if "split_piece" in params["verifier"]:
@@ -98,12 +103,20 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
     return state.replace(params=params)
 
 
-def _counting_ocr_tokens(batches: Callable[[], dict], counts: list[int]) -> Callable[[], dict]:
-    """``batches``, appending to ``counts`` the number of real OCR tokens (``ocr_mask``) of each batch drawn."""
+def _counting_ocr_tokens(batches: Callable[[], dict], counts: list[int],
+                         text_regions: list[int]) -> Callable[[], dict]:
+    """``batches``, appending to ``counts`` the number of real OCR tokens (``ocr_mask``) of each batch drawn, and
+    to ``text_regions`` that of its valid regions that the verifier does not score for lying inside one
+    (:meth:`openvivqa_jax.models.verifying.RegionVerifier.scored_regions`)."""
 
     def draw() -> dict:
         b = batches()
         counts.append(int(np.sum(np.asarray(b["ocr_mask"], bool))) if "ocr_mask" in b else 0)
+        inside = 0
+        if counts[-1] and "ocr_boxes" in b:
+            share = np.asarray(text_region_share(b["region_boxes"], b["ocr_boxes"], b["ocr_mask"]))
+            inside = int(np.sum(np.asarray(b["region_mask"], bool) & (share >= TEXT_REGION_SHARE)))
+        text_regions.append(inside)
         return b
 
     return draw

@@ -294,11 +294,39 @@ def test_relation_terms_point_at_the_most_object_like_other_region_and_its_side(
     w = (1 - s[0, :3]) / (1 + np.exp(-obj[0, :3]))
     w /= w.sum()
     np.testing.assert_allclose(pointed, [(w[:, None] * x[0, :3]).sum(0)], rtol=1e-4)
-    np.testing.assert_allclose(some, [comparing.RELATION_GAIN * ((w @ centre[:3] - anchor) @ left[0])], rtol=1e-4)
+    d = w @ centre[:3] - anchor
+    cone = d @ left[0] - abs(left[0, 0] * d[1] - left[0, 1] * d[0])
+    np.testing.assert_allclose(some, [comparing.RELATION_GAIN * cone], rtol=1e-4)
     # the left region is the most object-like other one, and it lies to the left: something is there
     assert w[1] > 0.7 and some[0] > 0
     right = -left
     assert float(comparing.relation_terms(*(jnp.asarray(a) for a in (s, mask, boxes, x, obj, right)))[1][0]) < 0
+
+
+@pytest.mark.parametrize("offset, side, something", [
+    ((-0.05, 0.45), (-1.0, 0.0), False),  # mostly below and a little left: not left of it
+    ((-0.05, 0.45), (0.0, 1.0), True),  # ... but below it
+    ((0.40, -0.06), (0.0, -1.0), False),  # right and a little higher: not above it
+    ((0.40, -0.06), (1.0, 0.0), True),
+    ((-0.30, 0.29), (-2.0, 0.0), True),  # just inside the 45-degree cone, whatever the direction's length
+    ((-0.29, 0.30), (-2.0, 0.0), False),  # just outside it
+])
+def test_relation_side_is_a_45_degree_cone_around_the_direction(offset, side, something):
+    # one named region at the centre, one other region offset from it; the direction u is the side word's
+    boxes = np.array([[[0.45, 0.45, 0.55, 0.55],
+                       [0.45 + offset[0], 0.45 + offset[1], 0.55 + offset[0], 0.55 + offset[1]]]], np.float32)
+    s = np.array([[0.999, 0.001]], np.float32)
+    mask = np.ones((1, 2), bool)
+    x = np.eye(2, dtype=np.float32)[None]
+    obj = np.zeros((1, 2), np.float32)
+    u = np.asarray([side], np.float32)
+    _, some = comparing.relation_terms(*(jnp.asarray(a) for a in (s, mask, boxes, x, obj, u)))
+    # the pointers put almost all weight on their own region, so the offset is nearly the drawn one
+    dx, dy = offset
+    along, across = dx * side[0] + dy * side[1], side[0] * dy - side[1] * dx
+    want = comparing.RELATION_GAIN * (along - abs(across))
+    assert (float(some[0]) > 0) == something
+    np.testing.assert_allclose(float(some[0]), want, rtol=0.05, atol=0.05)
 
 
 def test_relation_pointer_does_not_return_to_the_named_thing_however_large_its_objectness():

@@ -19,7 +19,8 @@ from flax import nnx
 from conftest import assert_reads_only_object_features, random_batch, tiny_model_config
 from openvivqa_jax.config_check import ConfigError, check_config
 from openvivqa_jax.models import build_model
-from openvivqa_jax.models.verifying import RegionVerifier, answer_piece_polarity, region_verifier
+from openvivqa_jax.models.verifying import (TEXT_REGION_SHARE, RegionVerifier, answer_piece_polarity, region_verifier,
+                                            text_region_share)
 from openvivqa_jax.training.state import counter_optimizer, freeze_params, frozen_param_regex
 
 
@@ -137,16 +138,87 @@ def test_mlpag_gives_its_verifier_the_question_match_of_the_ocr_tokens():
     enc = model.encode(batch)
     match = np.zeros(pieces.shape[:2], np.float32)
     match[:, 0] = 1.0
-    want = np.asarray(model.verifier(batch["region_features"], batch["region_boxes"], batch["region_mask"],
+    scored = np.asarray(batch["region_mask"], bool) & (_numpy_text_share(
+        batch["region_boxes"], batch["ocr_boxes"], batch["ocr_mask"]) < TEXT_REGION_SHARE)
+    want = np.asarray(model.verifier(batch["region_features"], batch["region_boxes"], scored,
                                      batch["question"], batch["question_mask"], batch["question_polarity"],
                                      match, np.asarray(batch["ocr_mask"]).astype(bool)))
     np.testing.assert_allclose(np.asarray(enc["first_logit_bias"]), want, rtol=1e-5, atol=1e-6)
-    unmatched = np.asarray(model.verifier(batch["region_features"], batch["region_boxes"], batch["region_mask"],
+    unmatched = np.asarray(model.verifier(batch["region_features"], batch["region_boxes"], scored,
                                           batch["question"], batch["question_mask"], batch["question_polarity"],
                                           np.zeros_like(match), batch["ocr_mask"]))
     assert np.abs(want - unmatched).max() > 1e-2
     # the checkpoint of a verifier without OCR tokens has no text parameters, so it still restores
     assert not hasattr(_mlpag(True)[1].verifier, "text_weight")
+
+
+def _numpy_text_share(boxes, text_boxes, text_mask):
+    """The reference of ``text_region_share``, one region and one token at a time."""
+    boxes, text_boxes, text_mask = np.asarray(boxes), np.asarray(text_boxes), np.asarray(text_mask, bool)
+    out = np.zeros(boxes.shape[:2], np.float64)
+    for b in range(boxes.shape[0]):
+        for r, (x0, y0, x1, y1) in enumerate(boxes[b].astype(np.float64)):
+            area = max(x1 - x0, 0.0) * max(y1 - y0, 0.0)
+            for t, (u0, v0, u1, v1) in enumerate(text_boxes[b].astype(np.float64)):
+                if text_mask[b, t] and area > 0:
+                    inter = max(min(x1, u1) - max(x0, u0), 0.0) * max(min(y1, v1) - max(y0, v0), 0.0)
+                    out[b, r] = max(out[b, r], inter / area)
+    return out
+
+
+def test_text_region_share_is_the_largest_share_of_a_region_inside_one_ocr_token():
+    text = np.array([[[0.2, 0.2, 0.6, 0.4], [0.6, 0.2, 1.0, 0.4], [0.0, 0.0, 1.0, 1.0]]], np.float32)
+    text_mask = np.array([[True, True, False]])  # the third token, covering everything, is padding
+    boxes = np.array([[[0.3, 0.25, 0.35, 0.35],  # a letter inside the first word: 1
+                       [0.1, 0.1, 0.7, 0.5],  # a sign around the first word: 0.08 / 0.24
+                       [0.5, 0.2, 0.7, 0.4],  # half in each word: the larger share, not their sum
+                       [0.8, 0.8, 0.9, 0.9],  # outside every word: 0
+                       [0.3, 0.3, 0.3, 0.35]]], np.float32)  # no area: 0
+    got = np.asarray(text_region_share(jnp.asarray(boxes), jnp.asarray(text), jnp.asarray(text_mask)))
+    np.testing.assert_allclose(got, [[1.0, 0.08 / 0.24, 0.5, 0.0, 0.0]], rtol=1e-5, atol=1e-6)
+    rng = np.random.default_rng(3)
+    lo = rng.uniform(0, 0.7, (3, 9, 2))
+    boxes = np.concatenate([lo, lo + rng.uniform(0, 0.3, (3, 9, 2))], -1).astype(np.float32)
+    lo = rng.uniform(0, 0.6, (3, 4, 2))
+    text = np.concatenate([lo, lo + rng.uniform(0.1, 0.4, (3, 4, 2))], -1).astype(np.float32)
+    text_mask = rng.random((3, 4)) < 0.7
+    got = np.asarray(text_region_share(jnp.asarray(boxes), jnp.asarray(text), jnp.asarray(text_mask)))
+    np.testing.assert_allclose(got, _numpy_text_share(boxes, text, text_mask), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("ocr_tokens", [True, False])
+def test_mlpag_verifier_scores_no_region_inside_an_ocr_token_when_it_reads_them(ocr_tokens):
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    cfg.model.verifier.ocr_tokens = ocr_tokens
+    model = build_model(cfg.model, 40, seed=0)
+    _randomized(model.verifier, 4)
+    batch = random_batch(cfg, 40, batch=2)
+    batch["question_polarity"] = np.array([1.0, -1.0], np.float32)
+    boxes = np.tile(np.array([[0.1, 0.1, 0.3, 0.3], [0.5, 0.5, 0.7, 0.9], [0.6, 0.1, 0.9, 0.3],
+                              [0.0, 0.6, 0.2, 0.8], [0.3, 0.3, 0.5, 0.5]], np.float32), (2, 1, 1))
+    batch["region_boxes"], batch["region_mask"] = boxes, np.ones(boxes.shape[:2], bool)
+    text = np.zeros(np.asarray(batch["ocr_boxes"]).shape, np.float32)
+    text[:, 0] = [0.55, 0.05, 0.95, 0.35]  # region 2 is a word's letters; region 4 only touches it
+    batch["ocr_boxes"] = text
+    batch["ocr_mask"] = np.zeros(text.shape[:2], bool)
+    batch["ocr_mask"][:, 0] = True
+    bias = np.asarray(model.encode(batch)["first_logit_bias"])
+    args = [batch[k] for k in ("region_features", "region_boxes", "region_mask", "question", "question_mask",
+                               "question_polarity")]
+    text_args = ()
+    if ocr_tokens:
+        from openvivqa_jax.models.mlpag import question_match
+        text_args = (question_match(batch["ocr_pieces"], batch["ocr_piece_mask"], batch["question"],
+                                    batch["question_mask"]), batch["ocr_mask"])
+    without_letters = args.copy()
+    without_letters[2] = np.array([[True, True, False, True, True]] * 2)
+    whole = np.asarray(model.verifier(*args, *text_args))
+    skipped = np.asarray(model.verifier(*without_letters, *text_args))
+    assert np.abs(whole - skipped).max() > 1e-3  # the letters' region moves the answer when it is scored
+    np.testing.assert_allclose(bias, skipped if ocr_tokens else whole, rtol=1e-5, atol=1e-6)
 
 
 def test_answer_pieces_polarity_is_read_from_whole_word_pieces():
@@ -359,3 +431,35 @@ def test_the_start_warns_when_a_verifier_that_reads_ocr_tokens_is_given_none(ocr
                 "sampled hold none, so questions about written words are answered from the pixels alone; give the "
                 "folder an ocr.json, or build it with --config.data.builder_config=detector_tesseract"]
     assert warnings == (expected if warned else []), warnings
+
+
+def test_the_start_counts_the_regions_it_does_not_score_for_lying_inside_an_ocr_token(caplog, absl_info):
+    from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
+
+    cfg = tiny_model_config("mlpag")
+    cfg.model.vision.kind = "proposals"
+    cfg.model.vision.num_regions = 5
+    cfg.model.verifier.enabled = True
+    cfg.model.verifier.ocr_tokens = True
+    params = nnx.state(build_model(cfg.model, 40), nnx.Param)
+    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
+    batch = random_batch(cfg, 40, batch=3)
+    batch["region_mask"][:] = True
+    batch["region_mask"][2, 4] = False  # a padded region inside the word counts for nothing
+    # regions 0 and 4 of each question lie wholly inside OCR token 0, region 1 half inside, the others outside
+    batch["region_boxes"][:] = np.array([[0.1, 0.1, 0.2, 0.2], [0.35, 0.1, 0.45, 0.2], [0.6, 0.6, 0.8, 0.8],
+                                         [0.0, 0.5, 0.3, 0.9], [0.25, 0.12, 0.3, 0.18]], np.float32)
+    batch["ocr_boxes"][:] = 0.0
+    batch["ocr_boxes"][:, 0] = [0.05, 0.05, 0.4, 0.25]
+    batch["ocr_mask"][:] = False
+    batch["ocr_mask"][:, 0] = True
+    pieces = ["<pad>", "\u2581có", "\u2581sai"] + [f"\u2581w{i}" for i in range(37)]
+    tok = types.SimpleNamespace(vocab_size=40, id_to_piece=lambda i: pieces[i])
+    with caplog.at_level(logging.INFO, logger="absl"):
+        set_verifier_inputs(state, lambda: batch, tok)
+    # 8 batches of 14 valid regions, of which 8 are not scored: regions 0, 1 and 4 of each question but region 4
+    # of the last, padded; region 1 has half its box inside, which is the threshold
+    assert TEXT_REGION_SHARE == 0.5
+    lines = [r.getMessage() for r in caplog.records if "inside an OCR token's box" in r.getMessage()]
+    assert lines == ["Region verifier: 64 of the 112 regions of 8 training batches lie at least 50% inside an OCR "
+                     "token's box (letters, the labels they are printed on) and are not scored as things"], lines
