@@ -29,14 +29,15 @@ of question, each by a rule that has nothing left to learn but the scores:
   ``softmax_r(log sigmoid(a_r) + log(1 - s_r))`` over the regions, ``a_r`` a learned objectness of the region's
   embedding, bounded above by 0 so that however sure the objectness grows, it cannot outweigh the named thing's
   exclusion ``log(1 - s_r)`` and point back at ``X``;
-  the answer *nothing* (:data:`openvivqa_jax.text.polarity.NOTHING`) has the first-piece logit ``-g_rel
-  RELATION_GAIN (u . d - |u_perp . d|)``, ``d = c_O - c_X`` the offset of the pointed box centres, ``u`` ``(2,)``
-  the mean of the question pieces' direction weights (*left* learns to point along -x) and ``u_perp`` ``u``
-  turned a quarter: something is on that side when the other thing lies within 45 degrees of ``u`` (the
-  cone-shaped model of direction relations, Peuquet and Zhan, Pattern Recognition 1987; Frank, 1991), so a
-  thing mostly below ``X`` and a little to its left is below it and not left of it, as a person says; the
-  other thing's inputs become one decoder memory token (:func:`relation_terms`), from which the decoder names it
-  (*blue square*), and whose answer loss is what teaches the objectness which region that is.
+  the answer *nothing* (:data:`openvivqa_jax.text.polarity.NOTHING`) of a question with a side word has the
+  first-piece logit ``-g_rel RELATION_GAIN (u . d - |u_perp . d|)`` (0 for one without: it asks about no side),
+  ``d = c_O - c_X`` the offset of the pointed box centres, ``u`` ``(2,)`` the mean of the question pieces'
+  direction weights (*left* learns to point along -x) and ``u_perp`` ``u`` turned a quarter: something is on
+  that side when the other thing lies within 45 degrees of ``u`` (the cone-shaped model of direction relations,
+  Peuquet and Zhan, Pattern Recognition 1987; Frank, 1991), so a thing mostly below ``X`` and a little to its
+  left is below it and not left of it, as a person says; the other thing's inputs become one decoder memory
+  token (:func:`relation_terms`), from which the decoder names it (*blue square*), and whose answer loss is what
+  teaches the objectness which region that is.
 
 Why rules for the cut and the direction: learned from the answers alone, *fewer* and *different* are an
 exclusive-or with what the words name, as a negation is (:mod:`openvivqa_jax.text.polarity`). Which of the

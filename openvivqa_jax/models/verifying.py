@@ -267,7 +267,8 @@ class RegionVerifier(nnx.Module):
     def related(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,
                 question_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``relate`` only: ``(memory token (batch, 1, d_model), nothing bias (batch, V))`` of the relation rule
-        (:func:`openvivqa_jax.models.comparing.relation_terms`; arguments as :meth:`existence`)."""
+        (:func:`openvivqa_jax.models.comparing.relation_terms`; arguments as :meth:`existence`); the bias is 0
+        for a question without a side word followed by other words."""
         x = self._inputs(features, boxes)
         h = jax.nn.relu(self.w1(x))
         qm = question_mask.astype(jnp.float32)
@@ -280,7 +281,10 @@ class RegionVerifier(nnx.Module):
         pointed, some = comparing.relation_terms(s, mask, boxes, x, objectness, direction)
         gate = jax.nn.sigmoid(jnp.einsum("bl,bl->b", mean, self.relation_gate[...][question]) - 2.0)
         token = self.relation_norm(self.relation_proj(pointed.astype(self.relation_proj.kernel[...].dtype)))
-        bias = -(gate * some)[:, None] * jax.lax.stop_gradient(self.nothing_piece[...])[None]
+        # A question without a side word asks about no side, so its answer's first piece is left alone: the
+        # denying answer often begins as "nothing" does (không / không có gì).
+        side = (named.sum(1) > 0).astype(jnp.float32)
+        bias = -(side * gate * some)[:, None] * jax.lax.stop_gradient(self.nothing_piece[...])[None]
         return token[:, None], bias
 
     def __call__(self, features: jax.Array, boxes: jax.Array, mask: jax.Array, question: jax.Array,

@@ -89,8 +89,9 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
                      named(values["nothing_piece"]) or "none", named(values["relation_piece"]) or "none")
         if not values["relation_piece"].any():
             logging.warning("Region verifier: no whole piece for a side word (left, right, above, below, trái, "
-                            "phải, trên, dưới), so a relation question's thing is scored by all its words; a "
-                            "larger tokenizer.vocab_size keeps such words whole")
+                            "phải, trên, dưới), so a relation question's thing is scored by all its words and "
+                            "its answer 'nothing' is not moved; a larger tokenizer.vocab_size keeps such words "
+                            "whole")
     logging.info("Region verifier: input statistics from %d regions of 8 training batches; affirming answer "
                  "pieces %s, denying %s", n, pieces[1] or "none", pieces[-1] or "none")
     missing = [name for s, name in ((1, "an affirming (yes, có, đúng, ...)"),

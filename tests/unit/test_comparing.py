@@ -348,10 +348,15 @@ def test_mlpag_with_relate_appends_one_memory_token_and_biases_the_nothing_piece
     cfg = _verifier_config()
     batch = random_batch(cfg, 40, batch=2)
     batch["question_polarity"] = np.array([1.0, -1.0], np.float32)
+    # question 0 has the side word (piece 3) followed by other words, question 1 none
+    q = np.where(np.asarray(batch["question"]) == 3, 4, np.asarray(batch["question"]))
+    q[0, :3] = [5, 3, 6]
+    batch["question"], batch["question_mask"] = q, np.ones_like(q, bool)
     plain = build_model(cfg.model, 40).encode(batch)
     cfg.model.verifier.relate = True
     model = build_model(cfg.model, 40)
     model.verifier.nothing_piece[...] = jnp.zeros((40,), jnp.float32).at[7].set(1.0)
+    model.verifier.relation_piece[...] = jnp.zeros((40,), jnp.float32).at[3].set(1.0)
     model.verifier.direction[...] = jnp.asarray(np.random.default_rng(0).standard_normal((40, 2)), jnp.float32)
     out = model.encode(batch)
     assert out["memory"].shape[1] == plain["memory"].shape[1] + 1 and bool(out["memory_mask"][:, -1].all())
@@ -363,7 +368,8 @@ def test_mlpag_with_relate_appends_one_memory_token_and_biases_the_nothing_piece
     np.testing.assert_allclose(np.asarray(out["first_logit_bias"]), yes_no + np.asarray(nothing), rtol=1e-5,
                                atol=1e-6)
     assert np.all(np.asarray(nothing)[:, [i for i in range(40) if i != 7]] == 0)
-    assert np.all(np.asarray(nothing)[:, 7] != 0)
+    # a question without a side word asks about no side: its "nothing" piece is not moved
+    assert float(nothing[0, 7]) != 0 and float(nothing[1, 7]) == 0
 
 
 def test_relation_names_its_thing_by_the_words_after_the_side_word():
