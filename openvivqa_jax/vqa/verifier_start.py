@@ -45,10 +45,7 @@ def set_verifier_inputs(state: TrainState, batches: Callable[[], dict], tokenize
                                     owner="model.verifier: the training questions'",
                                     read_features=read_features(params["verifier"]))
     if "text_weight" in params["verifier"]:
-        _warn_without_ocr_tokens(ocr_tokens)
-        logging.info("Region verifier: %d of the %d regions of 8 training batches lie at least %.0f%% inside an "
-                     "OCR token's box (letters, the labels they are printed on) and are not scored as things",
-                     sum(text_regions), n, 100 * TEXT_REGION_SHARE)
+        _report_ocr_tokens(ocr_tokens, text_regions, n)
     polarity = answer_piece_polarity(tokenizer)
     values = {"input_mean": mean, "input_std": std, "answer_polarity": polarity}
     if "split_piece" in params["verifier"]:
@@ -123,8 +120,12 @@ def _counting_ocr_tokens(batches: Callable[[], dict], counts: list[int],
     return draw
 
 
-def _warn_without_ocr_tokens(counts: list[int]) -> None:
-    """A WARNING when the batches counted by :func:`_counting_ocr_tokens` held no OCR token."""
+def _report_ocr_tokens(counts: list[int], text_regions: list[int], num_regions: int) -> None:
+    """A WARNING when the batches counted by :func:`_counting_ocr_tokens` held no OCR token, and one line
+    counting their regions that lie inside one (of ``num_regions`` valid regions)."""
+    logging.info("Region verifier: %d of the %d regions of 8 training batches lie at least %.0f%% inside an OCR "
+                 "token's box (letters, the labels they are printed on) and are not scored as things",
+                 sum(text_regions), num_regions, 100 * TEXT_REGION_SHARE)
     if not sum(counts):
         # Nothing fails without OCR tokens: the questions about written words just train on pixels alone.
         logging.warning("Region verifier: it reads OCR tokens (model.verifier.ocr_tokens), but the %d training "
