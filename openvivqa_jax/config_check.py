@@ -90,6 +90,7 @@ _RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("model.verifier.compare", (lambda v: isinstance(v, bool)), "True or False"),
     ("model.verifier.max_count", *_at_least(1)),
     ("model.verifier.relate", (lambda v: isinstance(v, bool)), "True or False"),
+    ("model.verifier.decay_start", (lambda v: _num(v) and 0 <= v <= 1), "a number in [0, 1] (1: a constant rate)"),
     ("model.counter.proposal_features", (lambda v: v in ("all", "objects")), "'all' or 'objects'"),
     ("model.word_region_loss.temperature", *_POSITIVE_NUMBER),
     ("model.word_region_loss.sharpness", *_POSITIVE_NUMBER),

@@ -155,10 +155,11 @@ def _region_modules(c: ml_collections.ConfigDict) -> None:
     # proposal_features 'objects' (a proposal's own colour, area and shape) or 'all' (with its box's and context's
     # pixels) with vision kind proposals; ocr_tokens: the OCR tokens that the question names are candidates too;
     # compare: its region scores also answer how-many, more/fewer and same-colour questions (models/comparing.py),
-    # counts told apart up to max_count; relate: what is left of / above ... a named thing (one more memory token).
+    # counts told apart up to max_count; relate: what is left of / above ... a named thing (one more memory token);
+    # decay_start: the fraction of the steps after which its rate falls by a half cosine to 0 (1: constant).
     c.model.verifier = ml_collections.ConfigDict(dict(enabled=False, hidden_dim=32, learning_rate=1e-2,
                                                       proposal_features="objects", ocr_tokens=False,
-                                                      compare=False, max_count=10, relate=False))
+                                                      compare=False, max_count=10, relate=False, decay_start=1.0))
 
 
 def _vision(c: ml_collections.ConfigDict) -> None:

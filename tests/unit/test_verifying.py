@@ -7,6 +7,7 @@ hand-made inputs."""
 from __future__ import annotations
 
 import logging
+import math
 import types
 
 import jax
@@ -21,7 +22,7 @@ from openvivqa_jax.config_check import ConfigError, check_config
 from openvivqa_jax.models import build_model
 from openvivqa_jax.models.verifying import (TEXT_REGION_SHARE, RegionVerifier, answer_piece_polarity, region_verifier,
                                             text_region_share)
-from openvivqa_jax.training.state import counter_optimizer, freeze_params, frozen_param_regex
+from openvivqa_jax.training.state import counter_optimizer, freeze_params, frozen_param_regex, verifier_rate
 
 
 def _np(x):
@@ -295,6 +296,45 @@ def test_verifier_trains_at_its_own_constant_rate_and_keeps_what_is_set():
         else:
             assert np.all(v == 0), path  # frozen, or the model's own optimizer that moves nothing here
     assert seen == {"input_mean", "input_std", "answer_polarity", "w1", "detector", "detector_bias", "gate"}
+
+
+def test_verifier_rate_is_constant_then_falls_by_a_half_cosine_to_zero_at_the_last_step():
+    cfg, _ = _mlpag(True)
+    cfg.model.verifier.learning_rate = 0.2
+    cfg.train.num_train_steps = 1000
+    assert verifier_rate(cfg) == 0.2  # decay_start 1 (the default): a plain constant, as before
+    cfg.model.verifier.decay_start = 0.6
+    rate = verifier_rate(cfg)
+    for step in (0, 300, 599, 600, 700, 800, 900, 1000):
+        want = 0.2 if step <= 600 else 0.1 * (1 + math.cos(math.pi * (step - 600) / 400))
+        np.testing.assert_allclose(float(rate(step)), want, rtol=1e-5, atol=1e-7, err_msg=str(step))
+    assert float(rate(800)) == pytest.approx(0.1)  # half way down the fall, half the rate
+    # with the steps not yet known, a schedule all the same (the optimizer state has one structure either way)
+    cfg.train.num_train_steps = 0
+    assert callable(verifier_rate(cfg)) and float(verifier_rate(cfg)(5000)) == pytest.approx(0.2)
+    cfg.model.verifier.decay_start = 1.5
+    with pytest.raises(ValueError, match="decay_start"):
+        verifier_rate(cfg)
+    with pytest.raises(ConfigError, match="model.verifier.decay_start"):
+        check_config(cfg)
+
+
+def test_verifier_with_a_falling_rate_moves_its_detectors_by_the_scheduled_rate():
+    cfg, model = _mlpag(True)
+    cfg.model.verifier.learning_rate = 0.25
+    cfg.model.verifier.decay_start = 0.5
+    cfg.train.num_train_steps = 10
+    _, params = nnx.split(model, nnx.Param)
+    tx = freeze_params(counter_optimizer(optax.sgd(0.0), params, cfg), params, frozen_param_regex(cfg))
+    grads = jax.tree.map(lambda p: jnp.full_like(p, -3.0), params)
+    opt_state = tx.init(params)
+    moved = []
+    for _ in range(10):
+        updates, opt_state = tx.update(grads, opt_state, params)
+        moved.append(float(np.asarray(updates["verifier"]["gate"][...])[0]))
+    # Adam with a constant gradient moves each step by the rate; the rate at steps 0..9
+    want = [0.25 if k <= 5 else 0.125 * (1 + math.cos(math.pi * (k - 5) / 5)) for k in range(10)]
+    np.testing.assert_allclose(moved, want, rtol=1e-4, atol=1e-6)
 
 
 def test_config_check_and_constructor_name_a_verifier_without_regions():
