@@ -78,8 +78,9 @@ def get_config() -> ml_collections.ConfigDict:
     # proposals' own colour, area and shape. It needs region vision: with --config.model.vision.kind=cnn also
     # set --config.model.verifier.enabled=False.
     c.model.verifier.enabled = True
-    # The verifier also finds the words a question names among the OCR tokens (is the word milk written?); with
-    # no OCR tokens this adds nothing.
+    # The verifier also finds the words a question names among the OCR tokens (is the word milk written?), and
+    # does not score the regions inside an OCR token's box (letters, their label) as things; with no OCR tokens
+    # this adds nothing.
     c.model.verifier.ocr_tokens = True
     # Its region scores also answer how-many questions (a number word's first-piece logit is the log-probability
     # of that many matching regions) and more/fewer and same-colour questions about two named things
