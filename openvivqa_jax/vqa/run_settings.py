@@ -9,7 +9,8 @@ config given now over :data:`FIXED` (the keys each file fixes, once that file is
 :class:`~openvivqa_jax.training.checkpoints.CheckpointMismatchError` naming each changed key, the run's value and
 the new one, and how to start fresh (a new ``--workdir``). Keys under :data:`FREE` may change on a resume: how
 the model computes (``dtype``, ``remat``, the attention kernel), the weights of training-only losses, dropout,
-and pretrained files read only when a run starts.
+and pretrained files read only when a run starts. A key added since a run was made (:data:`ADDED_KEYS`) is
+compared with the value such a run had.
 
 A run writes its ``config.json`` before it makes its first file (:func:`write_initial_config`), so a run
 stopped while its tokenizer or answer list was made is checked too; training rewrites it once the checkpoint
@@ -26,7 +27,7 @@ from openvivqa_jax import outputs
 from openvivqa_jax.jsonio import read_json
 from openvivqa_jax.training.checkpoints import CheckpointMismatchError
 
-__all__ = ["FIXED", "FREE", "EVALUATE_FREE", "check_settings", "write_initial_config"]
+__all__ = ["FIXED", "FREE", "EVALUATE_FREE", "ADDED_KEYS", "check_settings", "write_initial_config"]
 
 #: ``(file or folder of the run, the config keys it fixes)``: a key under one of the prefixes is fixed once the
 #: file is in the workdir (``checkpoints``: a saved step in ``checkpoints/`` or ``best/``).
@@ -44,10 +45,16 @@ FREE: tuple[str, ...] = ("model.dtype", "model.remat", "model.remat_blocks", "mo
                          "model.text_encoder.freeze", "model.vision.checkpoint", "model.counter.weight",
                          "model.counter.batch_size", "model.counter.learning_rate", "model.word_region_loss",
                          "model.visual_glimpses.count_loss")
-#: Keys that ``--mode evaluate`` may change too: what was trained on, and in which order (scoring reads the
-#: evaluation splits only).
+#: Keys that ``--mode evaluate`` may change too: what was trained on, in which order and with which rate (scoring
+#: reads the evaluation splits and the parameters only).
 EVALUATE_FREE: tuple[str, ...] = ("seed", "data.builder", "data.builder_config", "data.builder_kwargs",
-                                  "data.train_split", "data.train_kinds", "data.train_kind_weights")
+                                  "data.train_split", "data.train_kinds", "data.train_kind_weights",
+                                  "model.verifier.decay_start")
+#: Keys added after runs were made, with the value a run whose ``config.json`` lacks them was trained with: such
+#: a run is compared as if its file said so. ``model.verifier.decay_start`` below 1 gives the verifier's optimizer
+#: a step count that a run at a constant rate has not saved, so without this a resume would find none of its
+#: checkpoints restoring and set them all aside.
+ADDED_KEYS: dict[str, Any] = {"model.verifier.decay_start": 1.0}
 
 
 def _under(key: str, prefixes: tuple[str, ...]) -> bool:
@@ -98,6 +105,12 @@ def _answers_differ(workdir: str, saved_k: Any, new_k: Any) -> bool:
     return new_k < size  # the list has more classes than asked for; a larger K may give the same list
 
 
+def _with_added_keys(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` (flat) with each key of :data:`ADDED_KEYS` it lacks, where it holds the key's section."""
+    sections = {k.rsplit(".", 1)[0] for k in saved}
+    return {**{k: v for k, v in ADDED_KEYS.items() if k.rsplit(".", 1)[0] in sections}, **saved}
+
+
 def check_settings(cfg, workdir: str, mode: str = "train") -> None:
     """Compares ``cfg`` with the run's ``<workdir>/config.json`` over the keys its files fix (module doc).
 
@@ -118,6 +131,7 @@ def check_settings(cfg, workdir: str, mode: str = "train") -> None:
     except ValueError:  # not a config this check can read; the restore's shape check still runs
         return
     new = _flat(json.loads(cfg.to_json_best_effort()))
+    saved = _with_added_keys(saved)
     present = _present(workdir)
     free = FREE + (EVALUATE_FREE if mode == "evaluate" else ())
     changed: list[tuple[str, str, str]] = []

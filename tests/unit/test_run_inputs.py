@@ -75,6 +75,27 @@ def test_free_settings_and_settings_no_file_fixed_yet_pass(tmp_path):
     run_settings.check_settings(_changed(cfg, tokenizer__vocab_size=500), str(tmp_path))  # no config.json: a new run
 
 
+def test_a_key_added_since_a_run_was_made_is_compared_with_the_value_that_run_had(tmp_path):
+    cfg = load_config("configs/folder/mlpag.py")
+    assert cfg.model.verifier.decay_start == 0.5
+    old = json.loads(cfg.to_json_best_effort())
+    del old["model"]["verifier"]["decay_start"]  # a folder run made before the key existed: a constant rate
+    wd = _run_folder(tmp_path, cfg)
+    (wd / "config.json").write_text(json.dumps(old))
+    with pytest.raises(CheckpointMismatchError, match=r"^config value model\.verifier\.decay_start=0\.5 differs from "
+                                                      r"the run's 1\.0 .*its checkpoints were made"):
+        run_settings.check_settings(cfg, str(wd))
+    run_settings.check_settings(_changed(cfg, model__verifier__decay_start=1.0), str(wd))  # the run's own setting
+    run_settings.check_settings(cfg, str(wd), mode="evaluate")  # scoring reads the parameters only
+    # a config without the section (no verifier at all) is not given the key
+    del old["model"]["verifier"]
+    (wd / "config.json").write_text(json.dumps(old))
+    no_verifier = cfg.copy_and_resolve_references()
+    with no_verifier.unlocked():
+        del no_verifier.model["verifier"]
+    run_settings.check_settings(no_verifier, str(wd))
+
+
 def test_the_answer_list_is_fixed_where_another_k_would_change_it(tmp_path):
     cfg = load_config("configs/synthetic/saaa.py")
     with cfg.unlocked():
