@@ -81,7 +81,7 @@ ROUTE_START = (0.0, -2.0, -2.0)
 SAME_GAIN = 4.0
 #: The share of a region's box inside one OCR token's box from which the region is taken for text and not scored
 #: (module doc): a letter lies wholly inside its word's box and a word's label nearly so, while a sign whose words
-#: fill half of it is still a thing.
+#: fill less than half of it is still a thing.
 TEXT_REGION_SHARE = 0.5
 #: The batch field of each question's polarity (+1, or -1 when negated), made by the input pipeline.
 POLARITY_FIELD = "question_polarity"

@@ -9,6 +9,7 @@ from typing import Callable
 import jax
 import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
 
 from openvivqa_jax.models.comparing import (answer_piece_nothing, answer_piece_numbers, question_piece_roles,
                                            relation_pieces)
@@ -123,9 +124,11 @@ def _counting_ocr_tokens(batches: Callable[[], dict], counts: list[int],
 def _report_ocr_tokens(counts: list[int], text_regions: list[int], num_regions: int) -> None:
     """A WARNING when the batches counted by :func:`_counting_ocr_tokens` held no OCR token, and one line
     counting their regions that lie inside one (of ``num_regions`` valid regions)."""
+    # Summed over the processes, as num_regions is (each draws its own rows of the global batches).
+    inside = int(np.sum(multihost_utils.process_allgather(np.asarray(sum(text_regions), np.int64))))
     logging.info("Region verifier: %d of the %d regions of 8 training batches lie at least %.0f%% inside an OCR "
                  "token's box (letters, the labels they are printed on) and are not scored as things",
-                 sum(text_regions), num_regions, 100 * TEXT_REGION_SHARE)
+                 inside, num_regions, 100 * TEXT_REGION_SHARE)
     if not sum(counts):
         # Nothing fails without OCR tokens: the questions about written words just train on pixels alone.
         logging.warning("Region verifier: it reads OCR tokens (model.verifier.ocr_tokens), but the %d training "
