@@ -445,12 +445,8 @@ def test_the_start_line_says_which_answer_words_the_tokenizer_lacks(words, expec
     assert (warnings == []) if expected is None else (len(warnings) == 1 and expected in warnings[0]), warnings
 
 
-@pytest.mark.parametrize("ocr_tokens, has_ocr, warned", [(True, False, True), (True, True, False),
-                                                         (False, False, False)])
-def test_the_start_warns_when_a_verifier_that_reads_ocr_tokens_is_given_none(ocr_tokens, has_ocr, warned, caplog,
-                                                                             absl_info):
-    from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
-
+def _start_state(ocr_tokens: bool):
+    """A verifier's train state (parameters only) and a batch of 3 questions with 5 proposals each."""
     cfg = tiny_model_config("mlpag")
     cfg.model.vision.kind = "proposals"
     cfg.model.vision.num_regions = 5
@@ -458,14 +454,28 @@ def test_the_start_warns_when_a_verifier_that_reads_ocr_tokens_is_given_none(ocr
     cfg.model.verifier.ocr_tokens = ocr_tokens
     params = nnx.state(build_model(cfg.model, 40), nnx.Param)
     state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
-    batch = random_batch(cfg, 40, batch=3)
-    batch["region_mask"][:] = True
-    batch["ocr_mask"][:] = False
-    batch["ocr_mask"][1, 0] = has_ocr  # one token in 3 questions is enough
+    return state, random_batch(cfg, 40, batch=3)
+
+
+def _start(state, batch, caplog) -> None:
+    """``set_verifier_inputs`` on ``batch`` with a 40-piece tokenizer, its log lines caught by ``caplog``."""
+    from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
+
     pieces = ["<pad>", "\u2581có", "\u2581sai"] + [f"\u2581w{i}" for i in range(37)]
     tok = types.SimpleNamespace(vocab_size=40, id_to_piece=lambda i: pieces[i])
     with caplog.at_level(logging.INFO, logger="absl"):
         set_verifier_inputs(state, lambda: batch, tok)
+
+
+@pytest.mark.parametrize("ocr_tokens, has_ocr, warned", [(True, False, True), (True, True, False),
+                                                         (False, False, False)])
+def test_the_start_warns_when_a_verifier_that_reads_ocr_tokens_is_given_none(ocr_tokens, has_ocr, warned, caplog,
+                                                                             absl_info):
+    state, batch = _start_state(ocr_tokens)
+    batch["region_mask"][:] = True
+    batch["ocr_mask"][:] = False
+    batch["ocr_mask"][1, 0] = has_ocr  # one token in 3 questions is enough
+    _start(state, batch, caplog)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     expected = ["Region verifier: it reads OCR tokens (model.verifier.ocr_tokens), but the 8 training batches "
                 "sampled hold none, so questions about written words are answered from the pixels alone; give the "
@@ -474,16 +484,7 @@ def test_the_start_warns_when_a_verifier_that_reads_ocr_tokens_is_given_none(ocr
 
 
 def test_the_start_counts_the_regions_it_does_not_score_for_lying_inside_an_ocr_token(caplog, absl_info):
-    from openvivqa_jax.vqa.verifier_start import set_verifier_inputs
-
-    cfg = tiny_model_config("mlpag")
-    cfg.model.vision.kind = "proposals"
-    cfg.model.vision.num_regions = 5
-    cfg.model.verifier.enabled = True
-    cfg.model.verifier.ocr_tokens = True
-    params = nnx.state(build_model(cfg.model, 40), nnx.Param)
-    state = types.SimpleNamespace(params=params, replace=lambda params: types.SimpleNamespace(params=params))
-    batch = random_batch(cfg, 40, batch=3)
+    state, batch = _start_state(True)
     batch["region_mask"][:] = True
     batch["region_mask"][2, 4] = False  # a padded region inside the word counts for nothing
     # regions 0 and 4 of each question lie wholly inside OCR token 0, region 1 half inside, the others outside
@@ -493,10 +494,7 @@ def test_the_start_counts_the_regions_it_does_not_score_for_lying_inside_an_ocr_
     batch["ocr_boxes"][:, 0] = [0.05, 0.05, 0.4, 0.25]
     batch["ocr_mask"][:] = False
     batch["ocr_mask"][:, 0] = True
-    pieces = ["<pad>", "\u2581có", "\u2581sai"] + [f"\u2581w{i}" for i in range(37)]
-    tok = types.SimpleNamespace(vocab_size=40, id_to_piece=lambda i: pieces[i])
-    with caplog.at_level(logging.INFO, logger="absl"):
-        set_verifier_inputs(state, lambda: batch, tok)
+    _start(state, batch, caplog)
     # 8 batches of 14 valid regions, of which 8 are not scored: regions 0, 1 and 4 of each question but region 4
     # of the last, padded; region 1 has half its box inside, which is the threshold
     assert TEXT_REGION_SHARE == 0.5
